@@ -1,0 +1,24 @@
+"""``numforge bench WHAT``: side-by-side speed and memory measurements.
+
+Each benchmark lives in ``numforge.bench.<name>`` with ``add_arguments`` and ``run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from importlib import import_module
+
+HELP = "measure speed and memory side by side with a plain reference or a peer library"
+
+BENCHMARKS = {}  # name -> one-line help; filled as benchmarks land
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
+    for name, help_text in BENCHMARKS.items():
+        module = import_module(f"numforge.bench.{name}")
+        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+
+
+def run(args: argparse.Namespace) -> int:
+    return import_module(f"numforge.bench.{args.benchmark}").run(args)

@@ -1,0 +1,34 @@
+"""Shared test set-up.
+
+Tests build arrays through the selected backend (``NUMFORGE_BACKEND``, NumPy
+by default) and compare through ``to_numpy``, so the whole suite runs on
+NumPy or, on a GPU machine, on CuPy.
+"""
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+from numforge import backend
+
+settings.register_profile(
+    "default",
+    max_examples=int(os.environ.get("NUMFORGE_HYPOTHESIS_EXAMPLES", "30")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("default")
+
+
+@pytest.fixture
+def xp():
+    """The selected backend's array module."""
+    return backend.array_module()
+
+
+def randn(*shape, dtype="float64", seed=0):
+    """A standard-normal array of the selected backend (drawn with NumPy, so identical on both)."""
+    values = np.random.default_rng(seed).standard_normal(shape)
+    return backend.asarray(values, dtype=dtype)
