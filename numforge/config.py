@@ -1,0 +1,113 @@
+"""``GPTConfig``: the shape and options of a GPT, validated, with a JSON round trip.
+
+Example::
+
+    config = GPTConfig(vocab_size=256, max_seq_len=64, d_model=32, num_heads=4, num_layers=2)
+    config.d_ff                                   # 128 = 4 * d_model
+    GPTConfig.from_dict(config.to_dict()) == config   # True
+
+``d_ff=None`` picks the usual width: ``4 * d_model``, or for SwiGLU (whose
+two input projections would otherwise cost 1.5x the parameters)
+``8/3 * d_model`` rounded up to a multiple of 64. Every invalid value or
+combination is a ``ValueError`` that names the field.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+FFN_KINDS = ("gelu", "swiglu", "relu")
+GELU_APPROXIMATIONS = ("tanh", "none")
+POSITION_KINDS = ("learned", "sinusoidal")
+ATTENTION_KINDS = ("tiled", "naive")
+SWIGLU_MULTIPLE = 64
+
+
+def default_d_ff(d_model: int, ffn: str) -> int:
+    """``4 * d_model``; for SwiGLU ``ceil(8/3 * d_model / 64) * 64`` (e.g. 96 -> 256)."""
+    if ffn == "swiglu":
+        return -(-8 * d_model // (3 * SWIGLU_MULTIPLE)) * SWIGLU_MULTIPLE
+    return 4 * d_model
+
+
+@dataclass
+class GPTConfig:
+    """Hyper-parameters of a decoder-only transformer (pre-norm blocks, GPT-2 style)."""
+
+    vocab_size: int
+    max_seq_len: int
+    d_model: int
+    num_heads: int
+    num_layers: int
+    d_ff: int | None = None
+    ffn: str = "gelu"
+    gelu_approximate: str = "tanh"
+    use_bias: bool = True
+    tie_weights: bool = True
+    drop_prob: float = 0.0
+    position: str = "learned"
+    scale_embeddings: bool = False
+    attention: str = "tiled"
+    ln_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "max_seq_len", "d_model", "num_heads", "num_layers"):
+            _check_positive_int(name, getattr(self, name))
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})"
+            )
+        _check_choice("ffn", self.ffn, FFN_KINDS)
+        _check_choice("gelu_approximate", self.gelu_approximate, GELU_APPROXIMATIONS)
+        _check_choice("position", self.position, POSITION_KINDS)
+        _check_choice("attention", self.attention, ATTENTION_KINDS)
+        if self.d_ff is None:
+            self.d_ff = default_d_ff(self.d_model, self.ffn)
+        _check_positive_int("d_ff", self.d_ff)
+        for name in ("use_bias", "tie_weights", "scale_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if not _is_real(self.drop_prob) or not 0.0 <= self.drop_prob < 1.0:
+            raise ValueError(f"drop_prob must be a number in [0, 1), got {self.drop_prob!r}")
+        if not _is_real(self.ln_eps) or not (self.ln_eps > 0 and math.isfinite(self.ln_eps)):
+            raise ValueError(f"ln_eps must be a positive finite number, got {self.ln_eps!r}")
+        self.drop_prob = float(self.drop_prob)
+        self.ln_eps = float(self.ln_eps)
+
+    @property
+    def head_dim(self) -> int:
+        """``D = d_model / num_heads``."""
+        return self.d_model // self.num_heads
+
+    def to_dict(self) -> dict:
+        """A JSON-able dict of every field (``d_ff`` resolved)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "GPTConfig":
+        """The inverse of ``to_dict``; unknown or missing keys are a ``ValueError``."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a GPTConfig dict must be a dict, got {type(d).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown GPTConfig keys {unknown}; known keys are {sorted(known)}")
+        try:
+            return cls(**d)
+        except TypeError as err:  # a required field is missing
+            raise ValueError(f"incomplete GPTConfig dict: {err}") from err
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_positive_int(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
