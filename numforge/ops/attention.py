@@ -1,0 +1,175 @@
+"""Plain masked softmax attention on ``(B, H, T, D)``: the oracle for the tiled version.
+
+Forward, for every batch ``b`` and head ``h`` (scale ``s = 1/sqrt(D)`` by default)::
+
+    S = s Q K^T                                   (Tq, Tk)  scores
+    S[i, j] = -inf  where query i may not see key j
+    P = softmax(S)  row by row: P = exp(S - max) / sum(exp(S - max))
+    O = P V                                       (Tq, Dv)
+
+Query ``i`` may see key ``j`` when the boolean ``mask`` (True = may attend,
+broadcast to ``(B, H, Tq, Tk)``) says so and, with ``causal=True``, when
+``j <= i + Tk - Tq``. The causal mask is aligned bottom-right: the last query
+sees every key. With ``Tq == Tk`` that is the usual lower triangle; with
+``Tq < Tk`` (decoding with a KV cache: ``Tq`` new tokens, ``Tk`` = cached +
+new) query ``i`` is the token at position ``i + Tk - Tq``. Example, Tq = 2, Tk = 4::
+
+    query 0 (position 2) sees keys 0 1 2
+    query 1 (position 3) sees keys 0 1 2 3
+
+A row with nothing to see is all ``-inf`` and would give
+``exp(-inf - -inf) = NaN``; its max is taken as 0 and its sum as 1, so its
+weights, its output and its gradients are exactly zero.
+
+Backward, given ``dO``::
+
+    dV = P^T dO
+    dP = dO V^T
+    dS = P * (dP - rowsum(P * dP))       the softmax Jacobian, one row at a time
+    dQ = s dS K        dK = s dS^T Q
+
+The cache keeps ``q, k, v`` and ``P`` of shape ``(B, H, Tq, Tk)``: the memory of
+this op grows with ``T^2``, which is what ``flash_attention`` avoids.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from ..backend import check_array, check_float, get_xp
+
+
+class AttentionCache(NamedTuple):
+    """Saved for the backward: the inputs, the probabilities P (B,H,Tq,Tk), the scale."""
+
+    q: object
+    k: object
+    v: object
+    probs: object
+    scale: float
+
+
+def check_qkv(q, k, v) -> tuple[int, int, int, int, int, int]:
+    """Validate ``q (B,H,Tq,D)``, ``k (B,H,Tk,D)``, ``v (B,H,Tk,Dv)``; return ``B, H, Tq, Tk, D, Dv``."""
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        check_float(a, name, ndim=4)
+    get_xp(q, k, v)  # a TypeError if NumPy and CuPy arrays are mixed
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not q.shape[:2] == k.shape[:2] == v.shape[:2]:
+        raise ValueError(
+            "q, k, v must share batch and heads (B, H): got shapes "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if q.shape[3] != k.shape[3]:
+        raise ValueError(f"q and k must have the same head width D, got {q.shape[3]} and {k.shape[3]}")
+    if k.shape[2] != v.shape[2]:
+        raise ValueError(f"k and v must hold the same number of keys, got {k.shape[2]} and {v.shape[2]}")
+    B, H, Tq, D = q.shape
+    Tk, Dv = v.shape[2], v.shape[3]
+    if min(Tq, Tk, D, Dv) < 1:
+        raise ValueError(f"attention needs Tq, Tk, D, Dv >= 1, got {Tq}, {Tk}, {D}, {Dv}")
+    return B, H, Tq, Tk, D, Dv
+
+
+def resolve_scale(scale: object, head_dim: int) -> float:
+    """``1/sqrt(D)`` when ``scale`` is None, else ``scale`` as a finite Python float."""
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise ValueError(f"scale must be a finite number or None, got {scale!r}")
+    return float(scale)
+
+
+def check_causal(causal: object) -> bool:
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False, got {causal!r}")
+    return causal
+
+
+def check_grad_out(dout, like_shape: tuple, like_dtype) -> None:
+    """The upstream gradient must match the output's shape and dtype."""
+    check_float(dout, "dout", ndim=4)
+    if tuple(dout.shape) != tuple(like_shape) or dout.dtype != like_dtype:
+        raise ValueError(
+            f"dout must have the output's shape {tuple(like_shape)} and dtype {like_dtype}, "
+            f"got {tuple(dout.shape)} {dout.dtype}"
+        )
+
+
+def causal_allowed(xp, q_start: int, q_stop: int, k_start: int, k_stop: int, offset: int):
+    """Which keys of ``[k_start, k_stop)`` each query of ``[q_start, q_stop)`` may see.
+
+    ``allowed[i, j] = (k_start + j) <= (q_start + i) + offset`` with ``offset = Tk - Tq``
+    (bottom-right alignment). Example, Tq = Tk = 3 (offset 0): the lower triangle
+    ``[[1,0,0], [1,1,0], [1,1,1]]``.
+    """
+    query_position = xp.arange(q_start, q_stop)[:, None] + offset  # (nq, 1)
+    key_position = xp.arange(k_start, k_stop)[None, :]  # (1, nk)
+    return key_position <= query_position  # (nq, nk)
+
+
+def _allowed(xp, mask, causal: bool, shape: tuple[int, int, int, int]):
+    """The boolean visibility pattern, broadcastable to ``(B,H,Tq,Tk)``, or None (all visible)."""
+    B, H, Tq, Tk = shape
+    if mask is not None:
+        check_array(mask, "mask")
+        if mask.dtype.kind != "b":
+            raise TypeError(f"mask must be boolean (True = may attend), got dtype {mask.dtype}")
+        trailing = tuple(mask.shape)[-4:] if mask.ndim else ()
+        fits = mask.ndim <= 4 and all(m in (1, n) for m, n in zip(reversed(trailing), reversed(shape)))
+        if not fits:
+            raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to (B,H,Tq,Tk) = {shape}")
+    if not causal:
+        return mask
+    lower = causal_allowed(xp, 0, Tq, 0, Tk, Tk - Tq)  # (Tq, Tk)
+    return lower if mask is None else mask & lower  # broadcast -> up to (B,H,Tq,Tk)
+
+
+def attention_forward(q, k, v, causal: bool = True, mask=None, scale: float | None = None):
+    """``O = softmax(s Q K^T, masked) V`` on ``q (B,H,Tq,D)``, ``k (B,H,Tk,D)``, ``v (B,H,Tk,Dv)``.
+
+    ``mask``: boolean, True = may attend, broadcastable to ``(B,H,Tq,Tk)``.
+    ``causal``: also hide keys ``j > i + Tk - Tq``. Returns ``(o (B,H,Tq,Dv), cache)``.
+    """
+    B, H, Tq, Tk, D, Dv = check_qkv(q, k, v)
+    xp = get_xp(q, k, v, mask)  # a TypeError if the mask lives on the other backend
+    scale = resolve_scale(scale, D)
+    allowed = _allowed(xp, mask, check_causal(causal), (B, H, Tq, Tk))
+
+    scores = xp.matmul(q, k.swapaxes(-1, -2))  # (B,H,Tq,D) @ (B,H,D,Tk) -> (B,H,Tq,Tk)
+    scores *= scale
+    if allowed is not None:
+        scores = xp.where(allowed, scores, xp.asarray(-xp.inf, dtype=scores.dtype))
+    row_max = scores.max(axis=-1, keepdims=True)  # (B,H,Tq,Tk) -> (B,H,Tq,1)
+    row_max[xp.isneginf(row_max)] = 0.0  # an empty row: exp(-inf - 0) = 0, never NaN
+    scores -= row_max
+    probs = xp.exp(scores, out=scores)  # (B,H,Tq,Tk), unnormalized, in place
+    row_sum = probs.sum(axis=-1, keepdims=True)  # (B,H,Tq,Tk) -> (B,H,Tq,1)
+    row_sum[row_sum == 0] = 1.0  # an empty row stays all zeros
+    probs /= row_sum
+    out = xp.matmul(probs, v)  # (B,H,Tq,Tk) @ (B,H,Tk,Dv) -> (B,H,Tq,Dv)
+    return out, AttentionCache(q, k, v, probs, scale)
+
+
+def attention_backward(dout, cache: AttentionCache):
+    """``(dq, dk, dv)`` from ``dout (B,H,Tq,Dv)``; formulas in the module docstring."""
+    q, k, v, probs, scale = cache
+    B, H, Tq, Tk = probs.shape
+    check_grad_out(dout, (B, H, Tq, v.shape[3]), q.dtype)
+    xp = get_xp(dout, probs)
+
+    # forward: out = P V
+    dv = xp.matmul(probs.swapaxes(-1, -2), dout)  # (B,H,Tk,Tq) @ (B,H,Tq,Dv) -> (B,H,Tk,Dv)
+    dprobs = xp.matmul(dout, v.swapaxes(-1, -2))  # (B,H,Tq,Dv) @ (B,H,Dv,Tk) -> (B,H,Tq,Tk)
+    # forward: P = softmax(S), so dS = P * (dP - rowsum(P * dP)); hidden keys have P = 0, so dS = 0
+    row_dot = (probs * dprobs).sum(axis=-1, keepdims=True)  # (B,H,Tq,Tk) -> (B,H,Tq,1)
+    dprobs -= row_dot
+    dscores = xp.multiply(dprobs, probs, out=dprobs)  # (B,H,Tq,Tk), in place
+    # forward: S = s Q K^T
+    dq = xp.matmul(dscores, k)  # (B,H,Tq,Tk) @ (B,H,Tk,D) -> (B,H,Tq,D)
+    dq *= scale
+    dk = xp.matmul(dscores.swapaxes(-1, -2), q)  # (B,H,Tk,Tq) @ (B,H,Tq,D) -> (B,H,Tk,D)
+    dk *= scale
+    return dq, dk, dv

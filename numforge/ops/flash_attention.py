@@ -1,0 +1,217 @@
+"""Tiled attention (FlashAttention-style): exact softmax attention whose extra memory grows with T.
+
+Plain attention (``ops.attention``) builds the score matrix ``S = s Q K^T`` of
+shape ``(B, H, Tq, Tk)`` and keeps ``P = softmax(S)`` for the backward: memory
+``O(T^2)``. Here the queries are cut into tiles of ``block_q`` rows and the
+keys/values into tiles of ``block_k`` rows; only one ``(block_q, block_k)``
+tile of scores exists at a time (for all batches and heads at once), and the
+result is the same numbers, not an approximation.
+
+Online softmax (forward)
+------------------------
+For one query row the output is ``o = sum_j exp(S_j - m) v_j / l`` with
+``m = max_j S_j`` and ``l = sum_j exp(S_j - m)``. Reading the keys tile by
+tile, keep a running max ``m``, a running sum ``l`` and an unnormalized output
+``acc`` that are exact for the keys seen so far. When a tile brings scores
+``S_t``::
+
+    m_new = max(m, max(S_t))
+    P_t   = exp(S_t - m_new)
+    l     = exp(m - m_new) * l   + rowsum(P_t)
+    acc   = exp(m - m_new) * acc + P_t V_t
+
+Every term of ``l`` and ``acc`` was written relative to the old max; multiplying
+by ``exp(m - m_new)`` (at most 1, so nothing overflows) moves it to the new
+one. After the last tile ``o = acc / l``, one division per row. The forward
+saves ``L = m + log(l)``, the row's log-sum-exp, so the backward can rebuild
+any probability tile exactly as ``P = exp(S - L)`` without the running
+statistics.
+
+Backward
+--------
+With ``dP = dO V^T``, the softmax gradient is ``dS = P * (dP - rowsum(P * dP))``.
+The row sum needs a whole row of ``P``, which a tile does not have; but::
+
+    rowsum(P * dP)_i = sum_j P_ij (dO_i . V_j) = dO_i . (sum_j P_ij V_j) = dO_i . O_i
+
+so ``D = rowsum(dO * O)`` is computed once from the saved output, before any
+tile. Then, for each tile pair (queries ``I``, keys ``J``)::
+
+    S = s Q_I K_J^T,   P = exp(S - L_I)           recomputed, never stored
+    dV_J += P^T dO_I
+    dP    = dO_I V_J^T
+    dS    = P * (dP - D_I)
+    dQ_I += s dS K_J,  dK_J += s dS^T Q_I
+
+Causal masking (bottom-right aligned: query ``i`` sees keys ``j <= i + Tk - Tq``)
+skips every key tile that lies wholly above the diagonal (about half the work
+when ``Tq == Tk``) and masks only the tiles the diagonal crosses. A query row
+that sees no key at all (``Tq > Tk``) has ``l = 0``: its output is 0 and its
+``L`` is ``-inf``; the backward treats it as ``+inf`` so ``P = exp(S - inf) = 0``
+and its gradients are 0, never ``NaN``.
+
+Memory (``n`` bytes per number: 4 for float32)
+---------------------------------------------
+Saved for the backward: ``q, k, v`` (referenced, not copied), ``o`` and ``L``:
+``n * B * H * (Tq * Dv + Tq)`` bytes beyond the inputs. Working memory: the
+scaled queries ``n * B*H*Tq*D``, the running statistics of one query tile, and
+about three ``(B, H, block_q, block_k)`` tiles, ``3 n B H block_q block_k``.
+The backward adds the gradients ``dq, dk, dv`` (the size of the inputs) and
+``D`` (``n B H Tq``). Example, B = 1, H = 8, T = 2048, D = 64, float32, blocks
+of 128 x 512: ``o`` is 4 MiB, ``L`` 64 KiB, a score tile 2 MiB, while plain
+attention's ``P`` alone is ``4 * 8 * 2048^2`` bytes = 128 MiB.
+
+Block sizes
+-----------
+Any ``block_q, block_k >= 1`` work (T need not divide; a block >= T is one
+tile). The defaults were measured on a 2-core CPU (NumPy + OpenBLAS, B = 1,
+H = 8, D = 64, causal, float32, ``numforge bench attention --sweep-blocks``):
+DEFAULT_NOTE
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, NamedTuple
+
+from ..backend import get_xp
+from .attention import causal_allowed, check_causal, check_grad_out, check_qkv, resolve_scale
+
+DEFAULT_BLOCK_Q = 128
+DEFAULT_BLOCK_K = 512
+
+
+class FlashAttentionCache(NamedTuple):
+    """Saved for the backward: inputs, output, per-row log-sum-exp L (B,H,Tq,1), settings.
+
+    No ``(Tq, Tk)`` array is kept: the backward recomputes each probability
+    tile from ``q, k`` and ``L``.
+    """
+
+    q: object
+    k: object
+    v: object
+    out: object
+    lse: object
+    scale: float
+    causal: bool
+    block_q: int
+    block_k: int
+
+
+def _check_block(block: object, name: str) -> int:
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {block!r}")
+    return block
+
+
+def _tiles(length: int, block: int) -> Iterator[tuple[int, int]]:
+    """``[start, stop)`` ranges of ``block`` rows covering ``range(length)``; the last may be short."""
+    for start in range(0, length, block):
+        yield start, min(start + block, length)
+
+
+def _key_tiles(q_start, q_stop, Tq, Tk, causal, block_k) -> Iterator[tuple[int, int, bool]]:
+    """The key tiles that queries ``[q_start, q_stop)`` can see, each with "needs a mask"."""
+    offset = Tk - Tq  # query i sees keys j <= i + offset
+    last_visible = q_stop - 1 + offset if causal else Tk - 1  # the last query's last key
+    for k_start, k_stop in _tiles(min(Tk, last_visible + 1), block_k):
+        yield k_start, k_stop, causal and k_stop - 1 > q_start + offset
+
+
+def _mask_bias(xp, dtype, q_start, q_stop, k_start, k_stop, offset):
+    """0 where a query may see a key, -inf where not: added to a diagonal score tile."""
+    allowed = causal_allowed(xp, q_start, q_stop, k_start, k_stop, offset)  # (nq, nk)
+    return xp.where(allowed, 0.0, -xp.inf).astype(dtype)  # (nq, nk)
+
+
+def flash_attention_forward(
+    q,
+    k,
+    v,
+    causal: bool = True,
+    scale: float | None = None,
+    block_q: int = DEFAULT_BLOCK_Q,
+    block_k: int = DEFAULT_BLOCK_K,
+):
+    """``O = softmax(s Q K^T, causal) V`` tile by tile, with the online softmax.
+
+    ``q (B,H,Tq,D)``, ``k (B,H,Tk,D)``, ``v (B,H,Tk,Dv)``; ``s = 1/sqrt(D)`` by
+    default. Returns ``(o (B,H,Tq,Dv), cache)``; equal to ``attention_forward``
+    up to rounding.
+    """
+    B, H, Tq, Tk, D, Dv = check_qkv(q, k, v)
+    xp = get_xp(q, k, v)
+    causal = check_causal(causal)
+    scale = resolve_scale(scale, D)
+    block_q, block_k = _check_block(block_q, "block_q"), _check_block(block_k, "block_k")
+    dtype = q.dtype
+
+    q_scaled = q * scale  # (B,H,Tq,D), contiguous
+    k_t = k.swapaxes(-1, -2)  # (B,H,Tk,D) -> (B,H,D,Tk), a view
+    out = xp.empty((B, H, Tq, Dv), dtype=dtype)
+    lse = xp.empty((B, H, Tq, 1), dtype=dtype)
+    for q_start, q_stop in _tiles(Tq, block_q):
+        q_tile = q_scaled[:, :, q_start:q_stop]  # (B,H,nq,D)
+        row_max = xp.full((B, H, q_stop - q_start, 1), -xp.inf, dtype=dtype)  # m
+        row_sum = xp.zeros((B, H, q_stop - q_start, 1), dtype=dtype)  # l
+        acc = xp.zeros((B, H, q_stop - q_start, Dv), dtype=dtype)  # unnormalized o
+        for k_start, k_stop, masked in _key_tiles(q_start, q_stop, Tq, Tk, causal, block_k):
+            scores = xp.matmul(q_tile, k_t[..., k_start:k_stop])  # (B,H,nq,D) @ (B,H,D,nk) -> (B,H,nq,nk)
+            if masked:
+                scores += _mask_bias(xp, dtype, q_start, q_stop, k_start, k_stop, Tk - Tq)
+            new_max = xp.maximum(row_max, scores.max(axis=-1, keepdims=True))  # (B,H,nq,1)
+            safe_max = xp.where(xp.isneginf(new_max), 0.0, new_max).astype(dtype, copy=False)  # no -inf - -inf
+            scores -= safe_max
+            probs = xp.exp(scores, out=scores)  # P_t = exp(S_t - m_new), (B,H,nq,nk) in place
+            rescale = xp.exp(row_max - safe_max)  # exp(m - m_new), (B,H,nq,1); 0 while m = -inf
+            row_sum *= rescale
+            row_sum += probs.sum(axis=-1, keepdims=True)  # (B,H,nq,nk) -> (B,H,nq,1)
+            acc *= rescale
+            acc += xp.matmul(probs, v[:, :, k_start:k_stop])  # (B,H,nq,nk) @ (B,H,nk,Dv) -> (B,H,nq,Dv)
+            row_max = new_max
+        row_sum[row_sum == 0] = 1.0  # a row that saw no key: o = 0 / 1 = 0
+        out[:, :, q_start:q_stop] = acc / row_sum
+        lse[:, :, q_start:q_stop] = row_max + xp.log(row_sum)  # L = m + log(l); -inf for an empty row
+    return out, FlashAttentionCache(q, k, v, out, lse, scale, causal, block_q, block_k)
+
+
+def flash_attention_backward(dout, cache: FlashAttentionCache):
+    """``(dq, dk, dv)`` from ``dout (B,H,Tq,Dv)``, recomputing ``P`` tile by tile (module docstring)."""
+    q, k, v, out, lse, scale, causal, block_q, block_k = cache
+    B, H, Tq, D = q.shape
+    Tk = k.shape[2]
+    check_grad_out(dout, out.shape, out.dtype)
+    xp = get_xp(dout, out)
+    dtype = q.dtype
+
+    delta = (dout * out).sum(axis=-1, keepdims=True)  # D = rowsum(dO * O), (B,H,Tq,Dv) -> (B,H,Tq,1)
+    lse = xp.where(xp.isneginf(lse), xp.inf, lse).astype(dtype, copy=False)  # empty rows: P = exp(S - inf) = 0
+    q_scaled = q * scale  # (B,H,Tq,D)
+    k_t = k.swapaxes(-1, -2)  # (B,H,Tk,D) -> (B,H,D,Tk), a view
+    v_t = v.swapaxes(-1, -2)  # (B,H,Tk,Dv) -> (B,H,Dv,Tk), a view
+    dq = xp.zeros((B, H, Tq, D), dtype=dtype)
+    dk = xp.zeros((B, H, Tk, D), dtype=dtype)
+    dv = xp.zeros((B, H, Tk, v.shape[3]), dtype=dtype)
+    for q_start, q_stop in _tiles(Tq, block_q):
+        q_tile = q_scaled[:, :, q_start:q_stop]  # (B,H,nq,D)
+        dout_tile = dout[:, :, q_start:q_stop]  # (B,H,nq,Dv)
+        dq_tile = dq[:, :, q_start:q_stop]  # (B,H,nq,D), a view: updated in place
+        for k_start, k_stop, masked in _key_tiles(q_start, q_stop, Tq, Tk, causal, block_k):
+            keys = slice(k_start, k_stop)
+            # forward: S = s Q K^T, P = exp(S - L)
+            scores = xp.matmul(q_tile, k_t[..., keys])  # (B,H,nq,D) @ (B,H,D,nk) -> (B,H,nq,nk)
+            if masked:
+                scores += _mask_bias(xp, dtype, q_start, q_stop, k_start, k_stop, Tk - Tq)
+            scores -= lse[:, :, q_start:q_stop]
+            probs = xp.exp(scores, out=scores)  # (B,H,nq,nk) in place
+            # forward: O = P V, so dV = P^T dO and dP = dO V^T
+            dv[:, :, keys] += xp.matmul(probs.swapaxes(-1, -2), dout_tile)  # (B,H,nk,nq) @ (B,H,nq,Dv) -> (B,H,nk,Dv)
+            dprobs = xp.matmul(dout_tile, v_t[..., keys])  # (B,H,nq,Dv) @ (B,H,Dv,nk) -> (B,H,nq,nk)
+            # forward: P = softmax(S), so dS = P * (dP - D)
+            dprobs -= delta[:, :, q_start:q_stop]
+            dscores = xp.multiply(dprobs, probs, out=dprobs)  # (B,H,nq,nk) in place
+            # forward: S = s Q K^T, so dQ = s dS K and dK = dS^T (s Q)
+            dq_tile += xp.matmul(dscores, k[:, :, keys])  # (B,H,nq,nk) @ (B,H,nk,D) -> (B,H,nq,D)
+            dk[:, :, keys] += xp.matmul(dscores.swapaxes(-1, -2), q_tile)  # (B,H,nk,nq) @ (B,H,nq,D) -> (B,H,nk,D)
+    dq *= scale
+    return dq, dk, dv
