@@ -1,0 +1,101 @@
+"""Gradient-check cases for every core op (attention has its own suite), float64, 3-D shapes.
+
+Sizes are small and odd on purpose (T = 3, C = 5, V = 7) so a transposed or
+mis-broadcast axis cannot hide behind a square shape.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..backend import asarray, default_rng
+from ..gradcheck import check_op
+from ..ops.activations import gelu_backward, gelu_forward, relu_backward, relu_forward, swiglu_backward, swiglu_forward
+from ..ops.cross_entropy import (
+    cross_entropy_backward,
+    cross_entropy_forward,
+    tied_cross_entropy_backward,
+    tied_cross_entropy_forward,
+)
+from ..ops.dropout import dropout_backward, dropout_forward
+from ..ops.embedding import embedding_backward, embedding_forward
+from ..ops.layernorm import layer_norm_backward, layer_norm_forward
+from ..ops.linear import linear_backward, linear_forward
+from . import Case
+
+B, T, C, F, V = 2, 3, 5, 4, 7
+
+
+def _randn(*shape, seed: int = 0):
+    return asarray(np.random.default_rng(seed).standard_normal(shape), dtype="float64")
+
+
+def _away_from_zero(*shape, seed: int = 0):
+    """Normal values pushed at least 0.1 from 0, so ReLU's kink stays outside the finite-difference step."""
+    x = np.random.default_rng(seed).standard_normal(shape)
+    return asarray(np.sign(x) * (np.abs(x) + 0.1), dtype="float64")
+
+
+def _targets(*shape, ignored: int = 1, seed: int = 3):
+    """Targets in [0, V) with the first `ignored` set to -1 (ignore_index)."""
+    t = np.random.default_rng(seed).integers(0, V, size=shape)
+    t.reshape(-1)[:ignored] = -1
+    return asarray(t)
+
+
+def _linear(bias: bool):
+    inputs = {"x": _randn(B, T, C), "weight": _randn(C, F, seed=1), "bias": _randn(F, seed=2) if bias else None}
+    return check_op("linear" + ("" if bias else "[no bias]"), linear_forward, linear_backward, inputs)
+
+
+def _embedding():
+    ids = asarray(np.array([[1, 4, 1], [6, 1, 0]]))  # id 1 three times: repeats must accumulate
+    return check_op("embedding", embedding_forward, embedding_backward, {"ids": ids, "table": _randn(V, C)})
+
+
+def _layer_norm(bias: bool):
+    inputs = {"x": _randn(B, T, C), "weight": _randn(C, seed=1), "bias": _randn(C, seed=2) if bias else None}
+    return check_op("layer_norm" + ("" if bias else "[no bias]"), layer_norm_forward, layer_norm_backward, inputs)
+
+
+def _gelu(approximate: str):
+    name = f"gelu[{approximate}]"
+    return check_op(name, gelu_forward, gelu_backward, {"x": _randn(B, T, F) * 2.0}, {"approximate": approximate})
+
+
+def _dropout(training: bool):
+    def forward(x):  # a fresh generator per call: every evaluation draws the same mask
+        return dropout_forward(x, 0.3, default_rng(7), training=training)
+
+    name = "dropout" + ("" if training else "[eval]")
+    return check_op(name, forward, dropout_backward, {"x": _randn(B, T, C)})
+
+
+def _cross_entropy(ignored: int):
+    inputs = {"logits": _randn(B, T, V), "targets": _targets(B, T, ignored=ignored)}
+    name = "cross_entropy" + ("[all ignored]" if ignored == B * T else "")
+    return check_op(name, cross_entropy_forward, cross_entropy_backward, inputs)
+
+
+def _tied_cross_entropy():
+    inputs = {"h": _randn(B, T, C), "table": _randn(V, C, seed=1), "targets": _targets(B, T)}
+    kwargs = {"chunk_rows": 4}  # N = 6 rows: one full chunk and one partial
+    return check_op("tied_cross_entropy", tied_cross_entropy_forward, tied_cross_entropy_backward, inputs, kwargs)
+
+
+CASES = [
+    Case("linear", lambda: _linear(bias=True)),
+    Case("linear[no bias]", lambda: _linear(bias=False)),
+    Case("embedding", _embedding),
+    Case("layer_norm", lambda: _layer_norm(bias=True)),
+    Case("layer_norm[no bias]", lambda: _layer_norm(bias=False)),
+    Case("relu", lambda: check_op("relu", relu_forward, relu_backward, {"x": _away_from_zero(B, T, F)})),
+    Case("gelu[tanh]", lambda: _gelu("tanh")),
+    Case("gelu[none]", lambda: _gelu("none")),
+    Case("swiglu", lambda: check_op("swiglu", swiglu_forward, swiglu_backward, {"gate": _randn(B, T, F), "up": _randn(B, T, F, seed=1)})),
+    Case("dropout", lambda: _dropout(training=True)),
+    Case("dropout[eval]", lambda: _dropout(training=False)),
+    Case("cross_entropy", lambda: _cross_entropy(ignored=1)),
+    Case("cross_entropy[all ignored]", lambda: _cross_entropy(ignored=B * T)),
+    Case("tied_cross_entropy", _tied_cross_entropy),
+]

@@ -1,0 +1,168 @@
+"""Elementwise activations: ReLU, GELU (tanh or exact erf form) and SwiGLU.
+
+Every function keeps its input's shape and dtype: ``(..., F) -> (..., F)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from ..backend import check_float, get_xp
+from ._erf import erf
+
+GELU_APPROXIMATIONS = ("tanh", "none")
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_INV_SQRT_2 = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_GELU_CUBIC = 0.044715
+
+
+def _check_same(a, b, name_a: str, name_b: str) -> None:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        raise ValueError(
+            f"{name_a} and {name_b} must have one shape and dtype, got "
+            f"{name_a} {tuple(a.shape)} {a.dtype} and {name_b} {tuple(b.shape)} {b.dtype}"
+        )
+
+
+# ---------------------------------------------------------------- ReLU
+
+
+class ReluCache(NamedTuple):
+    positive: object  # bool (..., F): where x > 0, the only thing the backward needs
+
+
+def relu_forward(x):
+    """y = max(x, 0). Example: relu([-1, 0, 2]) = [0, 0, 2]."""
+    check_float(x, "x")
+    positive = x > 0
+    return x * positive, ReluCache(positive)  # float * bool keeps x's dtype
+
+
+def relu_backward(dy, cache: ReluCache):
+    """dx = dy * [x > 0]  (the derivative at exactly 0 is taken as 0)."""
+    return dy * cache.positive
+
+
+# ---------------------------------------------------------------- GELU
+
+
+class GeluCache(NamedTuple):
+    x: object
+    approximate: str
+    smooth_step: object  # tanh(u) for "tanh", Phi(x) for "none": saved so the backward needs no tanh/erf
+
+
+def gelu_forward(x, approximate: str = "tanh"):
+    """GELU(x) = x * Phi(x), Phi the standard normal CDF.
+
+    approximate="none":  Phi(x) = (1 + erf(x / sqrt 2)) / 2                (exact)
+    approximate="tanh":  Phi(x) ~ (1 + tanh(u)) / 2,  u = sqrt(2/pi) (x + 0.044715 x^3)   (GPT-2)
+
+    Example: gelu(0) = 0, gelu(1) = 0.8413447 ("none") and 0.8411920 ("tanh").
+    The cache keeps the smooth step (tanh(u) or Phi(x)): one extra array of
+    x's size buys a backward with no transcendental function in it.
+    """
+    check_float(x, "x")
+    xp = get_xp(x)
+    if approximate == "tanh":
+        u = x * x  # x^2
+        u *= _GELU_CUBIC
+        u += 1.0
+        u *= x
+        u *= _SQRT_2_OVER_PI  # u = sqrt(2/pi) (x + 0.044715 x^3)
+        smooth_step = xp.tanh(u, out=u)  # t = tanh(u)
+        y = smooth_step + 1.0
+        y *= x
+        y *= 0.5  # y = x (1 + t) / 2
+    elif approximate == "none":
+        smooth_step = erf(x * _INV_SQRT_2)
+        smooth_step += 1.0
+        smooth_step *= 0.5  # Phi(x) = (1 + erf(x / sqrt 2)) / 2
+        y = x * smooth_step
+    else:
+        raise ValueError(f"approximate must be one of {GELU_APPROXIMATIONS}, got {approximate!r}")
+    return y, GeluCache(x, approximate, smooth_step)
+
+
+def gelu_backward(dy, cache: GeluCache):
+    """dx = dy * GELU'(x).
+
+    "none":  GELU'(x) = Phi(x) + x phi(x),   phi(x) = exp(-x^2/2) / sqrt(2 pi)
+    "tanh":  GELU'(x) = (1 + t)/2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2),   t = tanh(u)
+    """
+    xp = get_xp(dy, cache.x)
+    x, s = cache.x, cache.smooth_step
+    if cache.approximate == "tanh":
+        # forward: y = x (1 + t) / 2, t = tanh(u), so dy/dx = (1 + t)/2 + x/2 * (1 - t^2) * du/dx
+        du_dx = x * x
+        du_dx *= 3.0 * _GELU_CUBIC
+        du_dx += 1.0
+        du_dx *= _SQRT_2_OVER_PI  # du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+        grad = s * s
+        xp.subtract(1.0, grad, out=grad)  # 1 - t^2 = dtanh(u)/du
+        grad *= du_dx
+        grad *= x
+        grad += s
+        grad += 1.0
+        grad *= 0.5
+    else:
+        # forward: y = x Phi(x), so dy/dx = Phi(x) + x phi(x)
+        grad = x * x
+        grad *= -0.5
+        xp.exp(grad, out=grad)
+        grad *= _INV_SQRT_2PI  # phi(x)
+        grad *= x
+        grad += s
+    grad *= dy
+    return grad
+
+
+# ---------------------------------------------------------------- SwiGLU
+
+
+class SwigluCache(NamedTuple):
+    gate: object
+    up: object
+    sigmoid_gate: object  # sigma(gate), computed once in the forward
+
+
+def _sigmoid(x):
+    """sigma(x) = 1 / (1 + exp(-x)) = (1 + tanh(x/2)) / 2; the tanh form never overflows."""
+    xp = get_xp(x)
+    s = x * 0.5
+    xp.tanh(s, out=s)
+    s += 1.0
+    s *= 0.5
+    return s
+
+
+def swiglu_forward(gate, up):
+    """y = silu(gate) * up,  silu(g) = g * sigma(g). gate, up: (..., F) -> y: (..., F).
+
+    Example: swiglu(0, u) = 0; swiglu(g, 1) -> g as g -> +inf and -> 0 as g -> -inf.
+    """
+    check_float(gate, "gate")
+    check_float(up, "up")
+    _check_same(gate, up, "gate", "up")
+    sigmoid_gate = _sigmoid(gate)
+    y = gate * sigmoid_gate
+    y *= up
+    return y, SwigluCache(gate, up, sigmoid_gate)
+
+
+def swiglu_backward(dy, cache: SwigluCache):
+    """dgate = dy * up * sigma(g) (1 + g (1 - sigma(g))),   dup = dy * silu(g)."""
+    gate, up, s = cache.gate, cache.up, cache.sigmoid_gate
+    # forward: y = g sigma(g) up, and d(g sigma(g))/dg = sigma + g sigma (1 - sigma)
+    dsilu = 1.0 - s
+    dsilu *= gate
+    dsilu += 1.0
+    dsilu *= s
+    dgate = dsilu
+    dgate *= up
+    dgate *= dy
+    dup = gate * s  # silu(g)
+    dup *= dy
+    return dgate, dup

@@ -1,0 +1,189 @@
+"""Cross-entropy of next-token predictions, plain and over a weight-tied unembedding.
+
+For one row of logits z (V,) and target t:  loss_row = logsumexp(z) - z[t].
+The loss is the mean of loss_row over the rows whose target is not
+``ignore_index``; when every row is ignored the loss is 0 and so are the gradients.
+The gradient of one counted row is (softmax(z) - onehot(t)) * dloss / count.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..backend import check_float, check_int, get_xp
+
+DEFAULT_CHUNK_ROWS = 256  # rows of logits alive at once in the tied loss; chosen by `numforge bench cross_entropy`
+
+
+class CrossEntropyCache(NamedTuple):
+    probs: object  # (N, V) softmax rows: the forward computes them anyway, the backward needs them
+    targets: object  # (N,) targets, ignored rows replaced by 0 so they can index
+    valid: object  # (N,) bool, False where the target is ignore_index
+    count: int  # number of counted rows
+    logits_shape: tuple[int, ...]
+
+
+class TiedCrossEntropyCache(NamedTuple):
+    """Only O(N) numbers are kept beyond references to the inputs: the logits
+    chunks are recomputed in the backward from h, table and the saved logsumexp."""
+
+    h_rows: object  # (N, C) view of h
+    table: object  # (V, C)
+    targets: object  # (N,) as in CrossEntropyCache
+    valid: object  # (N,) bool
+    count: int
+    logsumexp: object  # (N,) logsumexp of every logits row
+    h_shape: tuple[int, ...]
+    chunk_rows: int
+
+
+# ---------------------------------------------------------------- shared pieces
+
+
+def _check_targets(targets, rows_shape: tuple[int, ...], vocab_size: int, ignore_index: int):
+    """Flatten and validate targets; return (targets with ignored rows set to 0, valid mask, count)."""
+    check_int(targets, "targets")
+    if tuple(targets.shape) != tuple(rows_shape):
+        raise ValueError(f"targets must have shape {tuple(rows_shape)}, got {tuple(targets.shape)}")
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise TypeError(f"ignore_index must be an int, got {ignore_index!r}")
+    xp = get_xp(targets)
+    flat = targets.reshape(-1)  # (...) -> (N,)
+    valid = flat != ignore_index
+    out_of_range = valid & ((flat < 0) | (flat >= vocab_size))
+    if bool(out_of_range.any()):
+        bad = int(flat[out_of_range][0])
+        raise ValueError(f"targets must lie in [0, {vocab_size}) or equal ignore_index={ignore_index}, got {bad}")
+    return xp.where(valid, flat, 0), valid, int(valid.sum())
+
+
+def _exp_and_logsumexp(z):
+    """(exp(z - m), sum of it, logsumexp(z)) per row, m the row max (so exp never overflows)."""
+    xp = get_xp(z)
+    row_max = z.max(axis=-1, keepdims=True)  # (n, V) -> (n, 1)
+    shifted = z - row_max  # (n, V)
+    xp.exp(shifted, out=shifted)
+    total = shifted.sum(axis=-1, keepdims=True)  # (n, V) -> (n, 1)
+    logsumexp = xp.log(total)
+    logsumexp += row_max
+    return shifted, total, logsumexp[:, 0]  # (n, V), (n, 1), (n,)
+
+
+def _nll_sum(z, logsumexp, targets, valid) -> float:
+    """sum over counted rows of logsumexp(z_row) - z_row[target], as a Python float."""
+    xp = get_xp(z)
+    picked = z[xp.arange(z.shape[0]), targets]  # (n, V) -> (n,)
+    nll = logsumexp - picked
+    nll *= valid
+    return float(nll.sum(dtype="float64"))
+
+
+def _softmax_to_dlogits(probs, targets, valid, coef: float):
+    """In place: probs -> (probs - onehot(targets)) * coef on counted rows, 0 on ignored rows."""
+    xp = get_xp(probs)
+    weight = valid.astype(probs.dtype)  # (n,)
+    weight *= coef
+    probs *= weight[:, None]  # (n, V)
+    probs[xp.arange(probs.shape[0]), targets] -= weight
+    return probs
+
+
+def _loss_array(total: float, count: int, dtype, xp):
+    return xp.asarray(total / count if count else 0.0, dtype=dtype)  # 0-d
+
+
+def _coef(dloss, count: int) -> float:
+    """dloss / count as a Python float (keeps float32 math float32); 0 when nothing counted."""
+    if getattr(dloss, "shape", ()) != ():
+        raise ValueError(f"dloss must be a scalar (0-d), got shape {tuple(dloss.shape)}")
+    return float(dloss) / count if count else 0.0
+
+
+# ---------------------------------------------------------------- plain
+
+
+def cross_entropy_forward(logits, targets, ignore_index: int = -1):
+    """loss = mean over counted rows of logsumexp(z) - z[t].  logits (N, V) or (B, T, V), targets (N,) or (B, T).
+
+    Returns a 0-d array of logits' dtype. Example: V equal logits and any
+    target give loss = ln V (e.g. ln 4 = 1.3862944 for V = 4).
+    """
+    check_float(logits, "logits", ndim=(2, 3))
+    vocab_size = logits.shape[-1]
+    targets, valid, count = _check_targets(targets, logits.shape[:-1], vocab_size, ignore_index)
+    z = logits.reshape(-1, vocab_size)  # (B, T, V) -> (N, V)
+    probs, total, logsumexp = _exp_and_logsumexp(z)
+    probs /= total  # softmax rows, (N, V)
+    loss = _loss_array(_nll_sum(z, logsumexp, targets, valid), count, logits.dtype, get_xp(logits))
+    return loss, CrossEntropyCache(probs, targets, valid, count, tuple(logits.shape))
+
+
+def cross_entropy_backward(dloss, cache: CrossEntropyCache):
+    """dlogits = (softmax(z) - onehot(t)) * dloss / count on counted rows, 0 on ignored rows."""
+    dlogits = cache.probs.copy()  # the cache is never modified
+    _softmax_to_dlogits(dlogits, cache.targets, cache.valid, _coef(dloss, cache.count))
+    return dlogits.reshape(cache.logits_shape)  # (N, V) -> (B, T, V)
+
+
+# ---------------------------------------------------------------- tied to the embedding table
+
+
+def tied_cross_entropy_forward(h, table, targets, ignore_index: int = -1, chunk_rows: int = DEFAULT_CHUNK_ROWS):
+    """The cross-entropy of logits = h @ table^T, computed chunk_rows rows at a time.
+
+    h (N, C) or (B, T, C), table (V, C), targets h.shape[:-1]. Only a
+    (chunk_rows, V) block of logits exists at any time, never the full (N, V).
+    Same loss as ``cross_entropy_forward(h @ table.T, targets)``.
+    """
+    check_float(h, "h", ndim=(2, 3))
+    check_float(table, "table", ndim=2)
+    width = table.shape[1]
+    if h.shape[-1] != width or h.dtype != table.dtype:
+        raise ValueError(
+            f"h's last axis and dtype must match table {tuple(table.shape)} {table.dtype}, "
+            f"got h {tuple(h.shape)} {h.dtype}"
+        )
+    if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be a positive int, got {chunk_rows!r}")
+    xp = get_xp(h, table)
+    targets, valid, count = _check_targets(targets, h.shape[:-1], table.shape[0], ignore_index)
+    h_rows = h.reshape(-1, width)  # (B, T, C) -> (N, C)
+    logsumexp = xp.empty(h_rows.shape[0], dtype=h.dtype)  # (N,)
+    total = 0.0
+    for rows in _chunks(h_rows.shape[0], chunk_rows):
+        z = h_rows[rows] @ table.T  # (n, C) @ (C, V) -> (n, V)
+        logsumexp[rows] = _exp_and_logsumexp(z)[2]  # (n, V) -> (n,)
+        total += _nll_sum(z, logsumexp[rows], targets[rows], valid[rows])
+    loss = _loss_array(total, count, h.dtype, xp)
+    cache = TiedCrossEntropyCache(h_rows, table, targets, valid, count, logsumexp, tuple(h.shape), chunk_rows)
+    return loss, cache
+
+
+def tied_cross_entropy_backward(dloss, cache: TiedCrossEntropyCache):
+    """With dlogits = (softmax(z) - onehot(t)) * dloss / count, chunk by chunk:
+
+        dh    = dlogits @ table          (forward: z = h @ table^T)
+        dtable = sum over chunks of dlogits^T @ h
+
+    Returns (dh, dtable). dtable is only the output side's share: a model that
+    ties the table to its input embedding adds the embedding's own gradient.
+    """
+    h_rows, table = cache.h_rows, cache.table
+    xp = get_xp(h_rows, table)
+    coef = _coef(dloss, cache.count)
+    dh = xp.empty_like(h_rows)  # (N, C)
+    dtable = xp.zeros_like(table)  # (V, C)
+    table_part = xp.empty_like(table)  # (V, C) one chunk's share, reused
+    for rows in _chunks(h_rows.shape[0], cache.chunk_rows):
+        z = h_rows[rows] @ table.T  # recomputed: (n, C) @ (C, V) -> (n, V)
+        z -= cache.logsumexp[rows, None]
+        probs = xp.exp(z, out=z)  # softmax rows, (n, V)
+        dlogits = _softmax_to_dlogits(probs, cache.targets[rows], cache.valid[rows], coef)
+        xp.matmul(dlogits, table, out=dh[rows])  # forward: z = h table^T, so dh = dz table; (n, V) @ (V, C) -> (n, C)
+        xp.matmul(dlogits.T, h_rows[rows], out=table_part)  # ... and dtable = dz^T h; (V, n) @ (n, C) -> (V, C)
+        dtable += table_part
+    return dh.reshape(cache.h_shape), dtable  # (N, C) -> (B, T, C)
+
+
+def _chunks(n_rows: int, chunk_rows: int):
+    return [slice(start, min(start + chunk_rows, n_rows)) for start in range(0, n_rows, chunk_rows)]
