@@ -1,0 +1,305 @@
+"""GPT: a decoder-only transformer, its forward pass and its backward pass, by hand.
+
+The network (pre-norm blocks, GPT-2 style), on token ids ``(B,T)``::
+
+    x = tok_emb[ids] * (sqrt(C) if scale_embeddings) + pos[:T]       (B,T,C)
+    x = Drop(x)
+    for each block:   x = x + Drop(Attn(LN1(x)))
+                      x = x + Drop(FFN(LN2(x)))
+    h = LN_f(x)
+    logits = h @ W_out^T        W_out = tok_emb (tied) or lm_head.weight   (B,T,V)
+    loss = mean cross-entropy(logits, targets) over targets != -1
+
+``forward`` and ``backward`` below are mirror images: ``backward`` walks the
+same lines bottom-up, each gradient step reversing the forward line it names.
+The two sub-layers of a block live in ``model_blocks.py``. With tied weights
+the token table gets one gradient, the visible sum of its input-side
+(scatter-add) and output-side (``dlogits^T h``) parts.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from .backend import array_module, check_int, get_xp, resolve_dtype, to_numpy
+from .config import GPTConfig
+from .model_blocks import (KVCache, attention_branch_backward, attention_branch_forward,
+                           dropout_if, dropout_if_backward, mlp_branch_backward, mlp_branch_forward,
+                           sinusoidal_positions)
+from .ops.cross_entropy import tied_cross_entropy_backward, tied_cross_entropy_forward
+from .ops.embedding import embedding_backward, embedding_forward
+from .ops.layernorm import layer_norm_backward, layer_norm_forward
+
+INIT_STD = 0.02
+IGNORE_INDEX = -1
+
+
+def parameter_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
+    """Every parameter's name and shape, in a fixed order (names as in ARCHITECTURE.md)."""
+    V, C, F = config.vocab_size, config.d_model, config.d_ff
+    shapes = {"token_embedding": (V, C)}
+    if config.position == "learned":
+        shapes["position_embedding"] = (config.max_seq_len, C)
+    linears = {"attn.qkv_proj": (C, 3 * C), "attn.out_proj": (C, C), "mlp.up_proj": (C, F)}
+    if config.ffn == "swiglu":
+        linears["mlp.gate_proj"] = (C, F)
+    linears["mlp.down_proj"] = (F, C)
+    for i in range(config.num_layers):
+        shapes.update(_norm_shapes(f"layers.{i}.pre_attn_norm", C, config.use_bias))
+        for name, shape in linears.items():
+            if name == "mlp.up_proj":
+                shapes.update(_norm_shapes(f"layers.{i}.pre_mlp_norm", C, config.use_bias))
+            shapes[f"layers.{i}.{name}.weight"] = shape
+            if config.use_bias:
+                shapes[f"layers.{i}.{name}.bias"] = (shape[1],)
+    shapes.update(_norm_shapes("final_norm", C, config.use_bias))
+    if not config.tie_weights:
+        shapes["lm_head.weight"] = (V, C)
+    return shapes
+
+
+def _norm_shapes(prefix: str, C: int, use_bias: bool) -> dict[str, tuple[int]]:
+    return {f"{prefix}.weight": (C,), **({f"{prefix}.bias": (C,)} if use_bias else {})}
+
+
+def init_value(name: str, shape: tuple[int, ...], config: GPTConfig, rng: np.random.Generator):
+    """GPT-2 init: normal(0, 0.02) matrices, residual outputs scaled by ``1/sqrt(2 L)``,
+    zero biases, unit norm weights."""
+    if name.endswith("norm.weight"):
+        return np.ones(shape)
+    if name.endswith(".bias"):
+        return np.zeros(shape)
+    std = INIT_STD
+    if name.endswith(("attn.out_proj.weight", "mlp.down_proj.weight")):
+        std /= math.sqrt(2 * config.num_layers)
+    return rng.normal(0.0, std, size=shape)
+
+
+class ModelCache(NamedTuple):
+    """What ``backward`` needs: the op caches of every stage, in forward order."""
+
+    ids_shape: tuple
+    embedding: object
+    embedding_dropout: object
+    blocks: list  # (attention branch cache, mlp branch cache) per layer
+    final_norm: object
+    loss: object
+
+
+class GPT:
+    """``GPT(config, seed=0, dtype="float32")``: parameters and the hand-written passes."""
+
+    def __init__(self, config: GPTConfig, seed: int = 0, dtype="float32"):
+        if not isinstance(config, GPTConfig):
+            raise TypeError(f"config must be a GPTConfig, got {type(config).__name__}")
+        self.config = config
+        self.dtype = resolve_dtype(dtype)
+        xp = array_module()
+        rng = np.random.default_rng(seed)  # NumPy on every backend: same seed, same model
+        self.params = {name: xp.asarray(init_value(name, shape, config, rng), dtype=self.dtype)
+                       for name, shape in parameter_shapes(config).items()}
+        self.sinusoidal_table = None
+        if config.position == "sinusoidal":
+            table = sinusoidal_positions(config.max_seq_len, config.d_model, self.dtype)
+            self.sinusoidal_table = xp.asarray(table)  # (T_max, C), fixed, not a parameter
+
+    def num_params(self) -> int:
+        """Number of trainable scalars (a tied table counts once)."""
+        return sum(int(p.size) for p in self.params.values())
+
+    def _layer(self, i: int) -> dict:
+        """Layer ``i``'s parameters by short name (``"attn.qkv_proj.weight"``)."""
+        prefix = f"layers.{i}."
+        return {name[len(prefix):]: p for name, p in self.params.items() if name.startswith(prefix)}
+
+    def _unembedding(self):
+        return self.params["token_embedding" if self.config.tie_weights else "lm_head.weight"]
+
+    # ------------------------------------------------------------------ forward
+
+    def forward(self, token_ids, targets, training: bool = True, rng=None):
+        """``(loss, cache)``: the mean cross-entropy of predicting ``targets (B,T)`` from ``token_ids (B,T)``.
+
+        Dropout is active when ``training`` and ``drop_prob > 0``; it then
+        draws its masks from ``rng`` (a backend generator), which is required.
+        """
+        self._check_ids(token_ids, "token_ids")
+        self._check_targets(targets, token_ids.shape)
+        rng = self._dropout_rng(training, rng)
+        p, config = self.params, self.config
+        x, embedding_cache = self._embed(token_ids, start=0)  # (B,T) -> (B,T,C)
+        x, embedding_dropout = dropout_if(x, config, rng)
+        blocks = []
+        for i in range(config.num_layers):
+            layer = self._layer(i)
+            a, attention_cache = attention_branch_forward(x, layer, config, rng)
+            x = x + a  # (B,T,C)
+            m, mlp_cache = mlp_branch_forward(x, layer, config, rng)
+            x = x + m  # (B,T,C)
+            blocks.append((attention_cache, mlp_cache))
+        h, final_norm_cache = layer_norm_forward(x, p["final_norm.weight"], p.get("final_norm.bias"),
+                                                 eps=config.ln_eps)
+        loss, loss_cache = tied_cross_entropy_forward(h, self._unembedding(), targets,
+                                                      ignore_index=IGNORE_INDEX)  # (B,T,C) -> ()
+        cache = ModelCache(tuple(token_ids.shape), embedding_cache, embedding_dropout, blocks,
+                           final_norm_cache, loss_cache)
+        return loss, cache
+
+    # ----------------------------------------------------------------- backward
+
+    def backward(self, cache: ModelCache) -> dict:
+        """Gradients of the loss for every parameter: same names, shapes and dtype as ``params``."""
+        config = self.config
+        xp = get_xp(*self.params.values())
+        grads = {}
+        # forward: loss = cross_entropy(h @ W_out^T, targets)
+        dh, dunembedding = tied_cross_entropy_backward(xp.ones((), dtype=self.dtype), cache.loss)
+        # forward: h = LN_f(x)
+        dx, grads["final_norm.weight"], grads["final_norm.bias"] = layer_norm_backward(dh, cache.final_norm)
+        for i in reversed(range(config.num_layers)):
+            attention_cache, mlp_cache = cache.blocks[i]
+            # forward: x = x + m, m = mlp_branch(x)
+            dx_mlp, layer_grads = mlp_branch_backward(dx, mlp_cache, config)
+            dx = dx + dx_mlp
+            # forward: x = x + a, a = attention_branch(x)
+            dx_attention, attention_grads = attention_branch_backward(dx, attention_cache, config)
+            dx = dx + dx_attention
+            layer_grads.update(attention_grads)
+            grads.update({f"layers.{i}.{name}": g for name, g in layer_grads.items()})
+        # forward: x = Drop(x)
+        dx = dropout_if_backward(dx, cache.embedding_dropout)
+        # forward: x = tok_emb[ids] * scale + pos[:T]
+        dtoken_embedding, dposition_embedding = self._embed_backward(dx, cache.embedding)
+        if config.tie_weights:
+            grads["token_embedding"] = dtoken_embedding + dunembedding  # input side + output side
+        else:
+            grads["token_embedding"] = dtoken_embedding
+            grads["lm_head.weight"] = dunembedding
+        if dposition_embedding is not None:
+            grads["position_embedding"] = dposition_embedding
+        return {name: grads[name] for name in self.params}  # params' order; drops absent biases
+
+    # -------------------------------------------------------------- embeddings
+
+    def _embed(self, token_ids, start: int):
+        """``tok_emb[ids] * s + pos[start:start+T]``, ``(B,T) -> (B,T,C)``."""
+        T = token_ids.shape[1]
+        tokens, embedding_cache = embedding_forward(token_ids, self.params["token_embedding"])  # (B,T) -> (B,T,C)
+        if self.config.scale_embeddings:
+            tokens = tokens * math.sqrt(self.config.d_model)
+        if self.config.position == "learned":
+            positions = self.params["position_embedding"][start:start + T]  # (T,C)
+        else:
+            positions = self.sinusoidal_table[start:start + T]  # (T,C)
+        return tokens + positions, embedding_cache  # (B,T,C) + (T,C) -> (B,T,C)
+
+    def _embed_backward(self, dx, embedding_cache):
+        """``(dtoken_embedding, dposition_embedding or None)`` from ``dx (B,T,C)``."""
+        dtokens = dx * math.sqrt(self.config.d_model) if self.config.scale_embeddings else dx
+        dtoken_embedding = embedding_backward(dtokens, embedding_cache)  # (B,T,C) -> (V,C), scatter-add
+        if self.config.position != "learned":
+            return dtoken_embedding, None
+        T = dx.shape[1]
+        dposition_embedding = get_xp(dx).zeros_like(self.params["position_embedding"])  # (T_max,C)
+        dposition_embedding[:T] = dx.sum(axis=0)  # (B,T,C) -> (T,C): every row used pos[t]
+        return dtoken_embedding, dposition_embedding
+
+    # ---------------------------------------------------------------- inference
+
+    def logits(self, token_ids, last_only: bool = False, kv_cache: KVCache | None = None):
+        """Next-token logits, ``(B,T,V)`` or with ``last_only`` ``(B,V)``; no dropout.
+
+        With a ``kv_cache`` (from ``new_kv_cache``), ``token_ids`` are only the
+        new tokens, at positions ``kv_cache.length, kv_cache.length + 1, ...``;
+        their keys and values are appended to the cache.
+        """
+        self._check_ids(token_ids, "token_ids")
+        start = 0 if kv_cache is None else self._check_kv_cache(kv_cache, token_ids.shape)
+        p, config = self.params, self.config
+        x, _ = self._embed(token_ids, start)  # (B,T) -> (B,T,C)
+        for i in range(config.num_layers):
+            layer = self._layer(i)
+            x = x + attention_branch_forward(x, layer, config, None, kv_cache, i)[0]  # (B,T,C)
+            x = x + mlp_branch_forward(x, layer, config, None)[0]  # (B,T,C)
+        if kv_cache is not None:
+            kv_cache.advance(token_ids.shape[1])
+        if last_only:
+            x = x[:, -1]  # (B,T,C) -> (B,C)
+        h, _ = layer_norm_forward(x, p["final_norm.weight"], p.get("final_norm.bias"), eps=config.ln_eps)
+        return h @ self._unembedding().T  # (B,[T,]C) @ (C,V) -> (B,[T,]V)
+
+    def new_kv_cache(self, batch_size: int) -> KVCache:
+        """An empty cache of keys and values for ``batch_size`` sequences of up to ``max_seq_len``."""
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        return KVCache(get_xp(*self.params.values()), batch_size, self.config, self.dtype)
+
+    # -------------------------------------------------------------- parameters
+
+    def load_params(self, params: dict) -> None:
+        """Copy ``params`` (name -> array) into the model's arrays, which stay the same objects
+        (so an optimizer built on ``model.params`` keeps working)."""
+        if not isinstance(params, dict):
+            raise ValueError(f"params must be a dict of name -> array, got {type(params).__name__}")
+        missing, extra = sorted(set(self.params) - set(params)), sorted(set(params) - set(self.params))
+        if missing or extra:
+            raise ValueError(f"params names differ from the model's: missing {missing}, extra {extra}")
+        for name, target in self.params.items():
+            value = params[name]
+            if tuple(getattr(value, "shape", ())) != tuple(target.shape) or getattr(value, "dtype", None) != target.dtype:
+                raise ValueError(
+                    f"params[{name!r}] is {getattr(value, 'dtype', type(value).__name__)}"
+                    f"{tuple(getattr(value, 'shape', ()))}, expected {target.dtype}{tuple(target.shape)}"
+                )
+        xp = get_xp(*self.params.values())
+        for name, target in self.params.items():
+            target[...] = xp.asarray(params[name])
+
+    # -------------------------------------------------------------- validation
+
+    def _check_ids(self, ids, name: str) -> None:
+        check_int(ids, name, ndim=2)
+        B, T = ids.shape
+        if B < 1 or T < 1:
+            raise ValueError(f"{name} must be a non-empty (B,T) array, got shape {tuple(ids.shape)}")
+        if T > self.config.max_seq_len:
+            raise ValueError(f"{name} has sequence length {T} > max_seq_len {self.config.max_seq_len}")
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= self.config.vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(f"{name} holds token id {bad}, outside [0, {self.config.vocab_size})")
+
+    def _check_targets(self, targets, ids_shape) -> None:
+        check_int(targets, "targets", ndim=2)
+        if tuple(targets.shape) != tuple(ids_shape):
+            raise ValueError(f"targets must have the shape of token_ids {tuple(ids_shape)}, "
+                             f"got {tuple(targets.shape)}")
+        valid = (targets >= 0) & (targets < self.config.vocab_size) | (targets == IGNORE_INDEX)
+        if not bool(valid.all()):
+            bad = int(to_numpy(targets)[~to_numpy(valid)][0])
+            raise ValueError(f"targets holds {bad}, outside [0, {self.config.vocab_size}) "
+                             f"and not the ignore index {IGNORE_INDEX}")
+
+    def _check_kv_cache(self, kv_cache, ids_shape) -> int:
+        if not isinstance(kv_cache, KVCache):
+            raise TypeError(f"kv_cache must come from new_kv_cache, got {type(kv_cache).__name__}")
+        if ids_shape[0] != kv_cache.batch_size:
+            raise ValueError(f"token_ids batch {ids_shape[0]} != kv_cache batch {kv_cache.batch_size}")
+        if kv_cache.length + ids_shape[1] > self.config.max_seq_len:
+            raise ValueError(f"kv_cache holds {kv_cache.length} positions; {ids_shape[1]} more would "
+                             f"exceed max_seq_len {self.config.max_seq_len}")
+        return kv_cache.length
+
+    def _dropout_rng(self, training: bool, rng):
+        """The generator to draw dropout masks from, or None when dropout is off."""
+        if not isinstance(training, bool):
+            raise TypeError(f"training must be True or False, got {training!r}")
+        if not (training and self.config.drop_prob > 0):
+            return None
+        if rng is None:
+            raise ValueError(f"drop_prob={self.config.drop_prob} with training=True needs rng, "
+                             "a generator (numforge.backend.default_rng(seed))")
+        return rng

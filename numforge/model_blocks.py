@@ -1,0 +1,219 @@
+"""The two sub-layers of a transformer block, each a forward/backward pair, and the KV cache.
+
+A pre-norm block is two residual branches (``model.py`` adds them)::
+
+    x = x + Drop(Attn(LN1(x)))          attention_branch_forward
+    x = x + Drop(FFN(LN2(x)))           mlp_branch_forward
+
+Each ``*_forward(x, p, config, rng)`` takes the block's parameters ``p`` by
+short name (``"attn.qkv_proj.weight"``; an absent bias is ``None``) and
+returns ``(branch, cache)``; each ``*_backward(dbranch, cache)`` returns
+``(dx, grads)`` with ``grads`` keyed by the same short names. ``rng`` is
+None when dropout is off (at ``drop_prob = 0`` and at inference).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from .backend import get_xp
+from .ops.activations import (gelu_backward, gelu_forward, relu_backward, relu_forward,
+                              swiglu_backward, swiglu_forward)
+from .ops.attention import attention_backward, attention_forward
+from .ops.dropout import dropout_backward, dropout_forward
+from .ops.flash_attention import flash_attention_backward, flash_attention_forward
+from .ops.layernorm import layer_norm_backward, layer_norm_forward
+from .ops.linear import linear_backward, linear_forward
+
+
+def dropout_if(x, config, rng):
+    """``dropout(x)`` when ``rng`` is given (dropout active), else ``x`` itself and no cache."""
+    if rng is None:
+        return x, None
+    return dropout_forward(x, config.drop_prob, rng)
+
+
+def dropout_if_backward(dy, cache):
+    return dy if cache is None else dropout_backward(dy, cache)
+
+
+def split_heads(qkv, num_heads: int):
+    """``(B,T,3C)`` -> three ``(B,H,T,D)`` arrays, q | k | v, each contiguous."""
+    B, T, three_c = qkv.shape
+    D = three_c // (3 * num_heads)
+    heads = qkv.reshape(B, T, 3, num_heads, D).transpose(2, 0, 3, 1, 4)  # -> (3,B,H,T,D)
+    xp = get_xp(qkv)
+    return tuple(xp.ascontiguousarray(heads[i]) for i in range(3))
+
+
+def merge_heads(o):
+    """``(B,H,T,D)`` -> ``(B,T,C)``: the heads side by side."""
+    B, H, T, D = o.shape
+    return o.transpose(0, 2, 1, 3).reshape(B, T, H * D)  # (B,H,T,D) -> (B,T,C)
+
+
+def merge_qkv_grads(dq, dk, dv):
+    """The inverse of ``split_heads`` for gradients: three ``(B,H,T,D)`` -> ``(B,T,3C)``."""
+    B, H, T, D = dq.shape
+    xp = get_xp(dq, dk, dv)
+    stacked = xp.stack((dq, dk, dv))  # 3 x (B,H,T,D) -> (3,B,H,T,D)
+    return stacked.transpose(1, 3, 0, 2, 4).reshape(B, T, 3 * H * D)  # -> (B,T,3C)
+
+
+def attend(q, k, v, config):
+    """Causal attention by the configured kernel: ``"naive"`` (the oracle) or ``"tiled"``."""
+    if config.attention == "naive":
+        return attention_forward(q, k, v, causal=True)
+    return flash_attention_forward(q, k, v, causal=True)
+
+
+def attend_backward(do, cache, config):
+    if config.attention == "naive":
+        return attention_backward(do, cache)
+    return flash_attention_backward(do, cache)
+
+
+class AttentionBranchCache(NamedTuple):
+    norm: object
+    qkv_proj: object
+    attention: object
+    out_proj: object
+    dropout: object
+
+
+def attention_branch_forward(x, p, config, rng, kv_cache=None, layer=0):
+    """``Drop(out_proj(Attention(split(qkv_proj(LN1(x))))))`` on ``x (B,T,C)``.
+
+    With a ``kv_cache`` the new keys and values are appended to the cached
+    ones of this ``layer`` and the new queries attend to all of them.
+    """
+    h, norm_cache = layer_norm_forward(x, p["pre_attn_norm.weight"], p.get("pre_attn_norm.bias"),
+                                       eps=config.ln_eps)
+    qkv, qkv_cache = linear_forward(h, p["attn.qkv_proj.weight"], p.get("attn.qkv_proj.bias"))  # (B,T,C) -> (B,T,3C)
+    q, k, v = split_heads(qkv, config.num_heads)  # (B,T,3C) -> 3 x (B,H,T,D)
+    if kv_cache is not None:
+        k, v = kv_cache.extend(layer, k, v)  # (B,H,T,D) -> (B,H,cached+T,D)
+    o, attention_cache = attend(q, k, v, config)  # (B,H,T,D)
+    a, out_cache = linear_forward(merge_heads(o), p["attn.out_proj.weight"], p.get("attn.out_proj.bias"))  # (B,H,T,D) -> (B,T,C)
+    a, drop_cache = dropout_if(a, config, rng)
+    return a, AttentionBranchCache(norm_cache, qkv_cache, attention_cache, out_cache, drop_cache)
+
+
+def attention_branch_backward(da, cache: AttentionBranchCache, config):
+    """``(dx, grads)``: each step reverses the forward line named beside it."""
+    grads = {}
+    da = dropout_if_backward(da, cache.dropout)
+    # forward: a = out_proj(merge_heads(o))
+    dmerged, grads["attn.out_proj.weight"], grads["attn.out_proj.bias"] = linear_backward(da, cache.out_proj)
+    B, T, C = dmerged.shape
+    do = dmerged.reshape(B, T, config.num_heads, C // config.num_heads).transpose(0, 2, 1, 3)  # (B,T,C) -> (B,H,T,D)
+    # forward: o = attend(q, k, v)
+    dq, dk, dv = attend_backward(get_xp(do).ascontiguousarray(do), cache.attention, config)
+    # forward: q, k, v = split_heads(qkv)
+    dqkv = merge_qkv_grads(dq, dk, dv)  # 3 x (B,H,T,D) -> (B,T,3C)
+    # forward: qkv = qkv_proj(h)
+    dh, grads["attn.qkv_proj.weight"], grads["attn.qkv_proj.bias"] = linear_backward(dqkv, cache.qkv_proj)
+    # forward: h = LN1(x)
+    dx, grads["pre_attn_norm.weight"], grads["pre_attn_norm.bias"] = layer_norm_backward(dh, cache.norm)
+    return dx, grads
+
+
+def activation_forward(u, config):
+    """``gelu(u)`` or ``relu(u)``, as configured (SwiGLU is handled by the caller)."""
+    if config.ffn == "gelu":
+        return gelu_forward(u, approximate=config.gelu_approximate)
+    return relu_forward(u)
+
+
+def activation_backward(dy, cache, config):
+    return gelu_backward(dy, cache) if config.ffn == "gelu" else relu_backward(dy, cache)
+
+
+class MlpBranchCache(NamedTuple):
+    norm: object
+    up_proj: object
+    gate_proj: object  # None unless SwiGLU
+    activation: object
+    down_proj: object
+    dropout: object
+
+
+def mlp_branch_forward(x, p, config, rng):
+    """``Drop(down_proj(act(up_proj(LN2(x)))))``; SwiGLU: ``act = silu(gate_proj(h)) * up_proj(h)``."""
+    h, norm_cache = layer_norm_forward(x, p["pre_mlp_norm.weight"], p.get("pre_mlp_norm.bias"),
+                                       eps=config.ln_eps)
+    up, up_cache = linear_forward(h, p["mlp.up_proj.weight"], p.get("mlp.up_proj.bias"))  # (B,T,C) -> (B,T,F)
+    gate_cache = None
+    if config.ffn == "swiglu":
+        gate, gate_cache = linear_forward(h, p["mlp.gate_proj.weight"], p.get("mlp.gate_proj.bias"))  # (B,T,C) -> (B,T,F)
+        act, act_cache = swiglu_forward(gate, up)
+    else:
+        act, act_cache = activation_forward(up, config)
+    m, down_cache = linear_forward(act, p["mlp.down_proj.weight"], p.get("mlp.down_proj.bias"))  # (B,T,F) -> (B,T,C)
+    m, drop_cache = dropout_if(m, config, rng)
+    return m, MlpBranchCache(norm_cache, up_cache, gate_cache, act_cache, down_cache, drop_cache)
+
+
+def mlp_branch_backward(dm, cache: MlpBranchCache, config):
+    """``(dx, grads)``; with SwiGLU ``dh`` is the sum of the gate and up paths."""
+    grads = {}
+    dm = dropout_if_backward(dm, cache.dropout)
+    # forward: m = down_proj(act)
+    dact, grads["mlp.down_proj.weight"], grads["mlp.down_proj.bias"] = linear_backward(dm, cache.down_proj)
+    if config.ffn == "swiglu":
+        # forward: act = swiglu(gate, up); gate = gate_proj(h); up = up_proj(h)
+        dgate, dup = swiglu_backward(dact, cache.activation)
+        dh_gate, grads["mlp.gate_proj.weight"], grads["mlp.gate_proj.bias"] = linear_backward(dgate, cache.gate_proj)
+    else:
+        # forward: act = gelu(up) or relu(up)
+        dup = activation_backward(dact, cache.activation, config)
+    dh, grads["mlp.up_proj.weight"], grads["mlp.up_proj.bias"] = linear_backward(dup, cache.up_proj)
+    if config.ffn == "swiglu":
+        dh += dh_gate  # h feeds both projections: the two paths add
+    # forward: h = LN2(x)
+    dx, grads["pre_mlp_norm.weight"], grads["pre_mlp_norm.bias"] = layer_norm_backward(dh, cache.norm)
+    return dx, grads
+
+
+def sinusoidal_positions(max_seq_len: int, d_model: int, dtype) -> np.ndarray:
+    """The fixed table of the original Transformer, ``(T_max, C)``, as a NumPy array.
+
+    ``PE[t, 2i] = sin(t / 10000^(2i/C))``, ``PE[t, 2i+1] = cos(t / 10000^(2i/C))``.
+    """
+    position = np.arange(max_seq_len, dtype=np.float64)[:, None]  # (T_max, 1)
+    frequency = 10000.0 ** (-np.arange(0, d_model, 2, dtype=np.float64) / d_model)  # (ceil(C/2),)
+    angle = position * frequency  # (T_max, 1) * (ceil(C/2),) -> (T_max, ceil(C/2))
+    table = np.empty((max_seq_len, d_model), dtype=np.float64)
+    table[:, 0::2] = np.sin(angle)
+    table[:, 1::2] = np.cos(angle[:, : d_model // 2])
+    return table.astype(dtype)
+
+
+class KVCache:
+    """Keys and values of the positions already processed, per layer, for fast decoding.
+
+    ``keys[layer]`` and ``values[layer]`` are preallocated ``(B, H, T_max, D)``;
+    positions ``[0, length)`` are filled. ``GPT.logits(new_ids, kv_cache=kv)``
+    extends every layer, then advances ``length``.
+    """
+
+    def __init__(self, xp, batch_size: int, config, dtype):
+        shape = (batch_size, config.num_heads, config.max_seq_len, config.head_dim)
+        self.keys = [xp.zeros(shape, dtype=dtype) for _ in range(config.num_layers)]
+        self.values = [xp.zeros(shape, dtype=dtype) for _ in range(config.num_layers)]
+        self.batch_size = batch_size
+        self.max_seq_len = config.max_seq_len
+        self.length = 0
+
+    def extend(self, layer: int, k, v):
+        """Write ``k, v (B,H,T_new,D)`` after the cached positions; return all ``(B,H,length+T_new,D)``."""
+        stop = self.length + k.shape[2]
+        self.keys[layer][:, :, self.length:stop] = k
+        self.values[layer][:, :, self.length:stop] = v
+        return self.keys[layer][:, :, :stop], self.values[layer][:, :, :stop]
+
+    def advance(self, num_new: int) -> None:
+        self.length += num_new
