@@ -1,0 +1,213 @@
+"""The GPT model: parameters, gradients under every option, inference, the KV cache, errors."""
+
+import math
+
+import numpy as np
+import pytest
+
+from numforge.backend import asarray, default_rng, to_numpy
+from numforge.config import GPTConfig
+from numforge.gradcheck import format_table
+from numforge.gradchecks.model import OPTIONS, TINY, check_model, randomized_model, tiny_batch
+from numforge.model import GPT
+from numforge.optim import AdamW
+
+SMALL = dict(vocab_size=29, max_seq_len=12, d_model=16, num_heads=4, num_layers=2)
+
+
+def log_softmax_loss(logits, targets):
+    """The mean cross-entropy of (B,T,V) logits, in float64 NumPy: an oracle outside the model."""
+    z = to_numpy(logits).astype(np.float64).reshape(-1, logits.shape[-1])
+    t = to_numpy(targets).reshape(-1)
+    keep = t != -1
+    log_probs = z - z.max(axis=1, keepdims=True)
+    log_probs -= np.log(np.exp(log_probs).sum(axis=1, keepdims=True))
+    return -log_probs[keep, t[keep]].mean()
+
+
+@pytest.mark.parametrize("option", list(OPTIONS))
+def test_every_parameter_gradient_matches_finite_differences(option):
+    rows = check_model(option)
+    assert all(r.passed for r in rows), format_table(rows)
+
+
+def test_parameter_names_and_shapes_follow_the_architecture():
+    config = GPTConfig(vocab_size=10, max_seq_len=6, d_model=4, num_heads=2, num_layers=1, d_ff=8)
+    shapes = {n: tuple(p.shape) for n, p in GPT(config).params.items()}
+    assert shapes == {
+        "token_embedding": (10, 4), "position_embedding": (6, 4),
+        "layers.0.pre_attn_norm.weight": (4,), "layers.0.pre_attn_norm.bias": (4,),
+        "layers.0.attn.qkv_proj.weight": (4, 12), "layers.0.attn.qkv_proj.bias": (12,),
+        "layers.0.attn.out_proj.weight": (4, 4), "layers.0.attn.out_proj.bias": (4,),
+        "layers.0.pre_mlp_norm.weight": (4,), "layers.0.pre_mlp_norm.bias": (4,),
+        "layers.0.mlp.up_proj.weight": (4, 8), "layers.0.mlp.up_proj.bias": (8,),
+        "layers.0.mlp.down_proj.weight": (8, 4), "layers.0.mlp.down_proj.bias": (4,),
+        "final_norm.weight": (4,), "final_norm.bias": (4,),
+    }
+    other = GPTConfig(**{**config.to_dict(), "ffn": "swiglu", "use_bias": False, "tie_weights": False,
+                         "position": "sinusoidal"})
+    shapes = {n: tuple(p.shape) for n, p in GPT(other).params.items()}
+    assert shapes == {
+        "token_embedding": (10, 4),
+        "layers.0.pre_attn_norm.weight": (4,), "layers.0.attn.qkv_proj.weight": (4, 12),
+        "layers.0.attn.out_proj.weight": (4, 4), "layers.0.pre_mlp_norm.weight": (4,),
+        "layers.0.mlp.up_proj.weight": (4, 8), "layers.0.mlp.gate_proj.weight": (4, 8),
+        "layers.0.mlp.down_proj.weight": (8, 4), "final_norm.weight": (4,), "lm_head.weight": (10, 4),
+    }
+    # 10*4 + 6*4 + 4+4 + 4*12+12 + 16+4 + 4+4 + 32+8 + 32+4 + 4+4
+    assert GPT(config).num_params() == 244
+
+
+def test_gpt2_initialisation():
+    config = GPTConfig(vocab_size=500, max_seq_len=64, d_model=64, num_heads=4, num_layers=8)
+    params = {n: to_numpy(p) for n, p in GPT(config, seed=3).params.items()}
+    assert all(p.dtype == np.float32 for p in params.values())
+    assert params["token_embedding"].std() == pytest.approx(0.02, rel=0.03)
+    assert params["layers.0.mlp.up_proj.weight"].std() == pytest.approx(0.02, rel=0.03)
+    residual_std = 0.02 / math.sqrt(2 * 8)
+    assert params["layers.5.mlp.down_proj.weight"].std() == pytest.approx(residual_std, rel=0.03)
+    assert params["layers.5.attn.out_proj.weight"].std() == pytest.approx(residual_std, rel=0.05)
+    assert np.all(params["layers.2.attn.qkv_proj.bias"] == 0)
+    assert np.all(params["layers.2.pre_mlp_norm.weight"] == 1) and np.all(params["final_norm.bias"] == 0)
+    same = GPT(config, seed=3, dtype="float64").params
+    np.testing.assert_array_equal(to_numpy(same["token_embedding"]).astype(np.float32), params["token_embedding"])
+    assert not np.array_equal(to_numpy(GPT(config, seed=4).params["token_embedding"]), params["token_embedding"])
+
+
+def test_tiled_and_naive_attention_give_the_same_loss_and_gradients():
+    tiled = randomized_model({})
+    naive = randomized_model({"attention": "naive"})
+    ids, targets = tiny_batch(TINY["vocab_size"])
+    loss_tiled, cache_tiled = tiled.forward(ids, targets)
+    loss_naive, cache_naive = naive.forward(ids, targets)
+    assert float(loss_tiled) == pytest.approx(float(loss_naive), rel=1e-13)
+    grads_tiled, grads_naive = tiled.backward(cache_tiled), naive.backward(cache_naive)
+    for name in tiled.params:
+        np.testing.assert_allclose(to_numpy(grads_tiled[name]), to_numpy(grads_naive[name]),
+                                   rtol=1e-10, atol=1e-13, err_msg=name)
+
+
+@pytest.mark.parametrize("option", ["gelu", "swiglu", "untied", "sinusoidal_scaled"])
+def test_loss_is_the_cross_entropy_of_the_logits(option):
+    model = randomized_model(OPTIONS[option])
+    ids, targets = tiny_batch(TINY["vocab_size"], seed=1)
+    loss, _ = model.forward(ids, targets)
+    logits = model.logits(ids)
+    assert logits.shape == (2, 7, TINY["vocab_size"])
+    assert float(loss) == pytest.approx(log_softmax_loss(logits, targets), rel=1e-12)
+    np.testing.assert_allclose(to_numpy(model.logits(ids, last_only=True)), to_numpy(logits[:, -1]), rtol=1e-12)
+
+
+def test_float32_model_stays_float32_and_matches_float64():
+    config = GPTConfig(**SMALL, ffn="swiglu", position="sinusoidal", scale_embeddings=True)
+    model32, model64 = GPT(config, seed=1), GPT(config, seed=1, dtype="float64")
+    ids = asarray(np.random.default_rng(0).integers(0, 29, size=(3, 12)))
+    loss32, cache32 = model32.forward(ids, ids)
+    loss64, cache64 = model64.forward(ids, ids)
+    assert loss32.dtype == np.float32 and loss32.shape == ()
+    assert float(loss32) == pytest.approx(float(loss64), rel=1e-5)
+    assert float(loss64) == pytest.approx(math.log(29), rel=0.05)  # near-uniform predictions at init
+    grads32, grads64 = model32.backward(cache32), model64.backward(cache64)
+    for name, g in grads32.items():
+        assert g.dtype == np.float32 and g.shape == model32.params[name].shape, name
+        scale = np.abs(to_numpy(grads64[name])).max()
+        np.testing.assert_allclose(to_numpy(g), to_numpy(grads64[name]), atol=2e-4 * scale + 1e-9, err_msg=name)
+    assert model32.logits(ids).dtype == np.float32
+
+
+@pytest.mark.parametrize("options", [{}, {"ffn": "relu", "position": "sinusoidal", "attention": "naive"}])
+def test_greedy_decoding_with_and_without_kv_cache_is_identical(options):
+    model = GPT(GPTConfig(**SMALL, **options), seed=2)
+    prompt = asarray(np.array([[3, 1, 4], [2, 7, 1]]))
+    tokens_plain, tokens_cached = prompt, prompt
+    kv = model.new_kv_cache(2)
+    new_ids = prompt
+    for _ in range(SMALL["max_seq_len"] - 3):
+        full = model.logits(tokens_plain, last_only=True)  # (B,V), recomputing every position
+        cached = model.logits(new_ids, last_only=True, kv_cache=kv)  # only the new positions
+        np.testing.assert_allclose(to_numpy(cached), to_numpy(full), rtol=1e-4, atol=1e-5)
+        next_plain = full.argmax(axis=-1)[:, None]
+        new_ids = cached.argmax(axis=-1)[:, None]
+        tokens_plain = np.concatenate([to_numpy(tokens_plain), to_numpy(next_plain)], axis=1)
+        tokens_plain = asarray(tokens_plain)
+        tokens_cached = asarray(np.concatenate([to_numpy(tokens_cached), to_numpy(new_ids)], axis=1))
+    assert kv.length == SMALL["max_seq_len"] - 1
+    np.testing.assert_array_equal(to_numpy(tokens_cached), to_numpy(tokens_plain))
+    with pytest.raises(ValueError, match="max_seq_len"):
+        model.logits(asarray(np.array([[1, 2], [3, 4]])), kv_cache=kv)
+
+
+def test_kv_cache_prefill_in_chunks_matches_full_logits():
+    model = GPT(GPTConfig(**SMALL), seed=5)
+    ids = asarray(np.random.default_rng(1).integers(0, 29, size=(2, 10)))
+    full = model.logits(ids)
+    kv = model.new_kv_cache(2)
+    parts = [model.logits(ids[:, a:b], kv_cache=kv) for a, b in [(0, 4), (4, 5), (5, 10)]]
+    stitched = np.concatenate([to_numpy(p) for p in parts], axis=1)
+    np.testing.assert_allclose(stitched, to_numpy(full), rtol=1e-4, atol=1e-5)
+
+
+def test_dropout_needs_a_generator_and_is_off_at_inference():
+    model = randomized_model({"drop_prob": 0.3})
+    plain = randomized_model({})
+    ids, targets = tiny_batch(TINY["vocab_size"])
+    with pytest.raises(ValueError, match="rng"):
+        model.forward(ids, targets)
+    loss_eval, _ = model.forward(ids, targets, training=False)
+    assert float(loss_eval) == float(plain.forward(ids, targets)[0])
+    loss_a = float(model.forward(ids, targets, rng=default_rng(1))[0])
+    loss_b = float(model.forward(ids, targets, rng=default_rng(1))[0])
+    loss_c = float(model.forward(ids, targets, rng=default_rng(2))[0])
+    assert loss_a == loss_b and loss_a != loss_c and loss_a != float(loss_eval)
+
+
+def test_bad_inputs_are_named():
+    model = GPT(GPTConfig(**SMALL))
+    ids = asarray(np.zeros((2, 5), dtype=np.int64))
+    with pytest.raises(ValueError, match="token id 29"):
+        model.forward(asarray(np.full((2, 5), 29)), ids)
+    with pytest.raises(ValueError, match="-2"):
+        model.logits(asarray(np.full((2, 5), -2)))
+    with pytest.raises(ValueError, match="max_seq_len"):
+        model.forward(asarray(np.zeros((1, 13), dtype=np.int64)), asarray(np.zeros((1, 13), dtype=np.int64)))
+    with pytest.raises(ValueError, match="targets"):
+        model.forward(ids, ids[:, :4])
+    with pytest.raises(ValueError, match="targets holds 40"):
+        model.forward(ids, asarray(np.full((2, 5), 40)))
+    with pytest.raises(TypeError, match="integer"):
+        model.forward(asarray(np.zeros((2, 5))), ids)
+    with pytest.raises(ValueError, match="dtype"):
+        GPT(GPTConfig(**SMALL), dtype="float16")
+
+
+def test_load_params_copies_in_place_and_names_mismatches():
+    model, source = GPT(GPTConfig(**SMALL), seed=0), GPT(GPTConfig(**SMALL), seed=1)
+    before = {n: id(p) for n, p in model.params.items()}
+    model.load_params({n: p.copy() for n, p in source.params.items()})
+    for name, p in model.params.items():
+        assert id(p) == before[name]
+        np.testing.assert_array_equal(to_numpy(p), to_numpy(source.params[name]))
+    good = dict(source.params)
+    with pytest.raises(ValueError, match="final_norm.bias"):
+        model.load_params({n: p for n, p in good.items() if n != "final_norm.bias"})
+    with pytest.raises(ValueError, match="lm_head.weight"):
+        model.load_params({**good, "lm_head.weight": good["token_embedding"]})
+    with pytest.raises(ValueError, match="token_embedding"):
+        model.load_params({**good, "token_embedding": good["token_embedding"][:5]})
+    with pytest.raises(ValueError, match="final_norm.weight"):
+        model.load_params({**good, "final_norm.weight": good["final_norm.weight"].astype("float64")})
+
+
+def test_adamw_training_memorises_a_batch():
+    model = GPT(GPTConfig(**SMALL, drop_prob=0.1), seed=0)
+    ids = asarray(np.random.default_rng(3).integers(0, 29, size=(4, 12)))
+    targets = asarray(np.roll(to_numpy(ids), -1, axis=1))
+    opt = AdamW(model.params, lr=1e-2, weight_decay=0.01)
+    rng = default_rng(0)
+    first = float(model.forward(ids, targets, training=False)[0])
+    for _ in range(40):
+        _, cache = model.forward(ids, targets, rng=rng)
+        opt.step(model.backward(cache))
+    last = float(model.forward(ids, targets, training=False)[0])
+    assert first == pytest.approx(math.log(29), rel=0.05)
+    assert last < 0.3 * first
