@@ -34,7 +34,9 @@ from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 
-from .backend import to_numpy
+from .backend import asarray, to_numpy
+from .config import GPTConfig
+from .model import GPT
 
 LATEST = "LATEST"
 PREFIX = "ckpt-"
@@ -234,3 +236,18 @@ def _check_same_arrays(params: dict, other: dict, what: str, directory: Path) ->
                 f"checkpoint {directory}: {what}[{name!r}] has shape {other[name].shape}, "
                 f"the parameter has {array.shape}"
             )
+
+
+def restore_model(checkpoint: Checkpoint, dtype: str = "float32") -> GPT:
+    """The GPT described by a loaded checkpoint, with its parameters on the selected backend.
+
+    A config that disagrees with the arrays (a missing or extra name, a
+    shape) is a ``ValueError`` naming the checkpoint and the mismatch.
+    """
+    config = GPTConfig.from_dict(checkpoint.config)
+    model = GPT(config, seed=0, dtype=dtype)
+    try:
+        model.load_params({name: asarray(a) for name, a in checkpoint.params.items()})
+    except ValueError as err:
+        raise ValueError(f"checkpoint {checkpoint.path}: its config.json and params.npz disagree: {err}") from err
+    return model

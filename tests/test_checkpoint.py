@@ -113,3 +113,23 @@ def test_atomic_path_leaves_old_file_when_the_write_fails(tmp_path):
             raise RuntimeError("crash")
     assert json.loads(path.read_text()) == {"a": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
+
+
+def test_restore_model_round_trip_and_config_mismatch(tmp_path):
+    from numforge.config import GPTConfig
+    from numforge.model import GPT
+
+    config = GPTConfig(vocab_size=50, max_seq_len=8, d_model=8, num_heads=2, num_layers=1)
+    model = GPT(config, seed=4)
+    state = fake_run_state()
+    state.update(params=model.params, config=config.to_dict())
+    state["optimizer_state"].update(m=model.params, v=model.params)
+    checkpoint.save_checkpoint(tmp_path, step=1, **state)
+    restored = checkpoint.restore_model(checkpoint.load_checkpoint(tmp_path))
+    for name, a in model.params.items():
+        np.testing.assert_array_equal(backend.to_numpy(restored.params[name]), backend.to_numpy(a))
+
+    loaded = checkpoint.load_checkpoint(tmp_path)
+    loaded.config["d_model"] = 16
+    with pytest.raises(ValueError, match=r"config.json and params.npz disagree: .*token_embedding"):
+        checkpoint.restore_model(loaded)

@@ -1,0 +1,159 @@
+"""Sampling text from a trained GPT: greedy, temperature, top-k, top-p, with a KV cache.
+
+Each step turns the logits of the last position into a next token:
+
+    temperature == 0:  next = argmax(logits)                       (greedy)
+    otherwise:         z = logits / temperature
+                       top-k: keep the k largest z (ties with the k-th are kept too)
+                       top-p: keep the most probable tokens whose total
+                              probability first reaches p (at least one)
+                       next ~ softmax(z over the kept tokens)
+
+The KV cache keeps every layer's keys and values, so a new token costs one
+position instead of the whole prefix. The model's learned positions stop at
+``max_seq_len``: once the text is longer, each step re-encodes the last
+``max_seq_len`` tokens from scratch (a sliding window; the cache cannot slide
+because every kept token's position changes). With and without the cache
+the model sees exactly the same context, so greedy output is identical.
+
+Sampling runs on the CPU with a seeded NumPy generator (only the ``(V,)``
+logits row is copied from the device), so a seed gives the same text on
+NumPy and CuPy up to floating-point differences in the logits.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator, NamedTuple, Sequence
+
+import numpy as np
+
+from .backend import asarray, to_numpy
+from .data import EOT
+
+
+class Generation(NamedTuple):
+    """What ``generate`` returns: the new text and ids (prompt excluded)."""
+
+    text: str
+    ids: list[int]
+    prompt_ids: list[int]
+    stopped_at_end_of_text: bool
+
+
+def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
+    """``ValueError`` unless temperature >= 0, top_k >= 1 (or None), 0 < top_p <= 1 (or None)."""
+    if not isinstance(temperature, (int, float)) or not temperature >= 0 or temperature == float("inf"):
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
+    if top_p is not None and (not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0):
+        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+
+
+def next_token_probs(logits: np.ndarray, temperature: float, top_k: int | None = None,
+                     top_p: float | None = None) -> np.ndarray:
+    """The sampling distribution over the vocabulary after temperature, top-k, top-p; ``(V,) -> (V,)``.
+
+    Example: logits log([0.5, 0.3, 0.15, 0.05]) at temperature 1 with top_p 0.75
+    keep the first two tokens -> [0.625, 0.375, 0, 0].
+    """
+    z = np.asarray(logits, dtype=np.float64) / temperature  # (V,)
+    if top_k is not None and top_k < z.size:
+        kth_largest = np.partition(z, z.size - top_k)[z.size - top_k]
+        z = np.where(z >= kth_largest, z, -np.inf)
+    probs = np.exp(z - z.max())
+    probs /= probs.sum()
+    if top_p is not None and top_p < 1.0:
+        order = np.argsort(-probs, kind="stable")  # (V,) most probable first
+        before = np.cumsum(probs[order]) - probs[order]  # probability of the strictly more probable tokens
+        keep = np.zeros(probs.size, dtype=bool)
+        keep[order[before < top_p]] = True  # the first always has before = 0
+        probs = np.where(keep, probs, 0.0)
+        probs /= probs.sum()
+    return probs
+
+
+def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature: float,
+                top_k: int | None = None, top_p: float | None = None) -> int:
+    """One token id from a ``(V,)`` logits row (greedy when temperature is 0)."""
+    if temperature == 0:
+        return int(np.argmax(logits))
+    probs = next_token_probs(logits, temperature, top_k, top_p)
+    return int(rng.choice(probs.size, p=probs))
+
+
+def generate_ids(model, prompt_ids: Sequence[int], max_new_tokens: int, *, temperature: float = 1.0,
+                 top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+                 stop_id: int | None = None, use_kv_cache: bool = True) -> Iterator[int]:
+    """Yield up to ``max_new_tokens`` new ids after ``prompt_ids``, stopping after ``stop_id``.
+
+    ``prompt_ids`` must be non-empty and at most ``max_seq_len`` long
+    (``generate`` crops a longer prompt). Without the cache every step runs
+    the last ``max_seq_len`` tokens through the whole model: the oracle the
+    cached path is tested against.
+    """
+    check_sampling(temperature, top_k, top_p)
+    context = model.config.max_seq_len
+    ids = [int(i) for i in prompt_ids]
+    if not 1 <= len(ids) <= context:
+        raise ValueError(f"prompt_ids must hold 1 to max_seq_len = {context} ids, got {len(ids)}")
+    rng = np.random.default_rng(seed)
+    kv_cache = None
+    for _ in range(max_new_tokens):
+        if not use_kv_cache or len(ids) > context:  # no cache, or past the context: re-encode the window
+            window = asarray(np.asarray(ids[-context:])[None, :])  # (1,T)
+            logits = model.logits(window, last_only=True)
+        elif kv_cache is None:  # first step: the whole prompt fills the cache
+            kv_cache = model.new_kv_cache(1)
+            logits = model.logits(asarray(np.asarray(ids)[None, :]), last_only=True, kv_cache=kv_cache)
+        else:  # one new position
+            logits = model.logits(asarray(np.asarray(ids[-1:])[None, :]), last_only=True, kv_cache=kv_cache)
+        row = to_numpy(logits).reshape(-1)  # (1,1,V) or (1,V) -> (V,)
+        token = sample_next(row, rng, temperature, top_k, top_p)
+        ids.append(token)
+        yield token
+        if token == stop_id:
+            return
+
+
+def generate(model, tokenizer, prompt: str, max_new_tokens: int = 200, *, temperature: float = 0.8,
+             top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
+             use_kv_cache: bool = True, on_text: Callable[[str], None] | None = None,
+             on_notice: Callable[[str], None] | None = None) -> Generation:
+    """Continue ``prompt``; ``on_text`` receives the new text piece by piece as it is decoded.
+
+    The prompt is encoded with special tokens allowed (so it may contain
+    ``<|endoftext|>``); an empty prompt starts from ``<|endoftext|>``. A prompt
+    longer than the model's context is cropped from the left and
+    ``on_notice`` is told so. Generation stops at ``<|endoftext|>``, which is
+    not part of the returned text.
+    """
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    stop_id = tokenizer.special_tokens.get(EOT)
+    prompt_ids = tokenizer.encode(prompt, allowed_special="all")
+    if not prompt_ids:
+        if stop_id is None:
+            raise ValueError(f"the prompt is empty and the tokenizer has no {EOT} token to start from")
+        prompt_ids = [stop_id]
+    context = model.config.max_seq_len
+    if len(prompt_ids) > context:
+        if on_notice is not None:
+            on_notice(f"the prompt is {len(prompt_ids)} tokens and the model's context is {context}: "
+                      f"keeping the last {context} tokens")
+        prompt_ids = prompt_ids[-context:]
+    decoder = tokenizer.incremental_decoder()
+    pieces, new_ids, stopped = [], [], False
+    for token in generate_ids(model, prompt_ids, max_new_tokens, temperature=temperature, top_k=top_k,
+                              top_p=top_p, seed=seed, stop_id=stop_id, use_kv_cache=use_kv_cache):
+        if token == stop_id:
+            stopped = True
+            break
+        new_ids.append(token)
+        pieces.append(decoder.decode([token]))
+        if on_text is not None and pieces[-1]:
+            on_text(pieces[-1])
+    pieces.append(decoder.flush())
+    if on_text is not None and pieces[-1]:
+        on_text(pieces[-1])
+    return Generation("".join(pieces), new_ids, list(prompt_ids), stopped)
