@@ -1,0 +1,295 @@
+"""BPETokenizer: the fast byte-level BPE trainer and encoder, decoding, special tokens.
+
+Vocabulary layout, always: 256 byte tokens, then one token per merge
+(``merges[i]`` makes id ``256 + i``), then the special tokens, so
+``vocab_size = 256 + len(merges) + len(special_tokens)``. A trained tokenizer
+gives byte b the id b; one imported from GPT-2's files keeps the file's ids,
+where the byte tokens are a permutation of 0..255 (id 0 is "!").
+
+Encoding: split the text with the pattern, then merge each chunk by rank
+(``_merge.merge_chunk``), remembering each distinct chunk's ids in a bounded
+cache; code and prose repeat their chunks, so most chunks are a dict lookup.
+It gives the same ids as ``reference.encode``, which the tests check.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections import Counter
+from itertools import chain
+
+from ._merge import PAIR_BASE, merge_chunk
+from ._train import learn_merges
+from .pretokenize import GPT2_SPLIT_PATTERN, compile_pattern, special_tokens_regex, split_on_specials
+
+CACHE_ENTRIES = 1 << 16  # distinct chunks remembered before the cache starts over
+CACHE_CHUNK_CHARS = 256  # longer chunks are encoded each time, not remembered
+
+
+class BPETokenizer:
+    """A byte-level BPE tokenizer: ``merges``, ``special_tokens``, the split ``pattern``.
+
+    >>> tok = BPETokenizer.train("aaabdaaabac", 256 + 3, special_tokens=())
+    >>> tok.merges
+    [(97, 97), (97, 98), (256, 257)]
+    >>> tok.encode("aaabdaaabac")
+    [258, 100, 258, 97, 99]
+    """
+
+    def __init__(self, merges, special_tokens=(), pattern: str = GPT2_SPLIT_PATTERN, byte_ids=None):
+        self.merges = _check_merges(merges)
+        self.byte_ids = _check_byte_ids(byte_ids)
+        self.pattern = pattern
+        self._split = compile_pattern(pattern).findall
+        first_special = 256 + len(self.merges)
+        self.special_tokens = {name: first_special + j for j, name in enumerate(_check_specials(special_tokens))}
+        self.vocab_size = first_special + len(self.special_tokens)
+        self._merged = {p * PAIR_BASE + q: 256 + i for i, (p, q) in enumerate(self.merges)}
+        self._byte_table = bytes.maketrans(bytes(range(256)), bytes(self.byte_ids))  # byte -> id, ids < 256
+        self._token_bytes = _expand_tokens(self.byte_ids, self.merges) + [s.encode("utf-8") for s in self.special_tokens]
+        self._cache = _ChunkCache(self._encode_chunk)
+
+    # ---------------------------------------------------------------- training
+
+    @classmethod
+    def train(
+        cls,
+        text_or_texts,
+        vocab_size: int,
+        special_tokens=("<|endoftext|>",),
+        pattern: str = GPT2_SPLIT_PATTERN,
+        progress: bool = False,
+    ) -> "BPETokenizer":
+        """Learn ``vocab_size - 256 - len(special_tokens)`` merges from a text or an iterable of texts.
+
+        Tie rule (as in ``reference.train_merges``): the highest count wins; among
+        equal counts the smallest pair (p, q) in id order. Stops early, with a
+        warning, when no pair occurs twice. Special strings in the text are cut
+        out before counting, so they never take part in a merge.
+        """
+        special_tokens = _check_specials(special_tokens)
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+            raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
+        smallest = 256 + len(special_tokens)
+        if vocab_size < smallest:
+            raise ValueError(
+                f"vocab_size={vocab_size} is too small: 256 byte tokens + {len(special_tokens)} special tokens "
+                f"need at least {smallest}"
+            )
+        split = compile_pattern(pattern).findall
+        chunk_counts = Counter()
+        for text in [text_or_texts] if isinstance(text_or_texts, str) else text_or_texts:
+            if not isinstance(text, str):
+                raise TypeError(f"training texts must be str, got {type(text).__name__}")
+            for piece in split_on_specials(text, special_tokens):
+                chunk_counts.update(split(piece))
+        merges = learn_merges(chunk_counts, vocab_size - smallest, progress=progress)
+        return cls(merges, special_tokens=special_tokens, pattern=pattern)
+
+    # ---------------------------------------------------------------- encoding
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        """Token ids of `text`, treating special-token strings as ordinary text."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        return list(chain.from_iterable(map(self._cache.__getitem__, self._split(text))))
+
+    def encode(self, text: str, allowed_special=frozenset(), disallowed_special="all") -> list[int]:
+        """Token ids of `text`, with tiktoken's rules for special tokens.
+
+        allowed_special: special strings to encode as their special id (a set, or "all").
+        disallowed_special: special strings that must not appear ("all" = every special
+        not allowed); finding one raises ValueError. Pass ``disallowed_special=()``
+        to encode such strings as plain text.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        allowed = self._special_names(allowed_special, "allowed_special")
+        if disallowed_special == "all":
+            disallowed = set(self.special_tokens) - allowed
+        else:
+            disallowed = self._special_names(disallowed_special, "disallowed_special")
+        found = special_tokens_regex(tuple(sorted(disallowed)))
+        if found is not None and (match := found.search(text)) is not None:
+            raise ValueError(
+                f"the text contains the special token {match.group()!r} at index {match.start()}, which is "
+                f"disallowed; pass allowed_special={{{match.group()!r}}} (or 'all') to encode it as its special "
+                f"id, or disallowed_special=() to encode it as plain text"
+            )
+        finder = special_tokens_regex(tuple(sorted(allowed)))
+        if finder is None:
+            return self.encode_ordinary(text)
+        ids = []
+        start = 0
+        for match in finder.finditer(text):
+            ids += self.encode_ordinary(text[start : match.start()])
+            ids.append(self.special_tokens[match.group()])
+            start = match.end()
+        return ids + self.encode_ordinary(text[start:])
+
+    def _special_names(self, names, argument: str) -> set[str]:
+        if names == "all":
+            return set(self.special_tokens)
+        if isinstance(names, str):
+            raise TypeError(f"{argument} must be 'all' or a set of special-token strings, got the string {names!r}")
+        names = set(names)
+        unknown = names - set(self.special_tokens)
+        if unknown:
+            raise ValueError(
+                f"{argument} names {sorted(unknown)}, which are not special tokens of this tokenizer "
+                f"(it has {sorted(self.special_tokens)})"
+            )
+        return names
+
+    def _encode_chunk(self, chunk: str) -> list[int]:
+        try:
+            data = chunk.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ValueError(
+                f"the text has a lone surrogate {chunk[error.start]!r}, which has no UTF-8 encoding"
+            ) from None
+        return merge_chunk(list(data.translate(self._byte_table)), self._merged)
+
+    # ---------------------------------------------------------------- decoding
+
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes token `token` stands for (a special token: its UTF-8 string)."""
+        return self.decode_bytes([token])
+
+    def decode_bytes(self, ids) -> bytes:
+        """The bytes of `ids` joined: the exact inverse of encoding, before UTF-8 decoding."""
+        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        try:
+            if ids and (min(ids) < 0 or max(ids) >= self.vocab_size):
+                bad = next(t for t in ids if not 0 <= t < self.vocab_size)
+                raise ValueError(f"token id {bad} is not in the vocabulary (ids 0..{self.vocab_size - 1})")
+            return b"".join(map(self._token_bytes.__getitem__, ids))
+        except TypeError:
+            bad = next(t for t in ids if isinstance(t, bool) or not hasattr(t, "__index__"))
+            raise TypeError(f"token ids must be integers, got {bad!r} ({type(bad).__name__})") from None
+
+    def decode(self, ids, errors: str = "replace") -> str:
+        """The text of `ids`; bytes that are not valid UTF-8 become U+FFFD (errors="replace")."""
+        return self.decode_bytes(ids).decode("utf-8", errors=errors)
+
+    def incremental_decoder(self, errors: str = "replace") -> "IncrementalDecoder":
+        """A decoder for streaming: feed ids as they are generated, get text as it completes."""
+        return IncrementalDecoder(self, errors)
+
+    # ---------------------------------------------------------------- files
+
+    def to_dict(self) -> dict:
+        """A JSON-serialisable dict with the same content as the saved file."""
+        from .formats import tokenizer_to_dict
+
+        return tokenizer_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "BPETokenizer":
+        from .formats import tokenizer_from_dict
+
+        return tokenizer_from_dict(d)
+
+    def save(self, path) -> None:
+        """Write numforge's JSON tokenizer file atomically (temporary name, then rename)."""
+        from .formats import save_tokenizer
+
+        save_tokenizer(self, path)
+
+    @classmethod
+    def load(cls, path) -> "BPETokenizer":
+        from .formats import load_tokenizer
+
+        return load_tokenizer(path)
+
+    def __repr__(self) -> str:
+        return (
+            f"BPETokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, "
+            f"special_tokens={self.special_tokens})"
+        )
+
+
+class IncrementalDecoder:
+    """Streaming decode: ``decode(ids)`` returns the text that the new ids complete.
+
+    An incomplete UTF-8 sequence at the end is held back until the ids that
+    finish it arrive ("🙂" split over two tokens prints once, whole);
+    ``flush()`` returns what is still held (as U+FFFD when incomplete) and
+    starts over. Concatenating every ``decode`` and the final ``flush`` equals
+    ``tokenizer.decode(all_ids)``.
+    """
+
+    def __init__(self, tokenizer: BPETokenizer, errors: str = "replace"):
+        self._tokenizer = tokenizer
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors=errors)
+
+    def decode(self, ids) -> str:
+        return self._utf8.decode(self._tokenizer.decode_bytes(ids))
+
+    def flush(self) -> str:
+        return self._utf8.decode(b"", final=True)
+
+
+class _ChunkCache(dict):
+    """chunk text -> its token ids; a miss encodes the chunk, and a full cache starts over."""
+
+    def __init__(self, encode_chunk):
+        super().__init__()
+        self._encode_chunk = encode_chunk
+
+    def __missing__(self, chunk: str) -> list[int]:
+        ids = self._encode_chunk(chunk)
+        if len(chunk) <= CACHE_CHUNK_CHARS:
+            if len(self) >= CACHE_ENTRIES:
+                self.clear()
+            self[chunk] = ids
+        return ids
+
+
+def _check_merges(merges) -> list[tuple[int, int]]:
+    """Merges as a list of int pairs; merge i may use only ids below 256 + i, and no pair twice."""
+    checked = []
+    seen = set()
+    for i, pair in enumerate(merges):
+        if len(pair) != 2 or not all(isinstance(t, int) and not isinstance(t, bool) for t in pair):
+            raise ValueError(f"merge {i} must be a pair of ints, got {pair!r}")
+        p, q = int(pair[0]), int(pair[1])
+        if not (0 <= p < 256 + i and 0 <= q < 256 + i):
+            raise ValueError(f"merge {i} is {(p, q)}, but only ids 0..{255 + i} exist before it")
+        if (p, q) in seen:
+            raise ValueError(f"merge {i} repeats the pair {(p, q)}")
+        seen.add((p, q))
+        checked.append((p, q))
+    return checked
+
+
+def _check_byte_ids(byte_ids) -> list[int]:
+    """The id of each byte value: identity by default, else a permutation of 0..255."""
+    if byte_ids is None:
+        return list(range(256))
+    byte_ids = list(byte_ids)
+    if sorted(byte_ids) != list(range(256)):
+        raise ValueError("byte_ids must list 256 ids, a permutation of 0..255 (the id of each byte value)")
+    return byte_ids
+
+
+def _check_specials(special_tokens) -> tuple[str, ...]:
+    if isinstance(special_tokens, str):
+        raise TypeError(f"special_tokens must be a sequence of strings, got the string {special_tokens!r}")
+    names = tuple(special_tokens)
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a special token must be a non-empty str, got {name!r}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"special tokens repeat: {list(names)}")
+    return names
+
+
+def _expand_tokens(byte_ids: list[int], merges: list[tuple[int, int]]) -> list[bytes]:
+    """The bytes of every non-special token: bytes first, then each merge as the join of its pair."""
+    table = [b""] * 256
+    for value, token in enumerate(byte_ids):
+        table[token] = bytes([value])
+    for p, q in merges:
+        table.append(table[p] + table[q])
+    return table
