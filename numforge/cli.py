@@ -10,6 +10,8 @@ from importlib import import_module
 COMMANDS = {
     "gradcheck": "gradcheck",
     "bench": "bench",
+    "tokenize": "tokenize",
+    "tokenizer": "tokenizer",
 }
 
 
