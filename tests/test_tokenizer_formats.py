@@ -1,0 +1,191 @@
+"""Tokenizer files: numforge's JSON, GPT-2's encoder.json + vocab.bpe, tiktoken rank files."""
+
+import json
+import os
+
+import pytest
+from pydoc_data.topics import topics
+
+from numforge.tokenizer import BPETokenizer
+from numforge.tokenizer.formats import byte_to_unicode, export_gpt2, export_tiktoken, load_gpt2, load_tiktoken
+
+DOCS = "".join(topics[key] for key in sorted(topics))
+SAMPLE = "Hello world's  2 cats 🙂 世界\r\n\tend <|endoftext|>"
+CL100K_LIKE = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+"""
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return BPETokenizer.train(DOCS[:30_000], 400, special_tokens=("<|endoftext|>", "<|pad|>"))
+
+
+def _same(a: BPETokenizer, b: BPETokenizer) -> bool:
+    return (
+        a.merges == b.merges
+        and a.byte_ids == b.byte_ids
+        and a.special_tokens == b.special_tokens
+        and a.pattern == b.pattern
+        and a.encode(SAMPLE, allowed_special="all") == b.encode(SAMPLE, allowed_special="all")
+    )
+
+
+# ---------------------------------------------------------------- numforge's own file
+
+
+def test_save_load_round_trip_is_atomic(tok, tmp_path):
+    path = tmp_path / "tok.json"
+    path.write_text("an older file")
+    tok.save(path)
+    assert os.listdir(tmp_path) == ["tok.json"]  # no temporary file left behind
+    assert _same(BPETokenizer.load(path), tok)
+    stored = json.loads(path.read_text(encoding="utf-8"))
+    assert stored["format"] == "numforge-bpe" and stored["version"] == 1
+    assert stored == tok.to_dict()
+
+
+def test_dict_round_trip_through_json_keeps_a_custom_pattern():
+    tok = BPETokenizer.train(DOCS[:5_000], 300, pattern=CL100K_LIKE)
+    again = BPETokenizer.from_dict(json.loads(json.dumps(tok.to_dict())))
+    assert again.pattern == CL100K_LIKE
+    assert _same(again, tok)
+
+
+def test_malformed_numforge_files(tok, tmp_path):
+    path = tmp_path / "tok.json"
+    text = json.dumps(tok.to_dict(), indent=1)
+    path.write_text(text[: len(text) // 2])
+    with pytest.raises(ValueError, match=r"tok.json: line \d+ column \d+"):
+        BPETokenizer.load(path)
+
+    def load_changed(change):
+        d = tok.to_dict()
+        change(d)
+        path.write_text(json.dumps(d))
+        return BPETokenizer.load(path)
+
+    with pytest.raises(ValueError, match="tok.json: not a numforge tokenizer"):
+        load_changed(lambda d: d.update(version=99))
+    with pytest.raises(ValueError, match=r"tok.json: missing keys \['merges'\]"):
+        load_changed(lambda d: d.pop("merges"))
+    with pytest.raises(ValueError, match=r"tok.json: tokens\[300\] is b'xyz' but the merges make"):
+        load_changed(lambda d: d["tokens"].__setitem__(300, "eHl6"))
+    with pytest.raises(ValueError, match=r"tok.json: tokens\[3\] is not base64"):
+        load_changed(lambda d: d["tokens"].__setitem__(3, "not base64!"))
+    with pytest.raises(ValueError, match="tok.json: merge 5 is"):
+        load_changed(lambda d: d["merges"].__setitem__(5, [9999, 1]))
+    with pytest.raises(ValueError, match="consecutive after the merges"):
+        load_changed(lambda d: d["special_tokens"].update({"<|pad|>": 5000}))
+
+
+# ---------------------------------------------------------------- GPT-2 files
+
+
+def _write_gpt2(tmp_path, merge_lines, encoder_extra):
+    """encoder.json with GPT-2's own byte order (id 0 is "!", id 220 is "Ġ" = space) + vocab.bpe."""
+    encoder = {char: i for i, char in enumerate(byte_to_unicode().values())}
+    encoder.update(encoder_extra)
+    (tmp_path / "encoder.json").write_text(json.dumps(encoder), encoding="utf-8")
+    (tmp_path / "vocab.bpe").write_text("#version: 0.2\n" + "".join(line + "\n" for line in merge_lines), encoding="utf-8")
+    return tmp_path / "encoder.json", tmp_path / "vocab.bpe"
+
+
+TINY_GPT2 = (["Ġ t", "h e", "Ġt he"], {"Ġt": 256, "he": 257, "Ġthe": 258, "<|endoftext|>": 259})
+
+
+def test_byte_to_unicode_is_gpt2s_mapping():
+    table = byte_to_unicode()
+    assert sorted(table) == list(range(256)) and len(set(table.values())) == 256
+    assert table[ord("!")] == "!" and table[0] == "Ā" and table[ord(" ")] == "Ġ" and table[ord("\n")] == "Ċ"
+    assert list(table.values())[0] == "!"  # GPT-2's id 0
+
+
+def test_gpt2_import_keeps_the_files_ids(tmp_path):
+    tok = load_gpt2(*_write_gpt2(tmp_path, *TINY_GPT2))
+    # by hand: byte ids in GPT-2 order: "!" (33) is 0, so "t" (116) is 83, "h" 71, "e" 68,
+    # "n" 77; space (32) is 220
+    assert tok.byte_ids[ord("!")] == 0 and tok.byte_ids[ord(" ")] == 220
+    assert tok.merges == [(220, 83), (71, 68), (256, 257)]
+    assert tok.encode(" the") == [258]
+    assert tok.encode("the then") == [83, 257, 258, 77]
+    assert tok.encode("<|endoftext|>", allowed_special="all") == [259]
+    assert tok.decode([83, 257, 258, 77]) == "the then"
+
+
+def test_gpt2_export_reproduces_the_files(tmp_path):
+    encoder_path, bpe_path = _write_gpt2(tmp_path, *TINY_GPT2)
+    tok = load_gpt2(encoder_path, bpe_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    export_gpt2(tok, out / "encoder.json", out / "vocab.bpe")
+    assert json.loads((out / "encoder.json").read_text(encoding="utf-8")) == json.loads(
+        encoder_path.read_text(encoding="utf-8")
+    )
+    assert (out / "vocab.bpe").read_text(encoding="utf-8") == bpe_path.read_text(encoding="utf-8")
+
+
+def test_gpt2_round_trip_of_a_trained_tokenizer(tok, tmp_path):
+    export_gpt2(tok, tmp_path / "encoder.json", tmp_path / "vocab.bpe")
+    assert _same(load_gpt2(tmp_path / "encoder.json", tmp_path / "vocab.bpe"), tok)
+
+
+def test_malformed_gpt2_files(tmp_path):
+    merges, encoder = TINY_GPT2
+    with pytest.raises(ValueError, match=r"vocab.bpe: line 3: expected two tokens separated by one space"):
+        load_gpt2(*_write_gpt2(tmp_path, ["Ġ t", "h e x", "Ġt he"], encoder))
+    with pytest.raises(ValueError, match=r"vocab.bpe: line 4: 'Ġthe' is not in .*encoder.json"):
+        load_gpt2(*_write_gpt2(tmp_path, merges, {k: v for k, v in encoder.items() if k != "Ġthe"}))
+    with pytest.raises(ValueError, match=r"vocab.bpe: line 3: the merge makes 'he'.*needs merge 1 to make id 257"):
+        load_gpt2(*_write_gpt2(tmp_path, merges, encoder | {"he": 258, "Ġthe": 257}))
+    with pytest.raises(ValueError, match=r"vocab.bpe: line 2: '\u4e16' is not one of GPT-2's 256 byte characters"):
+        load_gpt2(*_write_gpt2(tmp_path, ["x\u4e16 t"], {}))
+    with pytest.raises(ValueError, match="consecutive from 259"):
+        load_gpt2(*_write_gpt2(tmp_path, merges, encoder | {"<|endoftext|>": 300}))
+    encoder_path, bpe_path = _write_gpt2(tmp_path, merges, encoder)
+    encoder_path.write_text(encoder_path.read_text(encoding="utf-8")[:100], encoding="utf-8")
+    with pytest.raises(ValueError, match=r"encoder.json: line 1 column \d+"):
+        load_gpt2(encoder_path, bpe_path)
+
+
+# ---------------------------------------------------------------- tiktoken rank files
+
+
+def test_tiktoken_round_trip(tok, tmp_path):
+    export_tiktoken(tok, tmp_path / "ranks.tiktoken")
+    lines = (tmp_path / "ranks.tiktoken").read_text().splitlines()
+    assert lines[0] == "AA== 0" and len(lines) == 256 + len(tok.merges)
+    again = load_tiktoken(tmp_path / "ranks.tiktoken", special_tokens=("<|endoftext|>", "<|pad|>"))
+    assert _same(again, tok)
+
+
+def test_tiktoken_import_keeps_permuted_byte_ranks(tmp_path):
+    gpt2 = load_gpt2(*_write_gpt2(tmp_path, *TINY_GPT2))
+    export_tiktoken(gpt2, tmp_path / "ranks.tiktoken")
+    again = load_tiktoken(tmp_path / "ranks.tiktoken", special_tokens=("<|endoftext|>",))
+    assert _same(again, gpt2)
+    assert again.encode("the then") == [83, 257, 258, 77]
+
+
+def test_malformed_tiktoken_files(tmp_path):
+    path = tmp_path / "ranks.tiktoken"
+    singles = [f"{b64} {i}" for i, b64 in enumerate(_base64_bytes())]
+
+    def load(lines):
+        path.write_text("\n".join(lines) + "\n")
+        return load_tiktoken(path)
+
+    with pytest.raises(ValueError, match=r"ranks.tiktoken: line 2: expected 'base64-bytes rank'"):
+        load([singles[0], "AQ==", *singles[2:]])
+    with pytest.raises(ValueError, match=r"ranks.tiktoken: line 3: '\*\*\*' is not base64"):
+        load([*singles[:2], "*** 2", *singles[3:]])
+    with pytest.raises(ValueError, match=r"ranks must be 0..254 with none missing"):
+        load(singles[1:])
+    with pytest.raises(ValueError, match=r"line 2: rank 0 appears twice"):
+        load([singles[0], singles[0], *singles[2:]])
+    with pytest.raises(ValueError, match=r"rank 256, b'abc', is not the merge of two tokens"):
+        load([*singles, "YWJj 256"])  # "abc" with no "ab" or "bc" below it
+
+
+def _base64_bytes():
+    import base64
+
+    return [base64.b64encode(bytes([b])).decode() for b in range(256)]
