@@ -12,6 +12,7 @@ COMMANDS = {
     "bench": "bench",
     "tokenize": "tokenize",
     "tokenizer": "tokenizer",
+    "train": "train", "sample": "sample",
 }
 
 

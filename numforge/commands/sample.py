@@ -1,0 +1,46 @@
+"""``numforge sample``: continue a prompt with a trained checkpoint, streaming the text."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..checkpoint import load_checkpoint, restore_model
+from ..generate import generate
+from ..tokenizer import BPETokenizer
+
+HELP = "generate text from a checkpoint (greedy at --temperature 0; top-k, top-p; KV cache)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", metavar="DIR", required=True,
+                        help="a run directory written by numforge train (or one of its ckpt-* directories)")
+    parser.add_argument("--prompt", default="", help="text to continue (default: start a new document)")
+    parser.add_argument("--max-new-tokens", type=int, default=200, help="stop after this many tokens (default 200)")
+    parser.add_argument("--temperature", type=float, default=0.8, help="0 is greedy; higher is more random (default 0.8)")
+    parser.add_argument("--top-k", type=int, help="sample only among the K most likely tokens")
+    parser.add_argument("--top-p", type=float, help="sample only among the most likely tokens whose probability sums to P")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
+    parser.add_argument("--no-kv-cache", action="store_true", help="recompute the whole context for every token")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        checkpoint = load_checkpoint(args.checkpoint)
+        model = restore_model(checkpoint)
+        tokenizer = BPETokenizer.from_dict(checkpoint.tokenizer)
+        sys.stdout.write(args.prompt)
+        sys.stdout.flush()
+        result = generate(
+            model, tokenizer, args.prompt, args.max_new_tokens, temperature=args.temperature,
+            top_k=args.top_k, top_p=args.top_p, seed=args.seed, use_kv_cache=not args.no_kv_cache,
+            on_text=lambda piece: (sys.stdout.write(piece), sys.stdout.flush()),
+            on_notice=lambda text: print(f"note: {text}", file=sys.stderr),
+        )
+    except (ValueError, FileNotFoundError) as err:
+        print(f"numforge sample: {err}", file=sys.stderr)
+        return 2
+    print()
+    if result.stopped_at_end_of_text:
+        print(f"[{len(result.ids)} tokens, stopped at <|endoftext|>]", file=sys.stderr)
+    return 0

@@ -1,0 +1,121 @@
+"""``numforge train``: train a GPT on the embedded Python docs (or ``--data``), resumably."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+
+from ..checkpoint import latest_checkpoint_dir
+from ..data import DEFAULT_CORPUS, load_documents
+from ..generate import generate
+from ..train import LOSS_CSV, LOSS_PNG, TrainingDiverged, TrainSettings, load_or_train_tokenizer, new_run, resume_run, train
+
+HELP = "train a GPT on text (default: this Python's own documentation), with checkpoints and exact resume"
+
+DEFAULT_OUT = "numforge-run"
+DEFAULT_VOCAB_SIZE = 1024
+# GPTConfig fields a fresh run takes from the flags: flag dest -> (config field, default)
+MODEL_FLAGS = {"layers": ("num_layers", 4), "d_model": ("d_model", 128), "heads": ("num_heads", 4), "ffn": ("ffn", "gelu")}
+# TrainSettings fields a flag sets; on --resume only RESUMABLE ones may be given
+SETTINGS_FLAGS = ("max_steps", "batch_size", "seq_len", "lr", "warmup_steps", "schedule_steps", "seed",
+                  "eval_every", "save_every")
+RESUMABLE = ("max_steps", "eval_every", "save_every")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = TrainSettings()
+    data = parser.add_argument_group("data")
+    data.add_argument("--data", metavar="PATH", help="a UTF-8 text file or a directory of .txt files "
+                      "(default: the running Python's pydoc_data.topics, about 0.47 MB of English)")
+    data.add_argument("--tokenizer", metavar="FILE", help="a saved numforge tokenizer JSON (default: train a BPE)")
+    data.add_argument("--vocab-size", type=int, help=f"BPE vocabulary size when training one (default {DEFAULT_VOCAB_SIZE})")
+    data.add_argument("--cache-dir", metavar="DIR", help="where token arrays and tokenizers are cached "
+                      "(default $NUMFORGE_CACHE, else ~/.cache/numforge)")
+    run = parser.add_argument_group("run")
+    run.add_argument("--out", metavar="DIR", help=f"run directory for checkpoints and the loss log (default {DEFAULT_OUT})")
+    run.add_argument("--resume", metavar="DIR", help="continue the run checkpointed in DIR, in DIR")
+    run.add_argument("--max-steps", type=int, help=f"train until this many updates (default {defaults.max_steps})")
+    run.add_argument("--eval-every", type=int, help=f"validation loss every N steps (default {defaults.eval_every})")
+    run.add_argument("--save-every", type=int, help=f"checkpoint every N steps (default {defaults.save_every})")
+    run.add_argument("--seed", type=int, help=f"seed of the initial weights and the batches (default {defaults.seed})")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    model = parser.add_argument_group("model (fixed when a run starts)")
+    model.add_argument("--layers", type=int, help=f"transformer blocks (default {MODEL_FLAGS['layers'][1]})")
+    model.add_argument("--d-model", type=int, help=f"model width (default {MODEL_FLAGS['d_model'][1]})")
+    model.add_argument("--heads", type=int, help=f"attention heads (default {MODEL_FLAGS['heads'][1]})")
+    model.add_argument("--ffn", choices=("gelu", "swiglu", "relu"), help=f"feed-forward kind (default {MODEL_FLAGS['ffn'][1]})")
+    model.add_argument("--seq-len", type=int, help=f"context length T (default {defaults.seq_len})")
+    optim = parser.add_argument_group("optimization (fixed when a run starts)")
+    optim.add_argument("--batch-size", type=int, help=f"sequences per step B (default {defaults.batch_size})")
+    optim.add_argument("--lr", type=float, help=f"peak learning rate (default {defaults.lr:g}; "
+                       "warmup then cosine decay to a tenth of it)")
+    optim.add_argument("--warmup-steps", type=int, help=f"linear warmup steps (default {defaults.warmup_steps})")
+    optim.add_argument("--schedule-steps", type=int, help="length of the cosine decay (default: the larger of "
+                       f"--max-steps and {defaults.schedule_steps}; independent of where a run stops, so a "
+                       "stopped run resumes exactly)")
+
+
+def _given(args: argparse.Namespace, names) -> dict:
+    return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+
+
+def _start(args: argparse.Namespace, say):
+    """A new run or a resumed one, from the flags."""
+    if args.resume is not None:
+        fixed = {**_given(args, MODEL_FLAGS), **_given(args, SETTINGS_FLAGS), **_given(args, ("vocab_size", "tokenizer", "out"))}
+        fixed = {k: v for k, v in fixed.items() if k not in RESUMABLE}
+        if fixed:
+            flags = ", ".join("--" + k.replace("_", "-") for k in fixed)
+            raise ValueError(f"{flags} cannot change when resuming: a resumed run keeps the settings in its "
+                             f"checkpoint (only --max-steps, --eval-every, --save-every and --data may be given)")
+        return resume_run(args.resume, _given(args, RESUMABLE), data=args.data, cache_dir=args.cache_dir, say=say)
+    out = args.out or DEFAULT_OUT
+    if latest_checkpoint_dir(out) is not None:
+        raise ValueError(f"{out} already holds a checkpoint: continue it with --resume {out}, or choose another --out")
+    settings = _given(args, SETTINGS_FLAGS)
+    settings.setdefault("schedule_steps", max(settings.get("max_steps", 0), TrainSettings.schedule_steps))
+    settings = TrainSettings(**settings)
+    settings = dataclasses.replace(settings, min_lr=settings.lr / 10)
+    model_options = {field: getattr(args, flag) if getattr(args, flag) is not None else default
+                     for flag, (field, default) in MODEL_FLAGS.items()}
+    tokenizer = load_or_train_tokenizer(load_documents(args.data), args.vocab_size or DEFAULT_VOCAB_SIZE,
+                                        args.tokenizer, args.cache_dir, say=say)
+    return new_run(out, settings, model_options, tokenizer, data=args.data, cache_dir=args.cache_dir)
+
+
+def run(args: argparse.Namespace) -> int:
+    def say(text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    started = time.perf_counter()
+    try:
+        session = _start(args, say)
+    except (ValueError, FileNotFoundError) as err:
+        say(f"numforge train: {err}")
+        return 2
+    model, settings = session.model, session.settings
+    say(f"corpus: {session.data_info['source'] or DEFAULT_CORPUS}, {session.data_info['num_tokens']:,} tokens "
+        f"(vocabulary {session.tokenizer.vocab_size}); model: {model.num_params():,} parameters, "
+        f"{model.config.num_layers} layers, d_model {model.config.d_model}; "
+        f"steps {session.step} -> {settings.max_steps}, batch {settings.batch_size} x {settings.seq_len} tokens")
+    try:
+        outcome = train(session, progress=not args.no_progress, say=say)
+    except TrainingDiverged as err:
+        say(f"numforge train: {err}")
+        return 1
+    minutes = (time.perf_counter() - started) / 60
+    last_val = next((r for r in reversed(session.log) if r["val_loss"]), None)
+    if last_val is not None:
+        say(f"step {last_val['step']}: train loss {float(last_val['train_loss']):.3f}, "
+            f"validation loss {float(last_val['val_loss']):.3f} ({minutes:.1f} min)")
+    say(f"checkpoint: {session.last_checkpoint}; loss log: {session.run_dir / LOSS_CSV}"
+        + (f", {session.run_dir / LOSS_PNG}" if (session.run_dir / LOSS_PNG).is_file() else ""))
+    if outcome == "interrupted":
+        say(f"resume with: numforge train --resume {session.run_dir}")
+        return 130
+    sample = generate(model, session.tokenizer, "", 60, temperature=0.8, seed=0)
+    say(f"a sample (temperature 0.8):\n{sample.text}\n"
+        f"more with: numforge sample --checkpoint {session.run_dir} --prompt \"The\"")
+    return 0

@@ -1,0 +1,158 @@
+"""The training loop: it learns, resumes bit-exactly, survives Ctrl-C and stops on a non-finite loss."""
+
+import signal
+
+import numpy as np
+import pytest
+
+from numforge import backend, checkpoint, cli
+from numforge.data import load_documents
+from numforge.train import (LOSS_CSV, TrainingDiverged, TrainSettings, load_or_train_tokenizer, new_run,
+                            read_loss_csv, resume_run, train)
+
+MODEL = {"num_layers": 1, "d_model": 16, "num_heads": 2, "ffn": "gelu"}
+VOCAB = 280  # 256 bytes + <|endoftext|> + 23 merges
+WORDS = "the cat sat on a mat while one dog ran to the old red barn and back".split()
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    """About 5 KB of word salad: enough for 16-token windows, learnable in a few dozen steps."""
+    rng = np.random.default_rng(0)
+    path = tmp_path / "corpus.txt"
+    path.write_text(" ".join(WORDS[i] for i in rng.integers(0, len(WORDS), 1200)), encoding="utf-8")
+    return path
+
+
+def settings(**changes):
+    base = dict(max_steps=6, batch_size=4, seq_len=16, lr=1e-2, min_lr=1e-3, warmup_steps=2,
+                schedule_steps=12, eval_every=3, eval_batches=2, save_every=3, seed=5)
+    return TrainSettings(**{**base, **changes})
+
+
+def start(run_dir, corpus, cache, **changes):
+    tokenizer = load_or_train_tokenizer(load_documents(corpus), VOCAB, cache_dir=cache, say=lambda _: None)
+    return new_run(run_dir, settings(**changes), MODEL, tokenizer, data=corpus, cache_dir=cache)
+
+
+def params_of(run_dir):
+    return checkpoint.load_checkpoint(run_dir).params
+
+
+def assert_same_arrays(a, b):
+    assert a.keys() == b.keys()
+    for name in a:
+        assert np.array_equal(a[name], b[name]), f"{name} differs"
+
+
+def test_resume_is_bit_identical_to_training_straight(tmp_path, corpus):
+    straight = start(tmp_path / "straight", corpus, tmp_path)
+    assert train(straight, progress=False) == "done"
+
+    first = start(tmp_path / "split", corpus, tmp_path, max_steps=3)
+    train(first, progress=False)
+    resumed = resume_run(tmp_path / "split", {"max_steps": 6}, cache_dir=tmp_path)
+    assert resumed.step == 3
+    train(resumed, progress=False)
+
+    a, b = checkpoint.load_checkpoint(tmp_path / "straight"), checkpoint.load_checkpoint(tmp_path / "split")
+    assert_same_arrays(a.params, b.params)
+    assert_same_arrays(a.optimizer_state["m"], b.optimizer_state["m"])
+    assert a.optimizer_state["step"] == b.optimizer_state["step"] == 6
+    assert a.state["sampler"] == b.state["sampler"]
+    assert (tmp_path / "straight" / LOSS_CSV).read_text() == (tmp_path / "split" / LOSS_CSV).read_text()
+    assert not np.array_equal(a.params["token_embedding"], start(tmp_path / "fresh", corpus, tmp_path).model.params["token_embedding"])
+
+
+def test_loss_log_has_a_row_per_step_and_validation_every_eval(tmp_path, corpus):
+    run = start(tmp_path / "run", corpus, tmp_path)
+    train(run, progress=False)
+    rows = read_loss_csv(tmp_path / "run" / LOSS_CSV, up_to_step=10**9)
+    assert [int(r["step"]) for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert [r["val_loss"] != "" for r in rows] == [False, False, True, False, False, True]
+    assert float(rows[0]["lr"]) == pytest.approx(5e-3)  # warmup: lr * 1/2 at step 0
+    pytest.importorskip("matplotlib")
+    assert (tmp_path / "run" / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_it_learns(tmp_path, corpus):
+    run = start(tmp_path / "run", corpus, tmp_path, max_steps=40, schedule_steps=40, eval_every=40)
+    train(run, progress=False)
+    rows = read_loss_csv(tmp_path / "run" / LOSS_CSV, up_to_step=40)
+    first, last_val = float(rows[0]["train_loss"]), float(rows[-1]["val_loss"])
+    assert first == pytest.approx(np.log(VOCAB), abs=0.3)  # an untrained model is near uniform
+    assert last_val < first - 1.5, f"validation loss {last_val} after 40 steps; it started at {first}"
+
+
+def test_ctrl_c_checkpoints_the_finished_step_and_resumes_exactly(tmp_path, corpus):
+    straight = start(tmp_path / "straight", corpus, tmp_path)
+    train(straight, progress=False)
+
+    run = start(tmp_path / "run", corpus, tmp_path, save_every=100)
+    draw = run.sampler.next_batch
+
+    def interrupt_during_step_4():
+        if run.sampler.batches_drawn == 3:
+            signal.raise_signal(signal.SIGINT)  # arrives mid-step; the step still completes
+        return draw()
+
+    run.sampler.next_batch = interrupt_during_step_4
+    messages = []
+    assert train(run, progress=False, say=messages.append) == "interrupted"
+    assert checkpoint.load_checkpoint(tmp_path / "run").state["step"] == 4
+    assert "checkpoint at step 4" in messages[0]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+
+    train(resume_run(tmp_path / "run", {"save_every": 100}, cache_dir=tmp_path), progress=False)
+    assert_same_arrays(params_of(tmp_path / "straight"), params_of(tmp_path / "run"))
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, corpus):
+    run = start(tmp_path / "run", corpus, tmp_path, save_every=2)
+    forward = run.model.forward
+    on_disk = {}
+
+    def nan_at_step_4(x, y, training=True, rng=None):
+        loss, cache = forward(x, y, training=training, rng=rng)
+        if training and run.step == 3:
+            on_disk.update({p.name: p.read_bytes() for p in (tmp_path / "run" / "ckpt-00000002").iterdir()})
+            loss = float("nan")
+        return loss, cache
+
+    run.model.forward = nan_at_step_4
+    with pytest.raises(TrainingDiverged, match=r"step 4: the loss is nan .*ckpt-00000002\) is untouched"):
+        train(run, progress=False)
+    assert checkpoint.latest_checkpoint_dir(tmp_path / "run").name == "ckpt-00000002"
+    assert on_disk and on_disk == {p.name: p.read_bytes() for p in (tmp_path / "run" / "ckpt-00000002").iterdir()}
+
+
+def test_resume_refuses_a_changed_corpus(tmp_path, corpus):
+    train(start(tmp_path / "run", corpus, tmp_path, max_steps=1), progress=False)
+    corpus.write_text(corpus.read_text() + " more words", encoding="utf-8")
+    with pytest.raises(ValueError, match="changed since .* was written"):
+        resume_run(tmp_path / "run", cache_dir=tmp_path)
+
+
+def test_tokenizer_is_cached_by_corpus_and_vocab_size(tmp_path, corpus, monkeypatch):
+    documents = load_documents(corpus)
+    first = load_or_train_tokenizer(documents, VOCAB, cache_dir=tmp_path, say=lambda _: None)
+    from numforge.tokenizer import BPETokenizer
+
+    monkeypatch.setattr(BPETokenizer, "train", lambda *a, **k: pytest.fail("trained again despite the cache"))
+    assert load_or_train_tokenizer(documents, VOCAB, cache_dir=tmp_path).to_dict() == first.to_dict()
+
+
+def test_command_line_train_resume_and_sample(tmp_path, corpus, capsys):
+    common = ["--data", str(corpus), "--cache-dir", str(tmp_path), "--vocab-size", str(VOCAB), "--layers", "1",
+              "--d-model", "16", "--heads", "2", "--seq-len", "16", "--batch-size", "4", "--no-progress"]
+    out = str(tmp_path / "run")
+    assert cli.main(["train", *common, "--out", out, "--max-steps", "2", "--eval-every", "2"]) == 0
+    assert cli.main(["train", *common, "--out", out, "--max-steps", "3"]) == 2
+    assert "already holds a checkpoint" in capsys.readouterr().err
+    assert cli.main(["train", "--resume", out, "--max-steps", "4", "--d-model", "32"]) == 2
+    assert "--d-model cannot change when resuming" in capsys.readouterr().err
+    assert cli.main(["train", "--resume", out, "--max-steps", "4", "--no-progress", "--cache-dir", str(tmp_path)]) == 0
+    assert checkpoint.load_checkpoint(out).state["step"] == 4
+    capsys.readouterr()
+    assert cli.main(["sample", "--checkpoint", out, "--prompt", "the cat", "--max-new-tokens", "5", "--temperature", "0"]) == 0
+    assert capsys.readouterr().out.startswith("the cat")
