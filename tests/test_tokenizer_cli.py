@@ -1,0 +1,55 @@
+"""`numforge tokenize` and `numforge tokenizer train`."""
+
+from pydoc_data.topics import topics
+
+from numforge.cli import main
+from numforge.tokenizer import BPETokenizer
+
+DOCS = "".join(topics[key] for key in sorted(topics))
+
+
+def test_tokenizer_train_then_tokenize(tmp_path, capsys):
+    data = tmp_path / "corpus.txt"
+    data.write_text(DOCS[:20_000] + "the cat sat on the mat 世界 🙂", encoding="utf-8")
+    out = tmp_path / "tok.json"
+    assert main(["tokenizer", "train", "--data", str(data), "--vocab-size", "300", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "trained 300 tokens (43 merges, 1 special)" in captured.out
+    assert "BPE merges" in captured.err  # the progress bar
+    tok = BPETokenizer.load(out)
+    assert tok.vocab_size == 300
+
+    assert main(["tokenize", "the cat 世<|endoftext|>", "--tokenizer", str(out), "--color", "never"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    ids = tok.encode("the cat 世<|endoftext|>", allowed_special="all")
+    pieces = "".join(f"[{tok.token_bytes(i).decode('utf-8', 'backslashreplace')}]" for i in ids)
+    assert lines[0] == pieces
+    # 世 occurs once in the corpus: its three bytes stay separate tokens, shown escaped
+    assert lines[0].endswith("[\\xe4][\\xb8][\\x96][<|endoftext|>]")
+    assert lines[1] == f"22 characters, 24 bytes -> {len(ids)} tokens"
+    assert lines[3:] == [f"{i:>7}  {tok.token_bytes(i)!r}" for i in ids]
+
+
+def test_tokenize_colours_boundaries_when_asked(tmp_path, capsys):
+    path = tmp_path / "tok.json"
+    BPETokenizer.train("ab ab ab", 259).save(path)  # merges (97, 98), (32, 256)
+    assert main(["tokenize", "ab ab", "--tokenizer", str(path), "--color", "always"]) == 0
+    first_line = capsys.readouterr().out.splitlines()[0]
+    assert first_line == "\x1b[48;5;153mab\x1b[0m\x1b[48;5;223m ab\x1b[0m"  # two tokens, two colours
+
+
+def test_tokenize_without_a_tokenizer_trains_a_small_one(capsys):
+    assert main(["tokenize", "Hello world, 世界 🙂", "--color", "never"]) == 0
+    captured = capsys.readouterr()
+    assert "trained a 2048-token tokenizer on Python's pydoc topics" in captured.err
+    assert captured.out.splitlines()[0].startswith("[H")
+
+
+def test_errors_are_reported_not_raised(tmp_path, capsys):
+    missing = tmp_path / "missing.json"
+    assert main(["tokenize", "x", "--tokenizer", str(missing)]) == 1
+    assert "cannot load the tokenizer" in capsys.readouterr().err
+    data = tmp_path / "corpus.txt"
+    data.write_text("abc")
+    assert main(["tokenizer", "train", "--data", str(data), "--vocab-size", "10", "--out", str(tmp_path / "t")]) == 1
+    assert "vocab_size=10 is too small" in capsys.readouterr().err
