@@ -8,8 +8,8 @@ from numforge.generate import generate, generate_ids, next_token_probs, sample_n
 from numforge.model import GPT
 
 
-def tiny_model(max_seq_len=8, dtype="float64", seed=3):
-    config = GPTConfig(vocab_size=300, max_seq_len=max_seq_len, d_model=16, num_heads=2, num_layers=2)
+def tiny_model(max_seq_len=8, dtype="float64", seed=3, vocab_size=300):
+    config = GPTConfig(vocab_size=vocab_size, max_seq_len=max_seq_len, d_model=16, num_heads=2, num_layers=2)
     return GPT(config, seed=seed, dtype=dtype)
 
 
@@ -115,3 +115,64 @@ def test_prompt_must_fit_the_context():
         list(generate_ids(tiny_model(), list(range(9)), 1))
     with pytest.raises(ValueError, match="got 0"):
         list(generate_ids(tiny_model(), [], 1))
+
+
+# ---------------------------------------------------------------- text in, text out
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from numforge.tokenizer import BPETokenizer
+
+    return BPETokenizer.train("héllo wörld, the cat sat on the mat; " * 20 + "日本語 ✓", 280)
+
+
+class ScriptedModel:
+    """Logits that pick the given tokens in turn (a stand-in to test ``generate``'s bookkeeping)."""
+
+    def __init__(self, script, vocab_size, max_seq_len=8):
+        self.script, self.vocab_size, self.calls = list(script), vocab_size, 0
+        self.config = GPTConfig(vocab_size=vocab_size, max_seq_len=max_seq_len, d_model=2, num_heads=1, num_layers=1)
+
+    def logits(self, ids, last_only=True, kv_cache=None):
+        row = np.zeros((1, self.vocab_size))
+        row[0, self.script[self.calls]] = 1.0
+        self.calls += 1
+        return row
+
+    def new_kv_cache(self, batch_size):
+        return None
+
+
+def test_generate_streams_exactly_the_decoded_text(tokenizer):
+    model = tiny_model(dtype="float32", vocab_size=tokenizer.vocab_size)
+    pieces = []
+    result = generate(model, tokenizer, "the cat", 30, temperature=1.0, seed=2, on_text=pieces.append)
+    assert "".join(pieces) == result.text == tokenizer.decode(result.ids)
+    assert len(result.ids) == 30 and result.prompt_ids == tokenizer.encode("the cat")
+
+
+def test_multibyte_characters_stream_whole(tokenizer):
+    wanted = tokenizer.encode_ordinary("日本語 ✓")  # several byte tokens per character
+    eot = tokenizer.special_tokens["<|endoftext|>"]
+    pieces = []
+    result = generate(ScriptedModel(wanted + [eot], tokenizer.vocab_size), tokenizer, "a", 50, temperature=0.0,
+                      on_text=pieces.append)
+    assert result.text == "日本語 ✓" and result.stopped_at_end_of_text
+    assert "\ufffd" not in "".join(pieces) and "".join(pieces) == "日本語 ✓"
+    assert result.ids == wanted  # <|endoftext|> ends the text and is not part of it
+
+
+def test_long_prompt_is_cropped_from_the_left_with_a_notice(tokenizer):
+    prompt = "the cat sat on the mat; héllo wörld"
+    ids = tokenizer.encode(prompt)
+    assert len(ids) > 8
+    notices = []
+    result = generate(tiny_model(vocab_size=tokenizer.vocab_size), tokenizer, prompt, 3, temperature=0.0, on_notice=notices.append)
+    assert result.prompt_ids == ids[-8:]
+    assert notices == [f"the prompt is {len(ids)} tokens and the model's context is 8: keeping the last 8 tokens"]
+
+
+def test_empty_prompt_starts_a_new_document(tokenizer):
+    result = generate(tiny_model(vocab_size=tokenizer.vocab_size), tokenizer, "", 2, temperature=0.0)
+    assert result.prompt_ids == [tokenizer.special_tokens["<|endoftext|>"]]
