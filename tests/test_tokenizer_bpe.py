@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from pydoc_data.topics import topics
 
 from numforge.tokenizer import BPETokenizer, bpe, reference
+from numforge.tokenizer._merge import PAIR_BASE, merge_long, merge_short
 
 DOCS = "".join(topics[key] for key in sorted(topics))  # Python's own documentation text
 CODE = inspect.getsource(json.decoder)  # a real source file: indentation runs, quotes, underscores
@@ -254,3 +255,21 @@ def test_constructor_rejects_inconsistent_merges():
         BPETokenizer([], byte_ids=[0] * 256)
     with pytest.raises(ValueError, match="not a valid regular expression"):
         BPETokenizer([], pattern="(")
+
+
+@given(st.data())
+def test_short_and_long_chunk_paths_equal_the_reference(data):
+    # any merge list over the bytes 0..3: each merge joins two ids that exist before it
+    merges = []
+    for _ in range(data.draw(st.integers(0, 8))):
+        existing = st.sampled_from([0, 1, 2, 3, *range(256, 256 + len(merges))])
+        pair = (data.draw(existing), data.draw(existing))
+        if pair not in merges:
+            merges.append(pair)
+    ids = data.draw(st.lists(st.integers(0, 3), max_size=100))
+    merged = {p * PAIR_BASE + q: 256 + i for i, (p, q) in enumerate(merges)}
+    expected = ids
+    for i, pair in enumerate(merges):
+        expected = reference.replace_pair(expected, pair, 256 + i)
+    assert merge_short(ids, merged) == expected
+    assert merge_long(ids, merged) == expected
