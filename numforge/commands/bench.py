@@ -10,7 +10,7 @@ from importlib import import_module
 
 HELP = "measure speed and memory side by side with a plain reference or a peer library"
 
-BENCHMARKS = {}  # name -> one-line help; filled as benchmarks land
+BENCHMARKS = {"tokenizer": "BPE training and encoding on stdlib sources vs reference, HF tokenizers, tiktoken"}  # name -> one-line help; filled as benchmarks land
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,171 @@
+"""``numforge bench tokenizer``: BPE training and encoding speed beside the reference and the Rust tools.
+
+Corpus: the running Python's own standard-library ``.py`` sources (sysconfig
+path 'stdlib'), read in sorted path order until ``--megabytes`` MB. Measured,
+all in one run so that the ratios are comparable on a noisy machine:
+
+1. training to ``--vocab-size`` tokens: numforge, and HF ``tokenizers`` (BPE
+   with the same byte-level GPT-2 split; it uses all cores) when importable;
+2. encoding the whole corpus with the trained vocabulary: numforge (cold
+   cache), and ``tiktoken`` built from numforge's token bytes and pattern,
+   single-threaded ``encode_ordinary``, when importable; the ids are compared;
+3. the textbook ``reference`` trainer and encoder on a slice they can finish,
+   beside numforge on the same slice;
+4. 100,000 copies of one character, for a few characters.
+
+Targets (issue 4): training within 3x of HF tokenizers' time; encoding at
+least 0.4x tiktoken's MB/s; 100,000 copies of one character in under 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sysconfig
+import time
+import warnings
+from pathlib import Path
+
+from ..tokenizer import BPETokenizer, reference
+
+TRAIN_RATIO_TARGET = 3.0
+ENCODE_RATIO_TARGET = 0.4
+LONG_RUN_SECONDS_TARGET = 1.0
+LONG_RUN_CHARACTERS = ("a", " ", "\n", "7", "🙂")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--megabytes", type=float, default=8.0, help="corpus size (MB of standard-library source)")
+    parser.add_argument("--vocab-size", type=int, default=8192)
+    parser.add_argument("--reference-kb", type=float, default=16.0, help="slice for the slow reference (KB)")
+    parser.add_argument("--reference-merges", type=int, default=100, help="merges the reference learns on its slice")
+    parser.add_argument("--no-peers", action="store_true", help="skip HF tokenizers and tiktoken even if importable")
+
+
+def stdlib_corpus(megabytes: float) -> list[str]:
+    """Standard-library sources in sorted path order, cut to `megabytes` MB of UTF-8 in all."""
+    limit = int(megabytes * 1e6)
+    texts, size = [], 0
+    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).rglob("*.py")):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        data = text.encode("utf-8")[: limit - size]
+        texts.append(data.decode("utf-8", errors="ignore"))
+        size += len(data)
+        if size >= limit:
+            break
+    return texts
+
+
+def run(args: argparse.Namespace) -> int:
+    texts = stdlib_corpus(args.megabytes)
+    text = "".join(texts)
+    megabytes = len(text.encode("utf-8")) / 1e6
+    print(f"corpus: {megabytes:.2f} MB of Python {sysconfig.get_python_version()} standard-library source, "
+          f"{len(texts)} files; vocab_size {args.vocab_size}\n")
+
+    tok, train_s = _timed(lambda: BPETokenizer.train(texts, args.vocab_size))
+    hf_train_s = None if args.no_peers else _hf_train_seconds(texts, args.vocab_size)
+    print("training")
+    _row("numforge", train_s, megabytes)
+    if hf_train_s is not None:
+        _row("HF tokenizers (Rust, all cores)", hf_train_s, megabytes)
+
+    fresh = BPETokenizer(tok.merges, special_tokens=tuple(tok.special_tokens), pattern=tok.pattern)
+    ids, encode_s = _timed(lambda: fresh.encode_ordinary(text))
+    tiktoken_result = None if args.no_peers else _tiktoken_encode(tok, text)
+    print(f"\nencoding ({len(ids):,} tokens, {len(text.encode('utf-8')) / len(ids):.2f} bytes/token)")
+    _row("numforge (cold cache)", encode_s, megabytes)
+    if tiktoken_result is not None:
+        tiktoken_ids, tiktoken_s = tiktoken_result
+        _row("tiktoken (Rust, one thread)", tiktoken_s, megabytes)
+        print(f"  same ids as tiktoken: {'yes' if tiktoken_ids == ids else 'NO'}")
+
+    _reference_section(text, args)
+    long_run_worst = _long_run_section(tok)
+
+    print("\ntargets")
+    if hf_train_s is not None:
+        ratio = train_s / hf_train_s
+        print(f"  training time numforge / HF = {ratio:.2f} (target <= {TRAIN_RATIO_TARGET:g}): "
+              f"{_verdict(ratio <= TRAIN_RATIO_TARGET)}")
+    if tiktoken_result is not None:
+        ratio = tiktoken_result[1] / encode_s
+        print(f"  encoding MB/s numforge / tiktoken = {ratio:.2f} (target >= {ENCODE_RATIO_TARGET:g}): "
+              f"{_verdict(ratio >= ENCODE_RATIO_TARGET)}")
+    print(f"  100,000 copies of one character, slowest: {long_run_worst:.3f} s "
+          f"(target < {LONG_RUN_SECONDS_TARGET:g} s): {_verdict(long_run_worst < LONG_RUN_SECONDS_TARGET)}")
+    return 0
+
+
+def _reference_section(text: str, args: argparse.Namespace) -> None:
+    data = text.encode("utf-8")[: int(args.reference_kb * 1e3)]
+    piece = data.decode("utf-8", errors="ignore")
+    vocab_size = 256 + args.reference_merges
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a slice may run out of pairs; both stop at the same merge
+        merges, reference_train_s = _timed(lambda: reference.train_merges(piece, args.reference_merges))
+        small, train_s = _timed(lambda: BPETokenizer.train(piece, vocab_size, special_tokens=()))
+    reference_ids, reference_encode_s = _timed(lambda: reference.encode(piece, merges))
+    ids, encode_s = _timed(lambda: small.encode_ordinary(piece))
+    kilobytes = len(data) / 1e3
+    print(f"\nreference (tokenizer/reference.py) on a {kilobytes:.0f} KB slice, {len(merges)} merges")
+    print(f"  training: reference {reference_train_s:.3f} s, numforge {train_s:.3f} s "
+          f"({reference_train_s / train_s:.0f}x faster); same merges: {'yes' if merges == small.merges else 'NO'}")
+    print(f"  encoding: reference {reference_encode_s:.3f} s, numforge {encode_s:.4f} s "
+          f"({reference_encode_s / encode_s:.0f}x faster); same ids: {'yes' if ids == reference_ids else 'NO'}")
+
+
+def _long_run_section(tok: BPETokenizer) -> float:
+    print("\n100,000 copies of one character (numforge, trained vocabulary)")
+    worst = 0.0
+    for character in LONG_RUN_CHARACTERS:
+        text = character * 100_000
+        ids, seconds = _timed(lambda: tok.encode_ordinary(text))
+        assert tok.decode(ids) == text, "the long run must decode back to itself"
+        print(f"  {character!r:>6}: {seconds:.3f} s -> {len(ids):,} tokens")
+        worst = max(worst, seconds)
+    return worst
+
+
+def _hf_train_seconds(texts: list[str], vocab_size: int) -> float | None:
+    try:
+        from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    except ImportError:
+        print("(HF tokenizers not importable: skipped)")
+        return None
+    hf = Tokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    return _timed(lambda: hf.train_from_iterator(texts, trainer=trainer))[1]
+
+
+def _tiktoken_encode(tok: BPETokenizer, text: str):
+    try:
+        import tiktoken
+    except ImportError:
+        print("(tiktoken not importable: skipped)")
+        return None
+    ranks = {tok.token_bytes(i): i for i in range(256 + len(tok.merges))}
+    encoding = tiktoken.Encoding("numforge-bench", pat_str=tok.pattern, mergeable_ranks=ranks, special_tokens={})
+    return _timed(lambda: encoding.encode_ordinary(text))
+
+
+def _timed(work):
+    start = time.perf_counter()
+    result = work()
+    return result, time.perf_counter() - start
+
+
+def _row(name: str, seconds: float, megabytes: float) -> None:
+    print(f"  {name:<34} {seconds:8.3f} s  {megabytes / seconds:7.2f} MB/s")
+
+
+def _verdict(holds: bool) -> str:
+    return "holds" if holds else "DOES NOT HOLD"
