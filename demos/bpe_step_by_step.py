@@ -1,0 +1,48 @@
+"""Byte-pair encoding, merge by merge, on Wikipedia's example "aaabdaaabac".
+
+Run: python demos/bpe_step_by_step.py
+
+Every step prints the pair counts, the pair that wins (highest count; on a
+tie, the smallest pair in id order), the new token and the sequence after the
+merge; then the text is encoded with the learned merges and decoded back, and
+the fast BPETokenizer is shown to learn the same merges.
+"""
+
+from numforge.tokenizer import BPETokenizer, reference
+
+TEXT = "aaabdaaabac"
+NUM_MERGES = 3
+
+
+def show(ids, merges):
+    """Each token as its id and its text: 256'aa' 97'a' ..."""
+    return " ".join(f"{t}{reference.token_bytes(t, merges).decode()!r}" for t in ids)
+
+
+def main():
+    ids = list(TEXT.encode("utf-8"))
+    merges = []
+    print(f"text {TEXT!r} as bytes: {ids}\n")
+    for k in range(1, NUM_MERGES + 1):
+        counts = reference.count_pairs([ids])
+        pair, count = reference.most_frequent_pair(counts)
+        ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+        print(f"step {k}: pair counts " + ", ".join(f"{p}: {c}" for p, c in ranked))
+        tied = [p for p, c in ranked if c == count]
+        if len(tied) > 1:
+            print(f"  tie at {count} between {tied}: the smallest pair wins")
+        new_id = 255 + k
+        merges.append(pair)
+        ids = reference.replace_pair(ids, pair, new_id)
+        print(f"  merge {pair} -> {new_id} = {reference.token_bytes(new_id, merges)!r}")
+        print(f"  sequence: {ids}\n           {show(ids, merges)}\n")
+
+    encoded = reference.encode(TEXT, merges)
+    print(f"merges: {merges}")
+    print(f"encode({TEXT!r}) = {encoded}; decode gives back {reference.decode(encoded, merges)!r}")
+    fast = BPETokenizer.train(TEXT, 256 + NUM_MERGES, special_tokens=())
+    print(f"the fast trainer learns the same merges: {fast.merges == merges}")
+
+
+if __name__ == "__main__":
+    main()
