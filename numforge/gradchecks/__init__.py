@@ -14,7 +14,7 @@ from typing import Callable
 
 from ..gradcheck import GradResult
 
-SUITES: tuple[str, ...] = ("ops", "model")  # module names in numforge.gradchecks, in run order
+SUITES: tuple[str, ...] = ("ops", "attention", "model")  # module names in numforge.gradchecks, in run order
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,59 @@
+"""Gradient checks of plain and tiled attention: causal, full, masked, Tq != Tk, in float64.
+
+Shapes are small and odd so that tiles are ragged (T = 5 and 7 with blocks of
+2 and 3), and the cases include rows that see no key at all (Tq > Tk causal,
+a mask row of False), whose gradients must be exactly zero.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import backend
+from ..gradcheck import check_op
+from ..ops.attention import attention_backward, attention_forward
+from ..ops.flash_attention import flash_attention_backward, flash_attention_forward
+from . import Case
+
+
+def _qkv(B: int, H: int, Tq: int, Tk: int, D: int, Dv: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    shapes = {"q": (B, H, Tq, D), "k": (B, H, Tk, D), "v": (B, H, Tk, Dv)}
+    return {name: backend.asarray(rng.standard_normal(shape), dtype="float64") for name, shape in shapes.items()}
+
+
+def _mask(B: int, Tq: int, Tk: int, seed: int):
+    """A random (B, 1, Tq, Tk) mask whose first query row sees nothing."""
+    allowed = np.random.default_rng(seed).random((B, 1, Tq, Tk)) < 0.6
+    allowed[:, :, 0, :] = False
+    return backend.asarray(allowed)
+
+
+def _case(name: str, shape: tuple, seed: int, masked: bool = False, **kwargs) -> Case:
+    """A check of ``attention`` or ``flash_attention`` (by the name's prefix) on ``shape = (B, H, Tq, Tk, D, Dv)``."""
+    tiled = name.startswith("flash_attention")
+    forward = flash_attention_forward if tiled else attention_forward
+    backward = flash_attention_backward if tiled else attention_backward
+
+    def run():
+        B, H, Tq, Tk, D, Dv = shape
+        options = {**kwargs, "mask": _mask(B, Tq, Tk, seed)} if masked else kwargs
+        return check_op(name, forward, backward, _qkv(*shape, seed=seed), options, seed=seed)
+
+    return Case(name, run)
+
+
+# shape: (B, H, Tq, Tk, D, Dv)
+CASES = [
+    _case("attention.causal", (2, 2, 5, 5, 3, 4), seed=1, causal=True),
+    _case("attention.full", (1, 3, 4, 6, 2, 3), seed=2, causal=False),
+    _case("attention.masked", (2, 2, 4, 5, 3, 2), seed=3, masked=True, causal=False),
+    _case("attention.masked_causal", (1, 2, 5, 5, 3, 2), seed=4, masked=True, causal=True),
+    _case("attention.causal_tq<tk", (1, 2, 2, 6, 3, 3), seed=5, causal=True),
+    _case("attention.causal_tq>tk", (1, 2, 6, 3, 3, 3), seed=6, causal=True),
+    _case("flash_attention.causal", (2, 2, 7, 7, 3, 4), seed=7, causal=True, block_q=2, block_k=3),
+    _case("flash_attention.full", (1, 3, 5, 7, 2, 3), seed=8, causal=False, block_q=3, block_k=2),
+    _case("flash_attention.causal_tq<tk", (1, 2, 3, 8, 3, 3), seed=9, causal=True, block_q=2, block_k=3),
+    _case("flash_attention.causal_tq>tk", (1, 2, 7, 3, 3, 3), seed=10, causal=True, block_q=2, block_k=2),
+    _case("flash_attention.one_tile", (1, 2, 5, 5, 4, 4), seed=11, causal=True, block_q=64, block_k=64),
+]
