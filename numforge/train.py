@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
+from tqdm import tqdm
 
 from .backend import asarray
 from .checkpoint import (atomic_path, latest_checkpoint_dir, load_checkpoint, restore_model,
@@ -337,8 +338,6 @@ def train_step(run: Run) -> tuple[float, float]:
 
 def train(run: Run, *, progress: bool = True, say: Callable[[str], None] = print) -> str:
     """Train until ``settings.max_steps``; return ``"done"`` or ``"interrupted"`` (checkpointed either way)."""
-    from tqdm import tqdm
-
     settings = run.settings
     tokens_per_step = settings.batch_size * settings.seq_len
     bar = tqdm(total=settings.max_steps, initial=run.step, disable=not progress, unit="step", dynamic_ncols=True)
@@ -349,9 +348,11 @@ def train(run: Run, *, progress: bool = True, say: Callable[[str], None] = print
             row = {"step": run.step, "train_loss": f"{loss:.6f}", "val_loss": "", "lr": f"{lr:.6g}"}
             run.log.append(row)
             if run.step % settings.eval_every == 0 or run.step == settings.max_steps:
-                row["val_loss"] = f"{evaluate(run.model, run.val_tokens, settings):.6f}"
+                val_loss = evaluate(run.model, run.val_tokens, settings)
+                row["val_loss"] = f"{val_loss:.6f}"
                 write_loss_csv(run.run_dir / LOSS_CSV, run.log)
-                bar.write(f"step {run.step}: train loss {loss:.4f}, validation loss {row['val_loss'][:6]}")
+                with tqdm.external_write_mode():  # the message above the bar, not through it
+                    say(f"step {run.step}: train loss {loss:.3f}, validation loss {val_loss:.3f}")
             if run.step % settings.save_every == 0 or run.step == settings.max_steps:
                 run.save()
             tokens_per_s = (run.step - start_step) * tokens_per_step / (time.perf_counter() - started)

@@ -156,3 +156,12 @@ def test_command_line_train_resume_and_sample(tmp_path, corpus, capsys):
     capsys.readouterr()
     assert cli.main(["sample", "--checkpoint", out, "--prompt", "the cat", "--max-new-tokens", "5", "--temperature", "0"]) == 0
     assert capsys.readouterr().out.startswith("the cat")
+
+
+def test_default_run_directory_is_the_first_free_one(tmp_path, monkeypatch):
+    from numforge.commands.train import next_free_run_dir
+
+    monkeypatch.chdir(tmp_path)
+    assert str(next_free_run_dir()) == "runs/run-1"
+    (tmp_path / "runs" / "run-1").mkdir(parents=True)
+    assert str(next_free_run_dir()) == "runs/run-2"

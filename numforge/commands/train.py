@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import sys
 import time
+from pathlib import Path
 
 from ..checkpoint import latest_checkpoint_dir
 from ..data import DEFAULT_CORPUS, load_documents
@@ -14,7 +15,7 @@ from ..train import LOSS_CSV, LOSS_PNG, TrainingDiverged, TrainSettings, load_or
 
 HELP = "train a GPT on text (default: this Python's own documentation), with checkpoints and exact resume"
 
-DEFAULT_OUT = "numforge-run"
+RUNS_DIR = "runs"  # default --out: the first free runs/run-N
 DEFAULT_VOCAB_SIZE = 1024
 # GPTConfig fields a fresh run takes from the flags: flag dest -> (config field, default)
 MODEL_FLAGS = {"layers": ("num_layers", 4), "d_model": ("d_model", 128), "heads": ("num_heads", 4), "ffn": ("ffn", "gelu")}
@@ -34,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--cache-dir", metavar="DIR", help="where token arrays and tokenizers are cached "
                       "(default $NUMFORGE_CACHE, else ~/.cache/numforge)")
     run = parser.add_argument_group("run")
-    run.add_argument("--out", metavar="DIR", help=f"run directory for checkpoints and the loss log (default {DEFAULT_OUT})")
+    run.add_argument("--out", metavar="DIR", help="run directory for checkpoints and the loss log "
+                     f"(default: the first free {RUNS_DIR}/run-1, run-2, ...)")
     run.add_argument("--resume", metavar="DIR", help="continue the run checkpointed in DIR, in DIR")
     run.add_argument("--max-steps", type=int, help=f"train until this many updates (default {defaults.max_steps})")
     run.add_argument("--eval-every", type=int, help=f"validation loss every N steps (default {defaults.eval_every})")
@@ -57,6 +59,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        "stopped run resumes exactly)")
 
 
+def next_free_run_dir() -> Path:
+    """``runs/run-N`` for the smallest N >= 1 that does not exist yet."""
+    number = 1
+    while (Path(RUNS_DIR) / f"run-{number}").exists():
+        number += 1
+    return Path(RUNS_DIR) / f"run-{number}"
+
+
 def _given(args: argparse.Namespace, names) -> dict:
     return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
@@ -71,7 +81,7 @@ def _start(args: argparse.Namespace, say):
             raise ValueError(f"{flags} cannot change when resuming: a resumed run keeps the settings in its "
                              f"checkpoint (only --max-steps, --eval-every, --save-every and --data may be given)")
         return resume_run(args.resume, _given(args, RESUMABLE), data=args.data, cache_dir=args.cache_dir, say=say)
-    out = args.out or DEFAULT_OUT
+    out = args.out or next_free_run_dir()
     if latest_checkpoint_dir(out) is not None:
         raise ValueError(f"{out} already holds a checkpoint: continue it with --resume {out}, or choose another --out")
     settings = _given(args, SETTINGS_FLAGS)
