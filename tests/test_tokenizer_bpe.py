@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pydoc_data.topics import topics
 
 from numforge.tokenizer import BPETokenizer, bpe, reference
-from numforge.tokenizer._merge import PAIR_BASE, merge_long, merge_short
+from numforge.tokenizer._merge import merge_long, merge_short
 
 DOCS = "".join(topics[key] for key in sorted(topics))  # Python's own documentation text
 CODE = inspect.getsource(json.decoder)  # a real source file: indentation runs, quotes, underscores
@@ -267,7 +267,7 @@ def test_short_and_long_chunk_paths_equal_the_reference(data):
         if pair not in merges:
             merges.append(pair)
     ids = data.draw(st.lists(st.integers(0, 3), max_size=100))
-    merged = {p * PAIR_BASE + q: 256 + i for i, (p, q) in enumerate(merges)}
+    merged = {pair: 256 + i for i, pair in enumerate(merges)}
     expected = ids
     for i, pair in enumerate(merges):
         expected = reference.replace_pair(expected, pair, 256 + i)

@@ -9,8 +9,11 @@ always has a higher rank than the merge that made X, so merging never creates
 a pair of lower rank than the one just merged; ranks come out in order, and
 within one rank, leftmost-first is the reference's left-to-right scan.
 
-Long chunks (``merge_long``): the chunk is a doubly linked list over positions (``nxt``,
-``prv``); ``waiting`` maps a rank to the positions where a pair of that rank
+Short chunks (``merge_short``, nearly all of them): recompute nothing but the two
+pair ranks beside each merge; the scans for the lowest rank run inside list methods.
+
+Long chunks (``merge_long``): the chunk is a doubly linked list over positions
+(``nxt``, ``prv``); ``waiting`` maps a rank to the positions where a pair of that rank
 was seen, and a heap holds the ranks that have waiting positions. Pop the
 lowest rank, visit its positions left to right, and merge where the pair is
 still there (an entry goes stale when a neighbour merged first); a merge
@@ -19,7 +22,7 @@ pairs around it under their ranks, which are always higher. The heap sees one
 push per rank, not per pair, which keeps the constant small: a run of 100,000
 equal letters costs a few list appends per byte. Worked example, merges
 (97, 97) -> 256 and (256, 97) -> 257, chunk "aaa" = [97, 97, 97]:
-waiting {256: [0, 1]}; at 0: [256, 97], file 1 position under 257;
+waiting {256: [0, 1]}; at 0: [256, 97], file position 0 under 257;
 at 1: stale (node 1 unlinked); rank 257 at 0: [257].
 """
 
@@ -28,31 +31,27 @@ from __future__ import annotations
 from heapq import heapify, heappop, heappush
 from itertools import repeat
 
-# A pair (p, q) of token ids is the dict key p * PAIR_BASE + q: one int hashes
-# faster than a tuple, and keys sort like the pairs as long as ids < PAIR_BASE.
-PAIR_BASE = 1 << 32
-NOT_A_MERGE = PAIR_BASE  # larger than every rank
+NOT_A_MERGE = 1 << 62  # larger than every rank
 SHORT_CHUNK = 64  # tokens; beyond this the O(n log n) path is faster (measured)
 
 
-def merge_chunk(ids: list[int], merged: dict[int, int]) -> list[int]:
-    """Apply merges to one chunk's token ids; `merged` maps a pair key to the id the merge makes.
+def merge_chunk(ids: list[int], merged: dict[tuple[int, int], int]) -> list[int]:
+    """Apply merges to one chunk's token ids; `merged` maps a pair (p, q) to the id the merge makes.
 
-    Example: ids [97, 97, 97], merged {97*B+97: 256, 256*B+97: 257} -> [257].
-    Chunks up to SHORT_CHUNK tokens (nearly all of them) take the simple quadratic
-    path, whose steps run inside list methods; longer ones the linked list.
+    Example: ids [97, 97, 97], merged {(97, 97): 256, (256, 97): 257} -> [257].
+    Chunks up to SHORT_CHUNK tokens take the quadratic path, longer ones the linked list.
     """
     return merge_short(ids, merged) if len(ids) <= SHORT_CHUNK else merge_long(ids, merged)
 
 
-def merge_short(ids: list[int], merged: dict[int, int]) -> list[int]:
+def merge_short(ids: list[int], merged: dict[tuple[int, int], int]) -> list[int]:
     """Merge the lowest-rank pair, leftmost first, until none is left: O(n^2), fast for small n.
 
     ranks[j] is the rank of the pair (ids[j], ids[j+1]) (NOT_A_MERGE if none); a merge at j
     replaces two ids by one, drops ranks[j] and refreshes the two ranks beside it.
     """
     ids = list(ids)
-    ranks = list(map(merged.get, map(_key, ids[:-1], ids[1:]), repeat(NOT_A_MERGE)))  # (n-1,)
+    ranks = list(map(merged.get, zip(ids, ids[1:]), repeat(NOT_A_MERGE)))  # (n-1,)
     while ranks:
         rank = min(ranks)
         if rank == NOT_A_MERGE:
@@ -61,13 +60,13 @@ def merge_short(ids: list[int], merged: dict[int, int]) -> list[int]:
         ids[j : j + 2] = (rank,)  # (n,) -> (n-1,): the merged token's id is its rank
         del ranks[j]  # (n-1,) -> (n-2,)
         if j > 0:
-            ranks[j - 1] = merged.get(ids[j - 1] * PAIR_BASE + rank, NOT_A_MERGE)
+            ranks[j - 1] = merged.get((ids[j - 1], rank), NOT_A_MERGE)
         if j < len(ranks):
-            ranks[j] = merged.get(rank * PAIR_BASE + ids[j + 1], NOT_A_MERGE)
+            ranks[j] = merged.get((rank, ids[j + 1]), NOT_A_MERGE)
     return ids
 
 
-def merge_long(ids: list[int], merged: dict[int, int]) -> list[int]:
+def merge_long(ids: list[int], merged: dict[tuple[int, int], int]) -> list[int]:
     """The same result as ``merge_short`` in O(n log n): rank buckets over a linked list."""
     n = len(ids)
     if n < 2:
@@ -76,7 +75,7 @@ def merge_long(ids: list[int], merged: dict[int, int]) -> list[int]:
     nxt = list(range(1, n + 1))  # (n,) next node, n = none
     prv = list(range(-1, n - 1))  # (n,) previous node, -1 = none
     waiting: dict[int, list[int]] = {}  # rank -> positions whose pair had that rank
-    for j, rank in enumerate(map(merged.get, map(_key, tokens[:-1], tokens[1:]))):
+    for j, rank in enumerate(map(merged.get, zip(tokens, tokens[1:]))):
         if rank is not None:
             waiting.setdefault(rank, []).append(j)
     ranks = list(waiting)
@@ -85,16 +84,16 @@ def merge_long(ids: list[int], merged: dict[int, int]) -> list[int]:
         rank = heappop(ranks)
         for j in sorted(waiting.pop(rank)):  # leftmost first
             k = nxt[j]
-            if tokens[j] < 0 or k >= n or merged.get(tokens[j] * PAIR_BASE + tokens[k]) != rank:
+            if tokens[j] < 0 or k >= n or merged.get((tokens[j], tokens[k])) != rank:
                 continue  # stale: node j is gone, or a neighbour merged first
             tokens[j] = rank  # the left node becomes the merged token (the rank is its id)
             tokens[k] = -1  # unlink the right node
             nxt[j] = k = nxt[k]
             if k < n:
                 prv[k] = j
-                _file(waiting, ranks, merged.get(rank * PAIR_BASE + tokens[k]), j)
+                _file(waiting, ranks, merged.get((rank, tokens[k])), j)
             if (p := prv[j]) >= 0:
-                _file(waiting, ranks, merged.get(tokens[p] * PAIR_BASE + rank), p)
+                _file(waiting, ranks, merged.get((tokens[p], rank)), p)
     return [t for t in tokens if t >= 0]
 
 
@@ -107,7 +106,3 @@ def _file(waiting: dict[int, list[int]], ranks: list[int], rank: int | None, j: 
     else:
         waiting[rank] = [j]
         heappush(ranks, rank)
-
-
-def _key(p: int, q: int) -> int:
-    return p * PAIR_BASE + q

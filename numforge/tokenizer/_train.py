@@ -32,7 +32,9 @@ from heapq import heapify, heappop, heappush, heapreplace
 
 from tqdm import tqdm
 
-from ._merge import PAIR_BASE
+# A pair (p, q) of token ids is the int key p * PAIR_BASE + q: ints hash faster than
+# tuples, and keys sort like the pairs (the tie rule) as long as ids < PAIR_BASE.
+PAIR_BASE = 1 << 32
 
 
 def learn_merges(chunk_counts: dict[str, int], num_merges: int, progress: bool = False) -> list[tuple[int, int]]:

@@ -18,7 +18,7 @@ import codecs
 from collections import Counter
 from itertools import chain
 
-from ._merge import PAIR_BASE, merge_chunk
+from ._merge import merge_chunk
 from ._train import learn_merges
 from .pretokenize import GPT2_SPLIT_PATTERN, compile_pattern, special_tokens_regex, split_on_specials
 
@@ -44,7 +44,7 @@ class BPETokenizer:
         first_special = 256 + len(self.merges)
         self.special_tokens = {name: first_special + j for j, name in enumerate(_check_specials(special_tokens))}
         self.vocab_size = first_special + len(self.special_tokens)
-        self._merged = {p * PAIR_BASE + q: 256 + i for i, (p, q) in enumerate(self.merges)}
+        self._merged = {pair: 256 + i for i, pair in enumerate(self.merges)}  # (p, q) -> id it makes
         self._byte_table = bytes.maketrans(bytes(range(256)), bytes(self.byte_ids))  # byte -> id, ids < 256
         self._token_bytes = _expand_tokens(self.byte_ids, self.merges) + [s.encode("utf-8") for s in self.special_tokens]
         self._cache = _ChunkCache(self._encode_chunk)

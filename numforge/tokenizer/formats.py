@@ -34,7 +34,7 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-from ._merge import PAIR_BASE, merge_chunk
+from ._merge import merge_chunk
 from .bpe import BPETokenizer
 from .pretokenize import GPT2_SPLIT_PATTERN
 
@@ -239,7 +239,7 @@ def load_tiktoken(path, special_tokens=(), pattern: str = GPT2_SPLIT_PATTERN) ->
         raise ValueError(f"{path}: the 256 single bytes must have ranks 0..255")
     byte_ids = [singles[b] for b in range(256)]
     byte_table = bytes.maketrans(bytes(range(256)), bytes(byte_ids))
-    merged: dict[int, int] = {}
+    merged: dict[tuple[int, int], int] = {}
     merges = []
     for rank in range(256, len(rank_bytes)):
         parts = merge_chunk(list(rank_bytes[rank].translate(byte_table)), merged)
@@ -248,7 +248,7 @@ def load_tiktoken(path, special_tokens=(), pattern: str = GPT2_SPLIT_PATTERN) ->
                 f"{path}: the token of rank {rank}, {rank_bytes[rank]!r}, is not the merge of two tokens of "
                 f"lower rank (the merges below it leave {len(parts)} pieces)"
             )
-        merged[parts[0] * PAIR_BASE + parts[1]] = rank
+        merged[parts[0], parts[1]] = rank
         merges.append((parts[0], parts[1]))
     return BPETokenizer(merges, special_tokens=special_tokens, pattern=pattern, byte_ids=byte_ids)
 
