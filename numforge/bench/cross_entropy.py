@@ -1,0 +1,137 @@
+"""``numforge bench cross_entropy``: the weight-tied loss, chunked vs materialized (vs PyTorch).
+
+Times forward + backward of the loss over ``logits = h @ table^T`` (best of
+``--repeats`` after one untimed run) and measures the peak extra memory of one
+forward + backward, for:
+
+- tied, chunk_rows = R for each R in ``--chunk-rows`` (numforge's tied_cross_entropy_*),
+- materialized: the full (N, V) logits, then cross_entropy_* and the two matmuls back,
+- torch: ``F.cross_entropy(h @ table.T)`` forward + backward on the CPU, when torch is
+  importable (never a dependency; its memory is not traced).
+
+Peak memory is traced on NumPy only (NumPy reports its buffers to tracemalloc).
+
+Every number comes from one run, so the ratios are what counts on a noisy machine.
+The default chunk_rows of the library is the fastest row here that keeps the
+logits block far below the materialized size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import tracemalloc
+
+import numpy as np
+
+from .. import backend
+from ..ops.cross_entropy import (
+    DEFAULT_CHUNK_ROWS,
+    cross_entropy_backward,
+    cross_entropy_forward,
+    tied_cross_entropy_backward,
+    tied_cross_entropy_forward,
+)
+
+MIB = 2**20
+
+
+def _best_seconds(step, repeats: int, xp) -> float:
+    """The fastest of ``repeats`` timed runs (the GPU is synchronized around each)."""
+    best = float("inf")
+    for _ in range(repeats):
+        if xp is not np:
+            xp.cuda.Device().synchronize()
+        start = time.perf_counter()
+        step()
+        if xp is not np:
+            xp.cuda.Device().synchronize()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _peak_extra_bytes(step, xp) -> int | None:
+    """Peak bytes NumPy allocates above the starting level during ``step`` (tracemalloc); None on CuPy."""
+    if xp is not np:
+        return None
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        step()
+        return tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rows", type=int, default=4096, metavar="N", help="B*T rows of h")
+    parser.add_argument("--vocab", type=int, default=8192, metavar="V")
+    parser.add_argument("--width", type=int, default=256, metavar="C")
+    parser.add_argument("--chunk-rows", type=int, nargs="+", default=[64, 128, 256, 512, 1024, 2048])
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per routine; the best is kept")
+    parser.add_argument("--no-torch", action="store_true", help="skip PyTorch even if importable")
+
+
+def _tied_step(h, table, targets, chunk_rows):
+    def step():
+        loss, cache = tied_cross_entropy_forward(h, table, targets, chunk_rows=chunk_rows)
+        return loss, tied_cross_entropy_backward(1.0, cache)
+
+    return step
+
+
+def _materialized_step(h, table, targets):
+    def step():
+        logits = h @ table.T  # (N, C) @ (C, V) -> (N, V)
+        loss, cache = cross_entropy_forward(logits, targets)
+        dlogits = cross_entropy_backward(1.0, cache)
+        return loss, dlogits @ table, dlogits.T @ h  # dh (N, C), dtable (V, C)
+
+    return step
+
+
+def _torch_step(h, table, targets):
+    try:
+        import torch
+    except ImportError:
+        return None
+    th = torch.from_numpy(backend.to_numpy(h)).requires_grad_()
+    ttable = torch.from_numpy(backend.to_numpy(table)).requires_grad_()
+    ttargets = torch.from_numpy(backend.to_numpy(targets))
+
+    def step():
+        th.grad = ttable.grad = None
+        loss = torch.nn.functional.cross_entropy(th @ ttable.T, ttargets, ignore_index=-1)
+        loss.backward()
+        return loss
+
+    return step
+
+
+def run(args: argparse.Namespace) -> int:
+    xp = backend.array_module()
+    rng = np.random.default_rng(0)
+    h = backend.asarray(rng.standard_normal((args.rows, args.width)), dtype="float32")
+    table = backend.asarray(rng.standard_normal((args.vocab, args.width)) * 0.02, dtype="float32")
+    targets = backend.asarray(rng.integers(0, args.vocab, size=args.rows))
+    steps = {f"tied, chunk_rows={r}": _tied_step(h, table, targets, r) for r in args.chunk_rows}
+    steps["materialized (N, V) logits"] = _materialized_step(h, table, targets)
+    torch_step = None if args.no_torch or xp is not np else _torch_step(h, table, targets)
+
+    print(
+        f"cross-entropy over h @ table^T, forward + backward: N={args.rows} rows, V={args.vocab}, "
+        f"C={args.width}, float32, {backend.backend_name()}; library default chunk_rows={DEFAULT_CHUNK_ROWS}"
+    )
+    timings = {}
+    for name, step in steps.items():
+        step()  # untimed warm-up
+        timings[name] = (_best_seconds(step, args.repeats, xp), _peak_extra_bytes(step, xp))
+    if torch_step is not None:
+        torch_step()
+        timings["torch F.cross_entropy (CPU)"] = (_best_seconds(torch_step, args.repeats, np), None)
+    reference = timings["materialized (N, V) logits"][0]
+    print(f"{'routine':32s} {'ms':>9s} {'vs materialized':>16s} {'peak extra MiB':>15s}")
+    for name, (seconds, peak) in timings.items():
+        memory = "-" if peak is None else f"{peak / MIB:.1f}"
+        print(f"{name:32s} {seconds * 1e3:9.1f} {seconds / reference:15.2f}x {memory:>15s}")
+    return 0
