@@ -100,7 +100,7 @@ def test_ctrl_c_checkpoints_the_finished_step_and_resumes_exactly(tmp_path, corp
     messages = []
     assert train(run, progress=False, say=messages.append) == "interrupted"
     assert checkpoint.load_checkpoint(tmp_path / "run").state["step"] == 4
-    assert "checkpoint at step 4" in messages[0]
+    assert "checkpoint at step 4" in messages[-1]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
 
     train(resume_run(tmp_path / "run", {"save_every": 100}, cache_dir=tmp_path), progress=False)
