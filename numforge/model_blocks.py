@@ -5,7 +5,8 @@ A pre-norm block is two residual branches (``model.py`` adds them)::
     x = x + Drop(Attn(LN1(x)))          attention_branch_forward
     x = x + Drop(FFN(LN2(x)))           mlp_branch_forward
 
-Each ``*_forward(x, p, config, rng)`` takes the block's parameters ``p`` by
+Inside a branch the tokens are rows, ``(N,C)`` with ``N = B*T``: every
+projection is then one 2-D matrix product. Each ``*_forward(x, p, config, rng)`` takes the block's parameters ``p`` by
 short name (``"attn.qkv_proj.weight"``; an absent bias is ``None``) and
 returns ``(branch, cache)``; each ``*_backward(dbranch, cache)`` returns
 ``(dx, grads)`` with ``grads`` keyed by the same short names. ``rng`` is
@@ -90,35 +91,37 @@ def attention_branch_forward(x, p, config, rng, kv_cache=None, layer=0):
     With a ``kv_cache`` the new keys and values are appended to the cached
     ones of this ``layer`` and the new queries attend to all of them.
     """
-    h, norm_cache = layer_norm_forward(x, p["pre_attn_norm.weight"], p.get("pre_attn_norm.bias"),
-                                       eps=config.ln_eps)
-    qkv, qkv_cache = linear_forward(h, p["attn.qkv_proj.weight"], p.get("attn.qkv_proj.bias"))  # (B,T,C) -> (B,T,3C)
-    q, k, v = split_heads(qkv, config.num_heads)  # (B,T,3C) -> 3 x (B,H,T,D)
+    B, T, C = x.shape
+    h, norm_cache = layer_norm_forward(x.reshape(B * T, C), p["pre_attn_norm.weight"],
+                                       p.get("pre_attn_norm.bias"), eps=config.ln_eps)  # (B,T,C) -> (N,C)
+    qkv, qkv_cache = linear_forward(h, p["attn.qkv_proj.weight"], p.get("attn.qkv_proj.bias"))  # (N,C) -> (N,3C)
+    q, k, v = split_heads(qkv.reshape(B, T, 3 * C), config.num_heads)  # (N,3C) -> 3 x (B,H,T,D)
     if kv_cache is not None:
         k, v = kv_cache.extend(layer, k, v)  # (B,H,T,D) -> (B,H,cached+T,D)
     o, attention_cache = attend(q, k, v, config)  # (B,H,T,D)
-    a, out_cache = linear_forward(merge_heads(o), p["attn.out_proj.weight"], p.get("attn.out_proj.bias"))  # (B,H,T,D) -> (B,T,C)
+    merged = merge_heads(o).reshape(B * T, C)  # (B,H,T,D) -> (N,C)
+    a, out_cache = linear_forward(merged, p["attn.out_proj.weight"], p.get("attn.out_proj.bias"))  # (N,C)
     a, drop_cache = dropout_if(a, config, rng)
-    return a, AttentionBranchCache(norm_cache, qkv_cache, attention_cache, out_cache, drop_cache)
+    return a.reshape(B, T, C), AttentionBranchCache(norm_cache, qkv_cache, attention_cache, out_cache, drop_cache)
 
 
 def attention_branch_backward(da, cache: AttentionBranchCache, config):
     """``(dx, grads)``: each step reverses the forward line named beside it."""
     grads = {}
-    da = dropout_if_backward(da, cache.dropout)
+    B, T, C = da.shape
+    da = dropout_if_backward(da.reshape(B * T, C), cache.dropout)  # (B,T,C) -> (N,C)
     # forward: a = out_proj(merge_heads(o))
     dmerged, grads["attn.out_proj.weight"], grads["attn.out_proj.bias"] = linear_backward(da, cache.out_proj)
-    B, T, C = dmerged.shape
-    do = dmerged.reshape(B, T, config.num_heads, C // config.num_heads).transpose(0, 2, 1, 3)  # (B,T,C) -> (B,H,T,D)
+    do = dmerged.reshape(B, T, config.num_heads, C // config.num_heads).transpose(0, 2, 1, 3)  # (N,C) -> (B,H,T,D)
     # forward: o = attend(q, k, v)
     dq, dk, dv = attend_backward(get_xp(do).ascontiguousarray(do), cache.attention, config)
     # forward: q, k, v = split_heads(qkv)
-    dqkv = merge_qkv_grads(dq, dk, dv)  # 3 x (B,H,T,D) -> (B,T,3C)
+    dqkv = merge_qkv_grads(dq, dk, dv).reshape(B * T, 3 * C)  # 3 x (B,H,T,D) -> (N,3C)
     # forward: qkv = qkv_proj(h)
     dh, grads["attn.qkv_proj.weight"], grads["attn.qkv_proj.bias"] = linear_backward(dqkv, cache.qkv_proj)
     # forward: h = LN1(x)
     dx, grads["pre_attn_norm.weight"], grads["pre_attn_norm.bias"] = layer_norm_backward(dh, cache.norm)
-    return dx, grads
+    return dx.reshape(B, T, C), grads  # (N,C) -> (B,T,C)
 
 
 def activation_forward(u, config):
@@ -143,24 +146,26 @@ class MlpBranchCache(NamedTuple):
 
 def mlp_branch_forward(x, p, config, rng):
     """``Drop(down_proj(act(up_proj(LN2(x)))))``; SwiGLU: ``act = silu(gate_proj(h)) * up_proj(h)``."""
-    h, norm_cache = layer_norm_forward(x, p["pre_mlp_norm.weight"], p.get("pre_mlp_norm.bias"),
-                                       eps=config.ln_eps)
-    up, up_cache = linear_forward(h, p["mlp.up_proj.weight"], p.get("mlp.up_proj.bias"))  # (B,T,C) -> (B,T,F)
+    B, T, C = x.shape
+    h, norm_cache = layer_norm_forward(x.reshape(B * T, C), p["pre_mlp_norm.weight"],
+                                       p.get("pre_mlp_norm.bias"), eps=config.ln_eps)  # (B,T,C) -> (N,C)
+    up, up_cache = linear_forward(h, p["mlp.up_proj.weight"], p.get("mlp.up_proj.bias"))  # (N,C) -> (N,F)
     gate_cache = None
     if config.ffn == "swiglu":
-        gate, gate_cache = linear_forward(h, p["mlp.gate_proj.weight"], p.get("mlp.gate_proj.bias"))  # (B,T,C) -> (B,T,F)
+        gate, gate_cache = linear_forward(h, p["mlp.gate_proj.weight"], p.get("mlp.gate_proj.bias"))  # (N,C) -> (N,F)
         act, act_cache = swiglu_forward(gate, up)
     else:
         act, act_cache = activation_forward(up, config)
-    m, down_cache = linear_forward(act, p["mlp.down_proj.weight"], p.get("mlp.down_proj.bias"))  # (B,T,F) -> (B,T,C)
+    m, down_cache = linear_forward(act, p["mlp.down_proj.weight"], p.get("mlp.down_proj.bias"))  # (N,F) -> (N,C)
     m, drop_cache = dropout_if(m, config, rng)
-    return m, MlpBranchCache(norm_cache, up_cache, gate_cache, act_cache, down_cache, drop_cache)
+    return m.reshape(B, T, C), MlpBranchCache(norm_cache, up_cache, gate_cache, act_cache, down_cache, drop_cache)
 
 
 def mlp_branch_backward(dm, cache: MlpBranchCache, config):
     """``(dx, grads)``; with SwiGLU ``dh`` is the sum of the gate and up paths."""
     grads = {}
-    dm = dropout_if_backward(dm, cache.dropout)
+    B, T, C = dm.shape
+    dm = dropout_if_backward(dm.reshape(B * T, C), cache.dropout)  # (B,T,C) -> (N,C)
     # forward: m = down_proj(act)
     dact, grads["mlp.down_proj.weight"], grads["mlp.down_proj.bias"] = linear_backward(dm, cache.down_proj)
     if config.ffn == "swiglu":
@@ -175,7 +180,7 @@ def mlp_branch_backward(dm, cache: MlpBranchCache, config):
         dh += dh_gate  # h feeds both projections: the two paths add
     # forward: h = LN2(x)
     dx, grads["pre_mlp_norm.weight"], grads["pre_mlp_norm.bias"] = layer_norm_backward(dh, cache.norm)
-    return dx, grads
+    return dx.reshape(B, T, C), grads  # (N,C) -> (B,T,C)
 
 
 def sinusoidal_positions(max_seq_len: int, d_model: int, dtype) -> np.ndarray:

@@ -1,0 +1,232 @@
+"""``numforge bench train``: training-step speed (forward, backward, AdamW) vs PyTorch eager.
+
+For each config it times numforge's step and, when torch is installed, the
+same model in PyTorch eager (``bench/train_torch.py``) on identical weights,
+the two alternating step by step so that a busy machine slows both alike.
+It reports tokens/s and the model FLOPs utilisation (MFU): model FLOPs per
+second over a float32 matmul rate measured in the same run, with
+
+    FLOPs per token = 6 * (matmul weights, unembedding included) + 12 * L * T * C
+
+(forward 2, backward 4 per weight; the attention term counts the full
+``T x T`` score matrix, causal or not, as nanoGPT and PaLM do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import ctypes
+import glob
+import os
+import pstats
+import statistics
+import time
+
+import numpy as np
+
+from ..backend import asarray
+from ..config import GPTConfig
+from ..model import GPT
+from ..optim import AdamW
+
+CONFIGS = {  # the two configs of issue 5
+    "small": dict(num_layers=4, d_model=128, num_heads=4, seq_len=128, batch=16, vocab_size=4096),
+    "medium": dict(num_layers=4, d_model=256, num_heads=8, seq_len=256, batch=8, vocab_size=8192),
+}
+LR, WEIGHT_DECAY = 3e-4, 0.1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", choices=[*CONFIGS, "all"], default="all")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per implementation (median reported)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="BLAS threads for NumPy's OpenBLAS and for torch alike (default 1)")
+    parser.add_argument("--attention", choices=["tiled", "naive"], default="naive",
+                        help="numforge's attention kernel (same math; naive is faster at these lengths)")
+    parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch side even if installed")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile numforge's step: the functions where the time goes")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.steps < 1 or args.warmup < 0 or args.threads < 1:
+        raise ValueError("need --steps >= 1, --warmup >= 0, --threads >= 1")
+    torch = None if args.no_torch else _import_torch()
+    blas = _numpy_openblas()
+    if blas is not None:
+        blas.set_num_threads(args.threads)
+    if torch is not None:
+        torch.set_num_threads(args.threads)
+    print(f"numpy {np.__version__}, OpenBLAS kernel {_corename(blas)}, "
+          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}, "
+          f"BLAS threads {_blas_threads(blas)}; "
+          + (f"torch {torch.__version__}, threads {torch.get_num_threads()}" if torch else "torch: not run"))
+    rate = matmul_rate()
+    print(f"float32 matmul rate (1024^3, best of 5): {rate / 1e9:.1f} GFLOP/s\n")
+    names = list(CONFIGS) if args.config == "all" else [args.config]
+    header = f"{'config':8s} {'params':>9s} {'numforge tok/s':>15s} {'MFU':>6s} {'torch tok/s':>12s} {'MFU':>6s} {'ratio':>6s}"
+    print(header)
+    print("-" * len(header))
+    for name in names:
+        result = bench_config(name, args, torch)
+        tokens = result["tokens"]
+        ours = tokens / result["numforge_s"]
+        line = (f"{name:8s} {result['params']:9d} {ours:15.0f} "
+                f"{ours * result['flops_per_token'] / rate:6.1%}")
+        if "torch_s" in result:
+            theirs = tokens / result["torch_s"]
+            line += f" {theirs:12.0f} {theirs * result['flops_per_token'] / rate:6.1%} {ours / theirs:5.2f}x"
+        print(line)
+        if args.profile:
+            print(result["profile"])
+    print("\nratio = numforge tokens/s / PyTorch eager tokens/s (median step times, alternating steps)")
+    return 0
+
+
+def build(name: str, attention: str):
+    spec = CONFIGS[name]
+    config = GPTConfig(vocab_size=spec["vocab_size"], max_seq_len=spec["seq_len"], d_model=spec["d_model"],
+                       num_heads=spec["num_heads"], num_layers=spec["num_layers"], attention=attention)
+    rng = np.random.default_rng(0)
+    shape = (spec["batch"], spec["seq_len"])
+    ids = rng.integers(0, spec["vocab_size"], size=shape)
+    targets = rng.integers(0, spec["vocab_size"], size=shape)
+    return config, ids, targets
+
+
+def flops_per_token(config: GPTConfig) -> int:
+    C, F, L = config.d_model, config.d_ff, config.num_layers
+    projections = 3 * C * C + C * C + (3 if config.ffn == "swiglu" else 2) * C * F
+    matmul_weights = L * projections + config.vocab_size * C
+    return 6 * matmul_weights + 12 * L * config.max_seq_len * C
+
+
+def bench_config(name: str, args, torch) -> dict:
+    config, ids, targets = build(name, args.attention)
+    model = GPT(config, seed=0)
+    opt = AdamW(model.params, lr=LR, weight_decay=WEIGHT_DECAY)
+    ids_nf, targets_nf = asarray(ids), asarray(targets)
+
+    def numforge_step():
+        _, cache = model.forward(ids_nf, targets_nf)
+        opt.step(model.backward(cache))
+
+    steps = [numforge_step]
+    if torch is not None:
+        steps.append(_torch_step(torch, config, model, ids, targets))
+    times = [[] for _ in steps]
+    for i in range(args.warmup + args.steps):
+        for step, record in zip(steps, times):
+            start = time.perf_counter()
+            step()
+            if i >= args.warmup:
+                record.append(time.perf_counter() - start)
+    result = {"params": model.num_params(), "tokens": ids.size, "flops_per_token": flops_per_token(config),
+              "numforge_s": statistics.median(times[0])}
+    if torch is not None:
+        result["torch_s"] = statistics.median(times[1])
+    if args.profile:
+        result["profile"] = profile(numforge_step, args.steps)
+    return result
+
+
+def _torch_step(torch, config, model, ids, targets):
+    from .train_torch import torch_loss, torch_params
+
+    params = torch_params(model.params)
+    decay = [t for t in params.values() if t.ndim >= 2]
+    no_decay = [t for t in params.values() if t.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=LR)
+    ids_t, targets_t = torch.from_numpy(ids), torch.from_numpy(targets)
+
+    def torch_step():
+        opt.zero_grad(set_to_none=True)
+        torch_loss(params, config, ids_t, targets_t).backward()
+        opt.step()
+
+    return torch_step
+
+
+def profile(step, num_steps: int, top: int = 14) -> str:
+    """The functions with the most own time over ``num_steps`` steps, as a share of the total.
+
+    A NumPy matmul is not a Python call, so its time shows as the own time
+    of the op that calls it (``linear_*``, the attention and loss ops).
+    """
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(num_steps):
+        step()
+    profiler.disable()
+    stats = pstats.Stats(profiler).stats
+    total = sum(row[2] for row in stats.values())
+    rows = sorted(stats.items(), key=lambda item: -item[1][2])[:top]
+    lines = [f"  profile of {num_steps} numforge steps ({total / num_steps * 1e3:.0f} ms/step):"]
+    for (filename, line, function), (_, calls, own, _, _) in rows:
+        where = f"{os.path.basename(filename)}:{function}" if filename != "~" else function
+        lines.append(f"    {own / total:6.1%}  {own / num_steps * 1e3:7.1f} ms/step  {calls // num_steps:5d} calls  {where}")
+    return "\n".join(lines)
+
+
+def matmul_rate(size: int = 1024, repeats: int = 5) -> float:
+    """Best float32 ``(size x size) @ (size x size)`` rate, FLOP/s, with the current BLAS threads."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((size, size), dtype=np.float32)
+    b = rng.standard_normal((size, size), dtype=np.float32)
+    out = np.empty_like(a)
+    np.matmul(a, b, out=out)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.matmul(a, b, out=out)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best
+
+
+def _import_torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+class _OpenBlas:
+    """NumPy's bundled OpenBLAS (the scipy-openblas build), reached by ctypes to set its threads."""
+
+    def __init__(self, lib: ctypes.CDLL, suffix: str):
+        self._set = getattr(lib, f"scipy_openblas_set_num_threads{suffix}")
+        self._get = getattr(lib, f"scipy_openblas_get_num_threads{suffix}")
+        self._core = getattr(lib, f"scipy_openblas_get_corename{suffix}")
+        self._core.restype = ctypes.c_char_p
+
+    def set_num_threads(self, n: int) -> None:
+        self._set(n)
+
+    def num_threads(self) -> int:
+        return self._get()
+
+    def corename(self) -> str:
+        return self._core().decode()
+
+
+def _numpy_openblas():
+    """NumPy's OpenBLAS, or None where NumPy links another BLAS (then threads are left as they are)."""
+    libs = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
+    for path in glob.glob(os.path.join(libs, "*openblas*")):
+        lib = ctypes.CDLL(path)
+        for suffix in ("64_", ""):
+            if hasattr(lib, f"scipy_openblas_set_num_threads{suffix}"):
+                return _OpenBlas(lib, suffix)
+    return None
+
+
+def _corename(blas) -> str:
+    return "unknown" if blas is None else blas.corename()
+
+
+def _blas_threads(blas) -> str:
+    return "unknown (not NumPy's bundled OpenBLAS)" if blas is None else str(blas.num_threads())
