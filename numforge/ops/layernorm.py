@@ -47,7 +47,8 @@ def layer_norm_forward(x, weight, bias=None, eps: float = 1e-5):
     xp = get_xp(x, weight, bias)
     mean = x.mean(axis=-1, keepdims=True)  # (..., C) -> (..., 1)
     y = x - mean  # centred x, (..., C)
-    var = xp.mean(xp.square(y), axis=-1, keepdims=True)  # (..., C) -> (..., 1)
+    var = xp.einsum("...c,...c->...", y, y)[..., None]  # sum of squares, no (..., C) temporary; (..., C) -> (..., 1)
+    var /= width
     var += eps
     rstd = xp.sqrt(var, out=var)
     xp.reciprocal(rstd, out=rstd)  # 1 / sqrt(var + eps)
