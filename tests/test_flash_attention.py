@@ -1,0 +1,218 @@
+"""Tiled attention against its oracle, plain attention: same numbers, gradients, memory that grows with T."""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from numforge import backend
+from numforge.backend import to_numpy
+from numforge.gradcheck import check_op, format_table
+from numforge.gradchecks.attention import CASES
+from numforge.ops import flash_attention as flash
+from numforge.ops.attention import attention_backward, attention_forward
+from numforge.ops.flash_attention import flash_attention_backward, flash_attention_forward
+
+from conftest import randn
+
+
+def qkv(B, H, Tq, Tk, D, Dv, dtype="float64", seed=0):
+    return (
+        randn(B, H, Tq, D, dtype=dtype, seed=seed),
+        randn(B, H, Tk, D, dtype=dtype, seed=seed + 1),
+        randn(B, H, Tk, Dv, dtype=dtype, seed=seed + 2),
+    )
+
+
+def forward_backward(forward, backward, q, k, v, dout, **kwargs):
+    out, cache = forward(q, k, v, **kwargs)
+    return (out, *backward(dout, cache))
+
+
+def error_vs(result, reference) -> float:
+    """``max|result - reference| / max(max|reference|, 1)``: inputs are standard normal, so the
+    outputs and gradients are of order 1 and the floor only matters where the exact value is 0."""
+    result, reference = to_numpy(result).astype(np.float64), to_numpy(reference).astype(np.float64)
+    return float(np.max(np.abs(result - reference)) / max(float(np.max(np.abs(reference))), 1.0))
+
+
+@given(
+    shape=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 9), st.integers(1, 9), st.integers(1, 4)),
+    blocks=st.tuples(st.integers(1, 11), st.integers(1, 11)),
+    causal=st.booleans(),
+)
+def test_tiled_equals_plain(shape, blocks, causal):
+    B, H, Tq, Tk, D = shape
+    q, k, v = qkv(B, H, Tq, Tk, D, D + 1, seed=Tq * 13 + Tk)
+    dout = randn(B, H, Tq, D + 1, seed=99)
+    plain = forward_backward(attention_forward, attention_backward, q, k, v, dout, causal=causal)
+    tiled = forward_backward(
+        flash_attention_forward, flash_attention_backward, q, k, v, dout,
+        causal=causal, block_q=blocks[0], block_k=blocks[1],
+    )  # fmt: skip
+    for name, a, b in zip(("out", "dq", "dk", "dv"), tiled, plain):
+        assert error_vs(a, b) <= 1e-10, name
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.name.startswith("flash")], ids=lambda c: c.name)
+def test_gradcheck_cases(case):
+    rows = case.run()
+    assert all(r.passed for r in rows), format_table(rows)
+
+
+@given(
+    shape=st.tuples(st.integers(1, 2), st.integers(1, 5), st.integers(2, 5), st.integers(1, 3)),
+    blocks=st.tuples(st.integers(1, 6), st.integers(1, 6)),
+    causal=st.booleans(),
+)
+def test_gradients(shape, blocks, causal):
+    # Tk >= 2: with a single key dq = dk = 0 exactly, and a relative error of rounding noise
+    # against 0 means nothing; that case has its own test below.
+    H, Tq, Tk, D = shape
+    q, k, v = qkv(1, H, Tq, Tk, D, D, seed=Tq + 7 * Tk)
+    options = {"causal": causal, "block_q": blocks[0], "block_k": blocks[1]}
+    inputs = {"q": q, "k": k, "v": v}
+    rows = check_op("flash_attention", flash_attention_forward, flash_attention_backward, inputs, options, max_coords=12)
+    assert all(r.passed for r in rows), format_table(rows)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_single_key_gives_zero_score_gradients(causal):
+    # Softmax over one key is the constant 1: o = v, dv = dout, and dq = dk = 0 up to rounding.
+    q, k, v = qkv(2, 2, 3, 1, 4, 4)
+    dout = randn(2, 2, 3, 4, seed=4)
+    out, dq, dk, dv = forward_backward(flash_attention_forward, flash_attention_backward, q, k, v, dout, causal=causal)
+    seen = slice(2, 3) if causal else slice(0, 3)  # causal, Tq = 3 > Tk = 1: only the last query sees the key
+    np.testing.assert_allclose(to_numpy(out)[:, :, seen], np.broadcast_to(to_numpy(v), out[:, :, seen].shape), rtol=1e-15)
+    np.testing.assert_allclose(to_numpy(dv), to_numpy(dout)[:, :, seen].sum(axis=2, keepdims=True), rtol=1e-14)
+    assert np.abs(to_numpy(dq)).max() <= 1e-14 and np.abs(to_numpy(dk)).max() <= 1e-14
+
+
+@pytest.mark.parametrize("T, D, block_q, block_k", [(200, 16, 64, 96), (257, 16, 32, 100), (130, 24, 17, 23)])
+def test_float32_error_is_no_worse_than_plain_float32(T, D, block_q, block_k):
+    # The FlashAttention criterion: against a float64 reference, the tiled float32 error is
+    # at most twice the plain float32 path's own error.
+    q, k, v = qkv(2, 2, T, T, D, D, seed=T)
+    dout = randn(2, 2, T, D, seed=T + 5)
+    reference = forward_backward(attention_forward, attention_backward, q, k, v, dout)
+    as32 = [a.astype("float32") for a in (q, k, v, dout)]
+    plain = forward_backward(attention_forward, attention_backward, *as32)
+    tiled = forward_backward(
+        flash_attention_forward, flash_attention_backward, *as32, block_q=block_q, block_k=block_k
+    )
+    for name, t, p, r in zip(("out", "dq", "dk", "dv"), tiled, plain, reference):
+        assert t.dtype.name == "float32"
+        tiled_error, plain_error = error_vs(t, r), error_vs(p, r)
+        assert tiled_error <= 2 * plain_error, (name, tiled_error, plain_error)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_queries_that_see_no_key_give_zeros_not_nan(dtype):
+    q, k, v = qkv(2, 2, 7, 3, 4, 4, dtype=dtype)  # causal, Tq > Tk: queries 0..3 see no key
+    dout = randn(2, 2, 7, 4, dtype=dtype, seed=9)
+    out, dq, dk, dv = forward_backward(
+        flash_attention_forward, flash_attention_backward, q, k, v, dout, block_q=2, block_k=2
+    )
+    for a in (out, dq, dk, dv):
+        assert np.isfinite(to_numpy(a)).all()
+        assert a.dtype.name == dtype
+    assert (to_numpy(out)[:, :, :4] == 0).all() and (to_numpy(dq)[:, :, :4] == 0).all()
+    assert np.abs(to_numpy(out)[:, :, 4:]).min() > 0
+
+
+def test_decoding_one_token_at_a_time_matches_the_full_causal_pass():
+    # A KV cache calls with Tq = new tokens and Tk = cached + new (bottom-right alignment).
+    q, k, v = qkv(1, 2, 9, 9, 4, 4, dtype="float32")
+    full, _ = flash_attention_forward(q, k, v, causal=True)
+    for t in range(9):
+        step, _ = flash_attention_forward(q[:, :, t : t + 1], k[:, :, : t + 1], v[:, :, : t + 1], block_k=4)
+        np.testing.assert_allclose(to_numpy(step)[:, :, 0], to_numpy(full)[:, :, t], rtol=1e-5, atol=1e-6)
+    chunk, _ = flash_attention_forward(q[:, :, 6:], k, v, block_q=2, block_k=3)  # 3 new tokens at once
+    np.testing.assert_allclose(to_numpy(chunk), to_numpy(full)[:, :, 6:], rtol=1e-5, atol=1e-6)
+
+
+def test_causal_skips_tiles_above_the_diagonal_and_masks_only_the_diagonal():
+    # Tq = Tk = 8, blocks of 2: query tile i needs key tiles 0..i, and only tile i needs a mask.
+    visits = {q0: list(flash._key_tiles(q0, q0 + 2, 8, 8, True, 2)) for q0 in range(0, 8, 2)}
+    assert visits[0] == [(0, 2, True)]
+    assert visits[4] == [(0, 2, False), (2, 4, False), (4, 6, True)]
+    # Tq = 2 new tokens after 5 cached (Tk = 7): the queries sit at positions 5 and 6.
+    assert list(flash._key_tiles(0, 2, 2, 7, True, 4)) == [(0, 4, False), (4, 7, True)]
+    # Tq > Tk: queries 0..2 of 5 see nothing when Tk = 2, so the first query tile visits no key tile.
+    assert list(flash._key_tiles(0, 3, 5, 2, True, 4)) == []
+    assert list(flash._key_tiles(0, 8, 8, 8, False, 3)) == [(0, 3, False), (3, 6, False), (6, 8, False)]
+
+
+def test_no_score_sized_array_survives_the_forward():
+    q, k, v = qkv(2, 3, 40, 40, 4, 4)
+    _, cache = flash_attention_forward(q, k, v, block_q=8, block_k=8)
+    arrays = [a for a in cache if hasattr(a, "shape")]
+    assert max(a.size for a in arrays) <= max(q.size, k.size, v.size)  # P would be 2*3*40*40 = 2.4 q.size
+
+
+def test_peak_memory_is_a_fraction_of_plain():
+    if backend.backend_name() != "numpy":
+        pytest.skip("tracemalloc sees NumPy buffers only")
+    q, k, v = qkv(1, 2, 512, 512, 16, 16, dtype="float32")
+    dout = randn(1, 2, 512, 16, dtype="float32", seed=3)
+    peaks = []
+    for forward, backward, kwargs in [
+        (attention_forward, attention_backward, {}),
+        (flash_attention_forward, flash_attention_backward, {"block_q": 64, "block_k": 64}),
+    ]:
+        tracemalloc.start()
+        forward_backward(forward, backward, q, k, v, dout, **kwargs)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+    plain_peak, tiled_peak = peaks
+    assert tiled_peak * 8 <= plain_peak, (plain_peak, tiled_peak)
+
+
+def test_backward_leaves_its_inputs_and_cache_alone():
+    q, k, v = qkv(1, 2, 5, 5, 3, 3)
+    _, cache = flash_attention_forward(q, k, v, block_q=2, block_k=2)
+    dout = randn(1, 2, 5, 3, seed=5)
+    arrays = [dout, *(a for a in cache if hasattr(a, "shape"))]
+    before = [to_numpy(a).copy() for a in arrays]
+    flash_attention_backward(dout, cache)
+    for a, b in zip(before, arrays):
+        np.testing.assert_array_equal(a, to_numpy(b))
+
+
+def test_strided_views_from_a_fused_projection_are_accepted():
+    B, T, H, D = 2, 7, 3, 4
+    rows = randn(B, T, 3, H, D)  # a fused (B,T,3C) projection, reshaped
+    q, k, v = (rows[:, :, i].transpose(0, 2, 1, 3) for i in range(3))  # (B,H,T,D) views
+    dout = randn(B, H, T, D, seed=3)
+    strided = forward_backward(flash_attention_forward, flash_attention_backward, q, k, v, dout, block_q=3, block_k=2)
+    plain = forward_backward(attention_forward, attention_backward, q.copy(), k.copy(), v.copy(), dout)
+    for a, b in zip(strided, plain):
+        assert error_vs(a, b) <= 1e-12
+
+
+@pytest.mark.parametrize(
+    "change, error, message",
+    [
+        ({"k": (1, 2, 4, 3)}, ValueError, "same head width D, got 5 and 3"),
+        ({"k": (1, 3, 4, 5)}, ValueError, "batch and heads"),
+        ({"v": (1, 2, 3, 6)}, ValueError, "same number of keys, got 4 and 3"),
+        ({"block_q": 0}, ValueError, "block_q must be an integer >= 1, got 0"),
+        ({"block_k": 2.0}, ValueError, "block_k must be an integer >= 1, got 2.0"),
+        ({"causal": None}, TypeError, "causal must be True or False"),
+    ],
+)
+def test_bad_input_is_named(change, error, message):
+    shapes = {"q": (1, 2, 3, 5), "k": (1, 2, 4, 5), "v": (1, 2, 4, 6)}
+    arrays = {name: randn(*change.get(name, shape)) for name, shape in shapes.items()}
+    options = {key: value for key, value in change.items() if key not in shapes}
+    with pytest.raises(error, match=message):
+        flash_attention_forward(arrays["q"], arrays["k"], arrays["v"], **options)
+
+
+def test_bad_upstream_gradient_is_named():
+    q, k, v = qkv(1, 2, 3, 4, 5, 6)
+    _, cache = flash_attention_forward(q, k, v)
+    with pytest.raises(ValueError, match=r"dout must have the output's shape \(1, 2, 3, 6\) and dtype float64"):
+        flash_attention_backward(randn(1, 2, 3, 6, dtype="float32"), cache)
