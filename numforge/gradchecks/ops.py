@@ -63,6 +63,11 @@ def _gelu(approximate: str):
     return check_op(name, gelu_forward, gelu_backward, {"x": _randn(B, T, F) * 2.0}, {"approximate": approximate})
 
 
+def _swiglu():
+    inputs = {"gate": _randn(B, T, F), "up": _randn(B, T, F, seed=1)}
+    return check_op("swiglu", swiglu_forward, swiglu_backward, inputs)
+
+
 def _dropout(training: bool):
     def forward(x):  # a fresh generator per call: every evaluation draws the same mask
         return dropout_forward(x, 0.3, default_rng(7), training=training)
@@ -92,7 +97,7 @@ CASES = [
     Case("relu", lambda: check_op("relu", relu_forward, relu_backward, {"x": _away_from_zero(B, T, F)})),
     Case("gelu[tanh]", lambda: _gelu("tanh")),
     Case("gelu[none]", lambda: _gelu("none")),
-    Case("swiglu", lambda: check_op("swiglu", swiglu_forward, swiglu_backward, {"gate": _randn(B, T, F), "up": _randn(B, T, F, seed=1)})),
+    Case("swiglu", _swiglu),
     Case("dropout", lambda: _dropout(training=True)),
     Case("dropout[eval]", lambda: _dropout(training=False)),
     Case("cross_entropy", lambda: _cross_entropy(ignored=1)),
