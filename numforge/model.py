@@ -28,8 +28,7 @@ from .backend import array_module, check_int, get_xp, resolve_dtype, to_numpy
 from .config import GPTConfig
 from .model_blocks import (KVCache, attention_branch_backward, attention_branch_forward,
                            dropout_if, dropout_if_backward, mlp_branch_backward, mlp_branch_forward,
-                           sinusoidal_positions)
-from .ops.cross_entropy import tied_cross_entropy_backward, tied_cross_entropy_forward
+                           sinusoidal_positions, unembedding_loss_backward, unembedding_loss_forward)
 from .ops.embedding import embedding_backward, embedding_forward
 from .ops.layernorm import layer_norm_backward, layer_norm_forward
 
@@ -142,8 +141,7 @@ class GPT:
             blocks.append((attention_cache, mlp_cache))
         h, final_norm_cache = layer_norm_forward(x, p["final_norm.weight"], p.get("final_norm.bias"),
                                                  eps=config.ln_eps)
-        loss, loss_cache = tied_cross_entropy_forward(h, self._unembedding(), targets,
-                                                      ignore_index=IGNORE_INDEX)  # (B,T,C) -> ()
+        loss, loss_cache = unembedding_loss_forward(h, self._unembedding(), targets, IGNORE_INDEX)  # (B,T,C) -> ()
         cache = ModelCache(tuple(token_ids.shape), embedding_cache, embedding_dropout, blocks,
                            final_norm_cache, loss_cache)
         return loss, cache
@@ -156,7 +154,7 @@ class GPT:
         xp = get_xp(*self.params.values())
         grads = {}
         # forward: loss = cross_entropy(h @ W_out^T, targets)
-        dh, dunembedding = tied_cross_entropy_backward(xp.ones((), dtype=self.dtype), cache.loss)
+        dh, dunembedding = unembedding_loss_backward(xp.ones((), dtype=self.dtype), cache.loss)
         # forward: h = LN_f(x)
         dx, grads["final_norm.weight"], grads["final_norm.bias"] = layer_norm_backward(dh, cache.final_norm)
         for i in reversed(range(config.num_layers)):

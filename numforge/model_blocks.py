@@ -24,6 +24,8 @@ from .backend import get_xp
 from .ops.activations import (gelu_backward, gelu_forward, relu_backward, relu_forward,
                               swiglu_backward, swiglu_forward)
 from .ops.attention import attention_backward, attention_forward
+from .ops.cross_entropy import (cross_entropy_backward, cross_entropy_forward,
+                                tied_cross_entropy_backward, tied_cross_entropy_forward)
 from .ops.dropout import dropout_backward, dropout_forward
 from .ops.flash_attention import flash_attention_backward, flash_attention_forward
 from .ops.layernorm import layer_norm_backward, layer_norm_forward
@@ -64,11 +66,14 @@ def merge_qkv_grads(dq, dk, dv):
     return stacked.transpose(1, 3, 0, 2, 4).reshape(B, T, 3 * H * D)  # -> (B,T,3C)
 
 
+ATTENTION_TILE = 64  # block_q = block_k: fastest measured training step at T = 128 and 256 (bench train)
+
+
 def attend(q, k, v, config):
     """Causal attention by the configured kernel: ``"naive"`` (the oracle) or ``"tiled"``."""
     if config.attention == "naive":
         return attention_forward(q, k, v, causal=True)
-    return flash_attention_forward(q, k, v, causal=True)
+    return flash_attention_forward(q, k, v, causal=True, block_q=ATTENTION_TILE, block_k=ATTENTION_TILE)
 
 
 def attend_backward(do, cache, config):
@@ -181,6 +186,45 @@ def mlp_branch_backward(dm, cache: MlpBranchCache, config):
     # forward: h = LN2(x)
     dx, grads["pre_mlp_norm.weight"], grads["pre_mlp_norm.bias"] = layer_norm_backward(dh, cache.norm)
     return dx.reshape(B, T, C), grads  # (N,C) -> (B,T,C)
+
+
+MATERIALIZED_LOGITS_LIMIT = 2**25  # (N, V) logits elements held at once: 128 MiB in float32
+
+
+class UnembeddingLossCache(NamedTuple):
+    logits: object  # the linear cache of the materialized logits; None when chunked
+    loss: object
+    h_shape: tuple
+
+
+def unembedding_loss_forward(h, table, targets, ignore_index: int):
+    """``loss = cross_entropy(h @ table^T, targets)`` for ``h (B,T,C)``, ``table (V,C)``.
+
+    Logits of at most ``MATERIALIZED_LOGITS_LIMIT`` elements are materialized:
+    three matrix products in all (logits, ``dh``, ``dtable``). Larger ones go
+    through the chunked tied cross-entropy, which never holds ``(N,V)`` but
+    recomputes each chunk's logits in the backward (a fourth product).
+    """
+    B, T, C = h.shape
+    rows, flat_targets = h.reshape(B * T, C), targets.reshape(B * T)  # (B,T,C) -> (N,C)
+    if B * T * table.shape[0] > MATERIALIZED_LOGITS_LIMIT:
+        loss, loss_cache = tied_cross_entropy_forward(rows, table, flat_targets, ignore_index=ignore_index)
+        return loss, UnembeddingLossCache(None, loss_cache, h.shape)
+    logits, logits_cache = linear_forward(rows, table.T)  # (N,C) @ (C,V) -> (N,V)
+    loss, loss_cache = cross_entropy_forward(logits, flat_targets, ignore_index=ignore_index)
+    return loss, UnembeddingLossCache(logits_cache, loss_cache, h.shape)
+
+
+def unembedding_loss_backward(dloss, cache: UnembeddingLossCache):
+    """``(dh, dtable)``: ``dlogits = (softmax - onehot) dloss / count``, ``dh = dlogits table``,
+    ``dtable = dlogits^T h``."""
+    if cache.logits is None:
+        dh, dtable = tied_cross_entropy_backward(dloss, cache.loss)
+        return dh.reshape(cache.h_shape), dtable  # (N,C) -> (B,T,C)
+    dlogits = cross_entropy_backward(dloss, cache.loss)  # (N,V)
+    # forward: logits = h @ table^T, the linear op with weight table^T (C,V)
+    dh, dtable_transposed, _ = linear_backward(dlogits, cache.logits)
+    return dh.reshape(cache.h_shape), get_xp(dh).ascontiguousarray(dtable_transposed.T)  # (C,V) -> (V,C)
 
 
 def sinusoidal_positions(max_seq_len: int, d_model: int, dtype) -> np.ndarray:

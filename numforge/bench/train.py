@@ -43,8 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     parser.add_argument("--threads", type=int, default=1,
                         help="BLAS threads for NumPy's OpenBLAS and for torch alike (default 1)")
-    parser.add_argument("--attention", choices=["tiled", "naive"], default="naive",
-                        help="numforge's attention kernel (same math; naive is faster at these lengths)")
+    parser.add_argument("--attention", choices=["tiled", "naive"], default="tiled",
+                        help="numforge's attention kernel (same math; the config default, tiled, is faster here)")
     parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch side even if installed")
     parser.add_argument("--profile", action="store_true",
                         help="also profile numforge's step: the functions where the time goes")
