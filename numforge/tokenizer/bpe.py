@@ -20,7 +20,7 @@ from itertools import chain
 
 from ._merge import merge_chunk
 from ._train import learn_merges
-from .pretokenize import GPT2_SPLIT_PATTERN, compile_pattern, special_tokens_regex, split_on_specials
+from .pretokenize import GPT2_SPLIT_PATTERN, chunker, special_tokens_regex, split_on_specials
 
 CACHE_ENTRIES = 1 << 16  # distinct chunks remembered before the cache starts over
 CACHE_CHUNK_CHARS = 256  # longer chunks are encoded each time, not remembered
@@ -40,7 +40,7 @@ class BPETokenizer:
         self.merges = _check_merges(merges)
         self.byte_ids = _check_byte_ids(byte_ids)
         self.pattern = pattern
-        self._split = compile_pattern(pattern).findall
+        self._split = chunker(pattern)
         first_special = 256 + len(self.merges)
         self.special_tokens = {name: first_special + j for j, name in enumerate(_check_specials(special_tokens))}
         self.vocab_size = first_special + len(self.special_tokens)
@@ -76,7 +76,7 @@ class BPETokenizer:
                 f"vocab_size={vocab_size} is too small: 256 byte tokens + {len(special_tokens)} special tokens "
                 f"need at least {smallest}"
             )
-        split = compile_pattern(pattern).findall
+        split = chunker(pattern)
         chunk_counts = Counter()
         for text in [text_or_texts] if isinstance(text_or_texts, str) else text_or_texts:
             if not isinstance(text, str):

@@ -20,6 +20,8 @@ the tokenizer's file.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from functools import lru_cache
 
 import regex
@@ -41,8 +43,69 @@ def compile_pattern(pattern: str) -> regex.Pattern:
 
 
 def split_chunks(text: str, pattern: str = GPT2_SPLIT_PATTERN) -> list[str]:
-    """The chunks of `text` under `pattern`, in order; ``"".join(chunks) == text`` for GPT-2's pattern."""
+    """The chunks of `text` under `pattern`, in order; ``"".join(chunks) == text`` for GPT-2's pattern.
+
+    The plain way (``regex`` findall): the reference, and what every other pattern uses.
+    """
     return compile_pattern(pattern).findall(text)
+
+
+# The fast path for GPT-2's pattern. On ASCII text, \p{L} is [A-Za-z], \p{N} is [0-9]
+# and \s (in `regex`) is [\t\n\v\f\r ]; written that way the pattern runs in the
+# standard library's `re`, which is about 1.7x faster here.
+_ASCII_SPACE = r"\t\n\x0b\x0c\r "
+_GPT2_ASCII = re.compile(
+    rf"""'(?:[sdmt]|ll|ve|re)| ?[A-Za-z]+| ?[0-9]+| ?[^{_ASCII_SPACE}A-Za-z0-9]+"""
+    rf"""|[{_ASCII_SPACE}]+(?![^{_ASCII_SPACE}])|[{_ASCII_SPACE}]+"""
+)
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+# A cut that changes no chunk: "x\ny" with x, y printable ASCII other than space. A "\n"
+# is only ever in a chunk of whitespace, so chunks end before and after it and one
+# starts at y; and that "\n" alone is a chunk whether y or the end of text follows
+# (a longer whitespace run before y would give up its last character, see above).
+_CUT = re.compile(r"[!-~]\n(?=[!-~])")
+
+
+def chunker(pattern: str = GPT2_SPLIT_PATTERN) -> Callable[[str], list[str]]:
+    """The fastest function that gives ``split_chunks(text, pattern)``.
+
+    For GPT-2's pattern: ASCII stretches of the text go through the ASCII form of
+    the pattern in `re`, and each stretch holding a non-ASCII character, cut at the
+    nearest safe "x\\ny" points around it, through `regex`.
+    """
+    full = compile_pattern(pattern).findall
+    if pattern != GPT2_SPLIT_PATTERN:
+        return full
+    ascii_only = _GPT2_ASCII.findall
+
+    def split(text: str) -> list[str]:
+        if text.isascii():
+            return ascii_only(text)
+        chunks = []
+        done = 0  # text[:done] is split
+        for match in _NON_ASCII.finditer(text):
+            if match.start() < done:
+                continue  # inside the stretch just handed to `regex`
+            start = _last_cut(text, done, match.start())
+            cut = _CUT.search(text, match.end())
+            end = cut.end() if cut else len(text)
+            chunks += ascii_only(text[done:start])
+            chunks += full(text[start:end])
+            done = end
+        chunks += ascii_only(text[done:])
+        return chunks
+
+    return split
+
+
+def _last_cut(text: str, low: int, high: int) -> int:
+    """The last safe cut p with low < p <= high (text[p-2:p+1] matches _CUT), else low."""
+    j = text.rfind("\n", low, high)
+    while j > low:
+        if j + 1 < len(text) and "!" <= text[j - 1] <= "~" and "!" <= text[j + 1] <= "~":
+            return j + 1
+        j = text.rfind("\n", low, j)
+    return low
 
 
 @lru_cache(maxsize=64)
