@@ -104,9 +104,9 @@ class Run:
     """Everything a training session needs; ``step`` counts completed updates."""
 
     run_dir: Path
-    model: object
+    model: GPT
     optimizer: AdamW
-    tokenizer: object
+    tokenizer: BPETokenizer
     sampler: BatchSampler
     val_tokens: np.ndarray
     settings: TrainSettings

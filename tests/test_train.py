@@ -5,7 +5,7 @@ import signal
 import numpy as np
 import pytest
 
-from numforge import backend, checkpoint, cli
+from numforge import checkpoint, cli
 from numforge.data import load_documents
 from numforge.train import (LOSS_CSV, TrainingDiverged, TrainSettings, load_or_train_tokenizer, new_run,
                             read_loss_csv, resume_run, train)

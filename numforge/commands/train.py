@@ -8,7 +8,6 @@ import sys
 import time
 from pathlib import Path
 
-from ..checkpoint import latest_checkpoint_dir
 from ..data import DEFAULT_CORPUS, load_documents
 from ..generate import generate
 from ..train import LOSS_CSV, LOSS_PNG, TrainingDiverged, TrainSettings, load_or_train_tokenizer, new_run, resume_run, train
@@ -82,8 +81,6 @@ def _start(args: argparse.Namespace, say):
                              f"checkpoint (only --max-steps, --eval-every, --save-every and --data may be given)")
         return resume_run(args.resume, _given(args, RESUMABLE), data=args.data, cache_dir=args.cache_dir, say=say)
     out = args.out or next_free_run_dir()
-    if latest_checkpoint_dir(out) is not None:
-        raise ValueError(f"{out} already holds a checkpoint: continue it with --resume {out}, or choose another --out")
     settings = _given(args, SETTINGS_FLAGS)
     settings.setdefault("schedule_steps", max(settings.get("max_steps", 0), TrainSettings.schedule_steps))
     settings = TrainSettings(**settings)
