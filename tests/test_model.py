@@ -211,3 +211,20 @@ def test_adamw_training_memorises_a_batch():
     last = float(model.forward(ids, targets, training=False)[0])
     assert first == pytest.approx(math.log(29), rel=0.05)
     assert last < 0.3 * first
+
+
+@pytest.mark.parametrize("option", ["gelu", "untied"])
+def test_chunked_and_materialized_logits_give_the_same_loss_and_gradients(option, monkeypatch):
+    ids, targets = tiny_batch(TINY["vocab_size"])
+    model = randomized_model(OPTIONS[option])
+    loss_materialized, cache = model.forward(ids, targets)  # tiny logits: materialized
+    assert cache.loss.logits is not None
+    grads_materialized = model.backward(cache)
+    monkeypatch.setattr("numforge.model_blocks.MATERIALIZED_LOGITS_LIMIT", 0)  # force the chunked loss
+    loss_chunked, cache = model.forward(ids, targets)
+    assert cache.loss.logits is None
+    grads_chunked = model.backward(cache)
+    assert float(loss_chunked) == pytest.approx(float(loss_materialized), rel=1e-14)
+    for name, g in grads_chunked.items():
+        np.testing.assert_allclose(to_numpy(g), to_numpy(grads_materialized[name]), rtol=1e-12, atol=1e-14,
+                                   err_msg=name)
