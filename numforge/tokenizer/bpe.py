@@ -231,14 +231,14 @@ class IncrementalDecoder:
 
 
 class _ChunkCache(dict):
-    """chunk text -> its token ids; a miss encodes the chunk, and a full cache starts over."""
+    """chunk text -> its token ids (a tuple); a miss encodes the chunk, and a full cache starts over."""
 
     def __init__(self, encode_chunk):
         super().__init__()
         self._encode_chunk = encode_chunk
 
-    def __missing__(self, chunk: str) -> list[int]:
-        ids = self._encode_chunk(chunk)
+    def __missing__(self, chunk: str) -> tuple[int, ...]:
+        ids = tuple(self._encode_chunk(chunk))  # a tuple of ints: the garbage collector stops tracking it
         if len(chunk) <= CACHE_CHUNK_CHARS:
             if len(self) >= CACHE_ENTRIES:
                 self.clear()
