@@ -247,11 +247,10 @@ class GPT:
             raise ValueError(f"params names differ from the model's: missing {missing}, extra {extra}")
         for name, target in self.params.items():
             value = params[name]
-            if tuple(getattr(value, "shape", ())) != tuple(target.shape) or getattr(value, "dtype", None) != target.dtype:
-                raise ValueError(
-                    f"params[{name!r}] is {getattr(value, 'dtype', type(value).__name__)}"
-                    f"{tuple(getattr(value, 'shape', ()))}, expected {target.dtype}{tuple(target.shape)}"
-                )
+            shape, dtype = tuple(getattr(value, "shape", ())), getattr(value, "dtype", type(value).__name__)
+            if shape != tuple(target.shape) or dtype != target.dtype:
+                raise ValueError(f"params[{name!r}] is {dtype}{shape}, "
+                                 f"expected {target.dtype}{tuple(target.shape)}")
         xp = get_xp(*self.params.values())
         for name, target in self.params.items():
             target[...] = xp.asarray(params[name])
