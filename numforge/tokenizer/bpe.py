@@ -165,7 +165,7 @@ class BPETokenizer:
                 raise ValueError(f"token id {bad} is not in the vocabulary (ids 0..{self.vocab_size - 1})")
             return b"".join(map(self._token_bytes.__getitem__, ids))
         except TypeError:
-            bad = next(t for t in ids if isinstance(t, bool) or not hasattr(t, "__index__"))
+            bad = next((t for t in ids if not hasattr(t, "__index__")), ids)
             raise TypeError(f"token ids must be integers, got {bad!r} ({type(bad).__name__})") from None
 
     def decode(self, ids, errors: str = "replace") -> str:

@@ -128,8 +128,13 @@ def _gpt2_string(data: bytes) -> str:
     return "".join(table[b] for b in data)
 
 
+@lru_cache(maxsize=1)
+def _unicode_to_byte() -> dict[str, int]:
+    return {char: b for b, char in byte_to_unicode().items()}
+
+
 def _gpt2_bytes(text: str, where: str) -> bytes:
-    inverse = {char: b for b, char in byte_to_unicode().items()}
+    inverse = _unicode_to_byte()
     try:
         return bytes(inverse[char] for char in text)
     except KeyError as error:
