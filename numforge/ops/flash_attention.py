@@ -52,21 +52,29 @@ and its gradients are 0, never ``NaN``.
 
 Memory (``n`` bytes per number: 4 for float32)
 ---------------------------------------------
-Saved for the backward: ``q, k, v`` (referenced, not copied), ``o`` and ``L``:
-``n * B * H * (Tq * Dv + Tq)`` bytes beyond the inputs. Working memory: the
-scaled queries ``n * B*H*Tq*D``, the running statistics of one query tile, and
-about three ``(B, H, block_q, block_k)`` tiles, ``3 n B H block_q block_k``.
-The backward adds the gradients ``dq, dk, dv`` (the size of the inputs) and
-``D`` (``n B H Tq``). Example, B = 1, H = 8, T = 2048, D = 64, float32, blocks
-of 128 x 512: ``o`` is 4 MiB, ``L`` 64 KiB, a score tile 2 MiB, while plain
-attention's ``P`` alone is ``4 * 8 * 2048^2`` bytes = 128 MiB.
+Saved for the backward: ``q, k, v`` (referenced, not copied), ``o`` and ``L``,
+``n * B * H * Tq * (Dv + 1)`` bytes beyond the inputs. Working memory: the
+running statistics and scaled queries of one query tile, and a few
+``(B, H, block_q, block_k)`` tiles (scores/probabilities, ``dP``, the mask of
+a diagonal tile), ``n B H block_q block_k`` bytes each. The backward adds the
+gradients ``dq, dk, dv`` (as large as the inputs) and ``D`` (``n B H Tq``).
+Example, B = 1, H = 8, T = 2048, D = 64, float32, blocks of 128 x 256: ``o``
+is 4 MiB, ``L`` 64 KiB, a tile 1 MiB, the gradients 12 MiB; plain attention's
+``P`` alone is ``4 * 8 * 2048^2`` bytes = 128 MiB, and its backward holds
+``dP`` of the same size beside it.
 
 Block sizes
 -----------
 Any ``block_q, block_k >= 1`` work (T need not divide; a block >= T is one
-tile). The defaults were measured on a 2-core CPU (NumPy + OpenBLAS, B = 1,
-H = 8, D = 64, causal, float32, ``numforge bench attention --sweep-blocks``):
-DEFAULT_NOTE
+tile). The defaults, 128 queries x 256 keys, come from
+``numforge bench attention --sweep-blocks`` on a 2-core CPU (NumPy +
+OpenBLAS, B = 1, H = 8, D = 64, causal, float32, T = 1024 and 2048): every
+pair from 64 x 128 to 256 x 512 ran within the machine's noise of each
+other (about +-20%), larger tiles (512 x 512 and up) were slower and cost
+2-3x the memory, so the default sits on the fast plateau with a small tile
+(128 KiB per head, inside a core's L2 cache) and few Python iterations
+(T = 2048: 16 query tiles, 72 of the 128 tile pairs after causal skipping). On a GPU,
+larger tiles amortize kernel launches better; pass ``block_q``/``block_k``.
 """
 
 from __future__ import annotations
@@ -77,7 +85,7 @@ from ..backend import get_xp
 from .attention import causal_allowed, check_causal, check_grad_out, check_qkv, resolve_scale
 
 DEFAULT_BLOCK_Q = 128
-DEFAULT_BLOCK_K = 512
+DEFAULT_BLOCK_K = 256
 
 
 class FlashAttentionCache(NamedTuple):
@@ -146,12 +154,11 @@ def flash_attention_forward(
     block_q, block_k = _check_block(block_q, "block_q"), _check_block(block_k, "block_k")
     dtype = q.dtype
 
-    q_scaled = q * scale  # (B,H,Tq,D), contiguous
     k_t = k.swapaxes(-1, -2)  # (B,H,Tk,D) -> (B,H,D,Tk), a view
     out = xp.empty((B, H, Tq, Dv), dtype=dtype)
     lse = xp.empty((B, H, Tq, 1), dtype=dtype)
     for q_start, q_stop in _tiles(Tq, block_q):
-        q_tile = q_scaled[:, :, q_start:q_stop]  # (B,H,nq,D)
+        q_tile = q[:, :, q_start:q_stop] * scale  # (B,H,nq,D), scaled once per tile
         row_max = xp.full((B, H, q_stop - q_start, 1), -xp.inf, dtype=dtype)  # m
         row_sum = xp.zeros((B, H, q_stop - q_start, 1), dtype=dtype)  # l
         acc = xp.zeros((B, H, q_stop - q_start, Dv), dtype=dtype)  # unnormalized o
@@ -186,14 +193,13 @@ def flash_attention_backward(dout, cache: FlashAttentionCache):
 
     delta = (dout * out).sum(axis=-1, keepdims=True)  # D = rowsum(dO * O), (B,H,Tq,Dv) -> (B,H,Tq,1)
     lse = xp.where(xp.isneginf(lse), xp.inf, lse).astype(dtype, copy=False)  # empty rows: P = exp(S - inf) = 0
-    q_scaled = q * scale  # (B,H,Tq,D)
     k_t = k.swapaxes(-1, -2)  # (B,H,Tk,D) -> (B,H,D,Tk), a view
     v_t = v.swapaxes(-1, -2)  # (B,H,Tk,Dv) -> (B,H,Dv,Tk), a view
     dq = xp.zeros((B, H, Tq, D), dtype=dtype)
     dk = xp.zeros((B, H, Tk, D), dtype=dtype)
     dv = xp.zeros((B, H, Tk, v.shape[3]), dtype=dtype)
     for q_start, q_stop in _tiles(Tq, block_q):
-        q_tile = q_scaled[:, :, q_start:q_stop]  # (B,H,nq,D)
+        q_tile = q[:, :, q_start:q_stop] * scale  # (B,H,nq,D), scaled once per tile
         dout_tile = dout[:, :, q_start:q_stop]  # (B,H,nq,Dv)
         dq_tile = dq[:, :, q_start:q_stop]  # (B,H,nq,D), a view: updated in place
         for k_start, k_stop, masked in _key_tiles(q_start, q_stop, Tq, Tk, causal, block_k):
