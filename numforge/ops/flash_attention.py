@@ -68,13 +68,14 @@ Block sizes
 Any ``block_q, block_k >= 1`` work (T need not divide; a block >= T is one
 tile). The defaults, 128 queries x 256 keys, come from
 ``numforge bench attention --sweep-blocks`` on a 2-core CPU (NumPy +
-OpenBLAS, B = 1, H = 8, D = 64, causal, float32, T = 1024 and 2048): every
-pair from 64 x 128 to 256 x 512 ran within the machine's noise of each
-other (about +-20%), larger tiles (512 x 512 and up) were slower and cost
-2-3x the memory, so the default sits on the fast plateau with a small tile
-(128 KiB per head, inside a core's L2 cache) and few Python iterations
-(T = 2048: 16 query tiles, 72 of the 128 tile pairs after causal skipping). On a GPU,
-larger tiles amortize kernel launches better; pass ``block_q``/``block_k``.
+OpenBLAS, B = 1, H = 8, D = 64, causal, float32, T = 1024 and 2048): no
+pair from 64 x 128 to 256 x 256 was consistently faster than another (repeat
+runs of one pair on the shared machine differed by up to 1.5x), while tiles
+of 512 rows were slower and cost 2-3x the memory. The default sits on that
+plateau with a small tile (128 KiB per head, inside a core's L2 cache) and
+few Python iterations (T = 2048: 16 query tiles, 72 of the 128 tile pairs
+after causal skipping). On a GPU, larger tiles amortize kernel launches
+better; pass ``block_q`` and ``block_k``.
 """
 
 from __future__ import annotations
