@@ -11,7 +11,10 @@ from numforge.tokenizer.formats import byte_to_unicode, export_gpt2, export_tikt
 
 DOCS = "".join(topics[key] for key in sorted(topics))
 SAMPLE = "Hello world's  2 cats 🙂 世界\r\n\tend <|endoftext|>"
-CL100K_LIKE = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+"""
+CL100K_LIKE = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]"""
+    r"""|\s+(?!\S)|\s+"""
+)
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +88,8 @@ def _write_gpt2(tmp_path, merge_lines, encoder_extra):
     encoder = {char: i for i, char in enumerate(byte_to_unicode().values())}
     encoder.update(encoder_extra)
     (tmp_path / "encoder.json").write_text(json.dumps(encoder), encoding="utf-8")
-    (tmp_path / "vocab.bpe").write_text("#version: 0.2\n" + "".join(line + "\n" for line in merge_lines), encoding="utf-8")
+    merges_text = "#version: 0.2\n" + "".join(line + "\n" for line in merge_lines)
+    (tmp_path / "vocab.bpe").write_text(merges_text, encoding="utf-8")
     return tmp_path / "encoder.json", tmp_path / "vocab.bpe"
 
 

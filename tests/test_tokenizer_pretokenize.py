@@ -24,7 +24,10 @@ def test_fast_chunker_equals_regex(text):
     assert fast(text) == split_chunks(text)
 
 
-@given(st.lists(st.sampled_from(["x\n", "y", "  \n", "\n", "é", " 世", "'s", "\n\n", "  ", "\r\n", "def f():"]), max_size=30))
+AROUND_CUTS = ["x\n", "y", "  \n", "\n", "é", " 世", "'s", "\n\n", "  ", "\r\n", "def f():"]
+
+
+@given(st.lists(st.sampled_from(AROUND_CUTS), max_size=30))
 def test_fast_chunker_equals_regex_around_cuts(pieces):
     # many "x\ny" cut points next to non-ASCII characters and whitespace runs
     text = "".join(pieces)

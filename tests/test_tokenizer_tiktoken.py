@@ -15,7 +15,9 @@ DOCS = "".join(topics[key] for key in sorted(topics))
 
 def _as_tiktoken(tok: BPETokenizer):
     ranks = {tok.token_bytes(i): i for i in range(256 + len(tok.merges))}
-    return tiktoken.Encoding("numforge-test", pat_str=tok.pattern, mergeable_ranks=ranks, special_tokens=tok.special_tokens)
+    return tiktoken.Encoding(
+        "numforge-test", pat_str=tok.pattern, mergeable_ranks=ranks, special_tokens=tok.special_tokens
+    )
 
 
 @pytest.mark.parametrize("vocab_size", [300, 2048])

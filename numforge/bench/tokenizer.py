@@ -90,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
             tiktoken_ids, seconds = _timed(lambda: tiktoken_encode(text))
             tiktoken_s.append(seconds)
     _, warm_s = _timed(lambda: fresh.encode_ordinary(text))
-    print(f"\nencoding (best of {args.repeats}; {len(ids):,} tokens, {len(text.encode('utf-8')) / len(ids):.2f} bytes/token)")
+    bytes_per_token = len(text.encode("utf-8")) / len(ids)
+    print(f"\nencoding (best of {args.repeats}; {len(ids):,} tokens, {bytes_per_token:.2f} bytes/token)")
     _row("numforge (cold cache)", min(encode_s), megabytes)
     _row("numforge (warm cache, one run)", warm_s, megabytes)
     if tiktoken_s:
@@ -174,7 +175,8 @@ def _tiktoken_encoder(tok: BPETokenizer):
         print("(tiktoken not importable: skipped)")
         return None
     ranks = {tok.token_bytes(i): i for i in range(256 + len(tok.merges))}
-    return tiktoken.Encoding("numforge-bench", pat_str=tok.pattern, mergeable_ranks=ranks, special_tokens={}).encode_ordinary
+    encoding = tiktoken.Encoding("numforge-bench", pat_str=tok.pattern, mergeable_ranks=ranks, special_tokens={})
+    return encoding.encode_ordinary
 
 
 def _timed(work):

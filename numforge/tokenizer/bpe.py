@@ -46,7 +46,8 @@ class BPETokenizer:
         self.vocab_size = first_special + len(self.special_tokens)
         self._merged = {pair: 256 + i for i, pair in enumerate(self.merges)}  # (p, q) -> id it makes
         self._byte_table = bytes.maketrans(bytes(range(256)), bytes(self.byte_ids))  # byte -> id, ids < 256
-        self._token_bytes = _expand_tokens(self.byte_ids, self.merges) + [s.encode("utf-8") for s in self.special_tokens]
+        specials_bytes = [name.encode("utf-8") for name in self.special_tokens]
+        self._token_bytes = _expand_tokens(self.byte_ids, self.merges) + specials_bytes  # id -> its bytes
         self._cache = _ChunkCache(self._encode_chunk)
 
     # ---------------------------------------------------------------- training
