@@ -22,6 +22,7 @@ least 0.4x tiktoken's MB/s; 100,000 copies of one character in under 1 s.
 from __future__ import annotations
 
 import argparse
+import os
 import sysconfig
 import time
 import warnings
@@ -66,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
     text = "".join(texts)
     megabytes = len(text.encode("utf-8")) / 1e6
     print(f"corpus: {megabytes:.2f} MB of Python {sysconfig.get_python_version()} standard-library source, "
-          f"{len(texts)} files; vocab_size {args.vocab_size}\n")
+          f"{len(texts)} files; vocab_size {args.vocab_size}")
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start\n")
 
     hf_train = None if args.no_peers else _hf_trainer(texts, args.vocab_size)
     train_s, hf_train_s = [], []
@@ -78,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"training (best of {args.repeats})")
     _row("numforge", min(train_s), megabytes)
     if hf_train_s:
-        _row("HF tokenizers (Rust, all cores)", min(hf_train_s), megabytes)
+        _row(f"HF tokenizers (Rust, {os.cpu_count()} threads)", min(hf_train_s), megabytes)
 
     tiktoken_encode = None if args.no_peers else _tiktoken_encoder(tok)
     encode_s, tiktoken_s = [], []
