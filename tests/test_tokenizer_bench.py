@@ -1,0 +1,13 @@
+"""`numforge bench tokenizer` runs end to end on a small corpus (its timings are not asserted)."""
+
+from numforge.cli import main
+
+
+def test_bench_runs_and_its_own_checks_agree(capsys):
+    argv = ["bench", "tokenizer", "--megabytes", "0.05", "--vocab-size", "300", "--repeats", "1",
+            "--reference-kb", "1", "--reference-merges", "10", "--no-peers"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "corpus: 0.05 MB of Python" in out
+    assert "same merges: yes" in out and "same ids: yes" in out  # fast == reference on the slice
+    assert "100,000 copies of one character, slowest:" in out
