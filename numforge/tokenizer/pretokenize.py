@@ -17,7 +17,7 @@ The chunks always concatenate back to the input, so no text is lost. A
 tokenizer may carry another pattern (for example cl100k's); it is stored in
 the tokenizer's file.
 
-``split_chunks`` is the plain way (the `regex` package, which knows \p{L});
+``split_chunks`` is the plain way (the `regex` package, which knows \\p{L});
 ``chunker`` returns a faster function with the same result for GPT-2's
 pattern, checked against ``split_chunks`` in the tests.
 """
