@@ -15,9 +15,9 @@ from ..train import LOSS_CSV, LOSS_PNG, TrainingDiverged, TrainSettings, load_or
 HELP = "train a GPT on text (default: this Python's own documentation), with checkpoints and exact resume"
 
 RUNS_DIR = "runs"  # default --out: the first free runs/run-N
-DEFAULT_VOCAB_SIZE = 1024
+DEFAULT_VOCAB_SIZE = 2048
 # GPTConfig fields a fresh run takes from the flags: flag dest -> (config field, default)
-MODEL_FLAGS = {"layers": ("num_layers", 4), "d_model": ("d_model", 128), "heads": ("num_heads", 4), "ffn": ("ffn", "gelu")}
+MODEL_FLAGS = {"layers": ("num_layers", 3), "d_model": ("d_model", 96), "heads": ("num_heads", 4), "ffn": ("ffn", "gelu")}
 # TrainSettings fields a flag sets; on --resume only RESUMABLE ones may be given
 SETTINGS_FLAGS = ("max_steps", "batch_size", "seq_len", "lr", "warmup_steps", "schedule_steps", "seed",
                   "eval_every", "save_every")
