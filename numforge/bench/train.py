@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
     rate = matmul_rate()
     print(f"float32 matmul rate (1024^3, best of 5): {rate / 1e9:.1f} GFLOP/s\n")
     names = list(CONFIGS) if args.config == "all" else [args.config]
-    header = f"{'config':8s} {'params':>9s} {'numforge tok/s':>15s} {'MFU':>6s} {'torch tok/s':>12s} {'MFU':>6s} {'ratio':>6s}"
+    header = (f"{'config':8s} {'params':>9s} {'numforge tok/s':>15s} {'MFU':>6s} "
+              f"{'torch tok/s':>12s} {'MFU':>6s} {'ratio':>6s} {'CPU-time ratio':>15s}")
     print(header)
     print("-" * len(header))
     for name in names:
@@ -77,11 +78,13 @@ def run(args: argparse.Namespace) -> int:
                 f"{ours * result['flops_per_token'] / rate:6.1%}")
         if "torch_s" in result:
             theirs = tokens / result["torch_s"]
-            line += f" {theirs:12.0f} {theirs * result['flops_per_token'] / rate:6.1%} {ours / theirs:5.2f}x"
+            line += (f" {theirs:12.0f} {theirs * result['flops_per_token'] / rate:6.1%} {ours / theirs:5.2f}x"
+                     f" {result['torch_cpu_s'] / result['numforge_cpu_s']:14.2f}x")
         print(line)
         if args.profile:
             print(result["profile"])
-    print("\nratio = numforge tokens/s / PyTorch eager tokens/s (median step times, alternating steps)")
+    print("\nratio = numforge tokens/s / PyTorch eager tokens/s (median wall-clock step times, alternating steps);"
+          "\nCPU-time ratio = the same from the process CPU time per step, which a busy machine disturbs less")
     return 0
 
 
@@ -116,17 +119,19 @@ def bench_config(name: str, args, torch) -> dict:
     steps = [numforge_step]
     if torch is not None:
         steps.append(_torch_step(torch, config, model, ids, targets))
-    times = [[] for _ in steps]
+    times = [[] for _ in steps]  # per implementation: (wall seconds, CPU seconds) per step
     for i in range(args.warmup + args.steps):
         for step, record in zip(steps, times):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             step()
             if i >= args.warmup:
-                record.append(time.perf_counter() - start)
+                record.append((time.perf_counter() - start, time.process_time() - start_cpu))
     result = {"params": model.num_params(), "tokens": ids.size, "flops_per_token": flops_per_token(config),
-              "numforge_s": statistics.median(times[0])}
+              "numforge_s": statistics.median(t[0] for t in times[0]),
+              "numforge_cpu_s": statistics.median(t[1] for t in times[0])}
     if torch is not None:
-        result["torch_s"] = statistics.median(times[1])
+        result["torch_s"] = statistics.median(t[0] for t in times[1])
+        result["torch_cpu_s"] = statistics.median(t[1] for t in times[1])
     if args.profile:
         result["profile"] = profile(numforge_step, args.steps)
     return result
