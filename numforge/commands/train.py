@@ -115,8 +115,8 @@ def run(args: argparse.Namespace) -> int:
     minutes = (time.perf_counter() - started) / 60
     last_val = next((r for r in reversed(session.log) if r["val_loss"]), None)
     if last_val is not None:
-        say(f"step {last_val['step']}: train loss {float(last_val['train_loss']):.3f}, "
-            f"validation loss {float(last_val['val_loss']):.3f} ({minutes:.1f} min)")
+        say(f"after {minutes:.1f} min, at step {last_val['step']}: train loss {float(last_val['train_loss']):.3f}, "
+            f"validation loss {float(last_val['val_loss']):.3f}")
     say(f"checkpoint: {session.last_checkpoint}; loss log: {session.run_dir / LOSS_CSV}"
         + (f", {session.run_dir / LOSS_PNG}" if (session.run_dir / LOSS_PNG).is_file() else ""))
     if outcome == "interrupted":
