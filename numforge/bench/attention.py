@@ -247,6 +247,8 @@ def run(args: argparse.Namespace) -> int:
         f"attention forward+backward, backend {backend.backend_name()}, B={args.batch} H={args.heads} "
         f"D={args.head_dim} float32 {'non-causal' if args.non_causal else 'causal'}, best of {args.repeats}"
     )
+    threads = {name: os.environ[name] for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS") if name in os.environ}
+    print(f"BLAS threads: {threads or 'library default (all cores)'}")
     if args.sweep_blocks:
         return _sweep(args, xp)
     print(f"tiled blocks: block_q={args.block_q} block_k={args.block_k}")
