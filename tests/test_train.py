@@ -146,7 +146,8 @@ def test_command_line_train_resume_and_sample(tmp_path, corpus, capsys):
     common = ["--data", str(corpus), "--cache-dir", str(tmp_path), "--vocab-size", str(VOCAB), "--layers", "1",
               "--d-model", "16", "--heads", "2", "--seq-len", "16", "--batch-size", "4", "--no-progress"]
     out = str(tmp_path / "run")
-    assert cli.main(["train", *common, "--out", out, "--max-steps", "2", "--eval-every", "2"]) == 0
+    assert cli.main(["train", *common, "--out", out, "--max-steps", "2", "--eval-every", "2", "--lr", "1e-4"]) == 0
+    assert checkpoint.load_checkpoint(out).state["settings"]["min_lr"] == pytest.approx(1e-5)
     assert cli.main(["train", *common, "--out", out, "--max-steps", "3"]) == 2
     assert "already holds a checkpoint" in capsys.readouterr().err
     assert cli.main(["train", "--resume", out, "--max-steps", "4", "--d-model", "32"]) == 2

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -83,8 +82,8 @@ def _start(args: argparse.Namespace, say):
     out = args.out or next_free_run_dir()
     settings = _given(args, SETTINGS_FLAGS)
     settings.setdefault("schedule_steps", max(settings.get("max_steps", 0), TrainSettings.schedule_steps))
+    settings["min_lr"] = settings.get("lr", TrainSettings.lr) / 10
     settings = TrainSettings(**settings)
-    settings = dataclasses.replace(settings, min_lr=settings.lr / 10)
     model_options = {field: getattr(args, flag) if getattr(args, flag) is not None else default
                      for flag, (field, default) in MODEL_FLAGS.items()}
     tokenizer = load_or_train_tokenizer(load_documents(args.data), args.vocab_size or DEFAULT_VOCAB_SIZE,
