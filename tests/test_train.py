@@ -166,3 +166,14 @@ def test_default_run_directory_is_the_first_free_one(tmp_path, monkeypatch):
     assert str(next_free_run_dir()) == "runs/run-1"
     (tmp_path / "runs" / "run-1").mkdir(parents=True)
     assert str(next_free_run_dir()) == "runs/run-2"
+
+
+@pytest.mark.parametrize("content, message", [(b"\xff\xfe text", "is not UTF-8 text"),
+                                              (b"too short", "the corpus is too short")])
+def test_command_line_rejects_unusable_text(tmp_path, capsys, content, message):
+    path = tmp_path / "data.txt"
+    path.write_bytes(content)
+    argv = ["train", "--data", str(path), "--cache-dir", str(tmp_path), "--vocab-size", "260",
+            "--out", str(tmp_path / "run"), "--no-progress"]
+    assert cli.main(argv) == 2
+    assert message in capsys.readouterr().err
