@@ -74,7 +74,8 @@ def test_gradients(shape, blocks, causal):
     q, k, v = qkv(1, H, Tq, Tk, D, D, seed=Tq + 7 * Tk)
     options = {"causal": causal, "block_q": blocks[0], "block_k": blocks[1]}
     inputs = {"q": q, "k": k, "v": v}
-    rows = check_op("flash_attention", flash_attention_forward, flash_attention_backward, inputs, options, max_coords=12)
+    forward, backward = flash_attention_forward, flash_attention_backward
+    rows = check_op("flash_attention", forward, backward, inputs, options, max_coords=12)
     assert all(r.passed for r in rows), format_table(rows)
 
 
@@ -85,7 +86,8 @@ def test_a_single_key_gives_zero_score_gradients(causal):
     dout = randn(2, 2, 3, 4, seed=4)
     out, dq, dk, dv = forward_backward(flash_attention_forward, flash_attention_backward, q, k, v, dout, causal=causal)
     seen = slice(2, 3) if causal else slice(0, 3)  # causal, Tq = 3 > Tk = 1: only the last query sees the key
-    np.testing.assert_allclose(to_numpy(out)[:, :, seen], np.broadcast_to(to_numpy(v), out[:, :, seen].shape), rtol=1e-15)
+    expected_out = np.broadcast_to(to_numpy(v), out[:, :, seen].shape)  # o = v for the queries that see the key
+    np.testing.assert_allclose(to_numpy(out)[:, :, seen], expected_out, rtol=1e-15)
     np.testing.assert_allclose(to_numpy(dv), to_numpy(dout)[:, :, seen].sum(axis=2, keepdims=True), rtol=1e-14)
     assert np.abs(to_numpy(dq)).max() <= 1e-14 and np.abs(to_numpy(dk)).max() <= 1e-14
 

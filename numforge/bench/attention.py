@@ -164,7 +164,9 @@ def _compare(args, xp) -> int:
     for T in args.seq_lens:
         q, k, v, dout = _inputs(args, T)
         plain = _numforge_step(attention_forward, attention_backward, q, k, v, dout, causal=causal)
-        tiled = _numforge_step(flash_attention_forward, flash_attention_backward, q, k, v, dout, causal=causal, **blocks)
+        tiled = _numforge_step(
+            flash_attention_forward, flash_attention_backward, q, k, v, dout, causal=causal, **blocks
+        )
         plain_mem, tiled_mem = peak_extra_bytes(plain, xp), peak_extra_bytes(tiled, xp)
         diff = float(xp.max(xp.abs(plain()[0] - tiled()[0])))
         steps = {"plain": plain, "tiled": tiled}
@@ -196,7 +198,8 @@ def _verdicts(measured: dict) -> list[str]:
     if 2048 in measured:
         plain_s, tiled_s, sdpa_s, plain_mem, tiled_mem = measured[2048]
         holds = tiled_mem * 8 <= plain_mem
-        lines.append(f"memory at T=2048: tiled = 1/{plain_mem / tiled_mem:.1f} of plain (target <= 1/8): {_word(holds)}")
+        fraction = f"1/{plain_mem / tiled_mem:.1f}"
+        lines.append(f"memory at T=2048: tiled = {fraction} of plain (target <= 1/8): {_word(holds)}")
         if sdpa_s is not None:
             ratio = tiled_s / sdpa_s
             lines.append(f"time at T=2048: tiled = {ratio:.2f}x SDPA (target <= 1.5x): {_word(ratio <= 1.5)}")
