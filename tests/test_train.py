@@ -173,7 +173,7 @@ def test_default_run_directory_is_the_first_free_one(tmp_path, monkeypatch):
 def test_command_line_rejects_unusable_text(tmp_path, capsys, content, message):
     path = tmp_path / "data.txt"
     path.write_bytes(content)
-    argv = ["train", "--data", str(path), "--cache-dir", str(tmp_path), "--vocab-size", "260",
+    argv = ["train", "--data", str(path), "--cache-dir", str(tmp_path), "--vocab-size", "257",
             "--out", str(tmp_path / "run"), "--no-progress"]
     assert cli.main(argv) == 2
     assert message in capsys.readouterr().err
