@@ -12,8 +12,9 @@ published for double precision) on three ranges of y = |x|:
     y > 4          erfc(y) = exp(-y^2) / y * (1/sqrt(pi) + z * R3(z)),   z = 1/y^2
 
 where each R is a ratio of polynomials, and erf = 1 - erfc on the upper two
-ranges. Past y ~ 6, erfc(y) < 2e-17 is below half an ulp of 1, so erf is
-exactly +-1 there; y is capped at 8 so that y^2 cannot overflow.
+ranges. The same pieces give the normal CDF ``Phi(x) = erfc(-x/sqrt 2) / 2``
+without the cancellation of ``(1 + erf(x/sqrt 2)) / 2`` for x << 0 (exact GELU
+needs Phi to full relative precision in its left tail).
 
 The polynomials are evaluated by Horner's rule in the input's dtype, so a
 float32 input is computed and returned in float32. On CuPy, use
@@ -82,6 +83,7 @@ _TAIL_DEN = (
     2.33520497626869185e-3,
 )
 _INV_SQRT_PI = 1.0 / math.sqrt(math.pi)
+_INV_SQRT_2 = 1.0 / math.sqrt(2.0)
 
 
 def _horner(coefficients: tuple[float, ...], t):
@@ -107,24 +109,67 @@ def erf(x):
     return erf_numpy(x)
 
 
+def normal_cdf(x):
+    """Phi(x) = erfc(-x / sqrt 2) / 2, the standard normal CDF, accurate in both tails.
+
+    Written as ``(1 + erf(x / sqrt 2)) / 2`` it would lose all relative
+    precision for x << 0 (1 + erf(-4.2) cancels to ~1e-8 with an absolute
+    error of 1e-16); taking erfc directly keeps a few ulp everywhere.
+    """
+    xp = get_xp(x)
+    if xp.__name__ == "cupy":
+        import cupyx.scipy.special
+
+        return cupyx.scipy.special.ndtr(x)
+    z = x * _INV_SQRT_2
+    y = abs(z)
+    out = x.copy()  # every finite element is overwritten below; the copy fixes shape and dtype
+    small = y <= 0.5
+    out[small] = 0.5 + 0.5 * _erf_small(z[small])
+    large = ~small & ~xp.isnan(y)
+    half_erfc = 0.5 * _erfc_large(y[large])  # Phi(-|x|)
+    out[large] = xp.where(z[large] < 0, half_erfc, 1.0 - half_erfc)
+    return out
+
+
 def erf_numpy(x):
     """erf by Cody's three rational approximations; max error a few ulp in float64. NaN stays NaN."""
     xp = get_xp(x)
     y = abs(x)
     out = x.copy()  # every finite element is overwritten below; the copy fixes shape and dtype
-
     small = y <= 0.5
-    ys = y[small]
-    out[small] = ys * _ratio(_SMALL_NUM, _SMALL_DEN, ys * ys)
-
-    mid = (y > 0.5) & (y <= 4.0)
-    ym = y[mid]
-    out[mid] = 1.0 - xp.exp(-ym * ym) * _ratio(_MID_NUM, _MID_DEN, ym)
-
-    tail = y > 4.0
-    yt = xp.minimum(y[tail], 8.0)  # erfc(8) ~ 1e-29: 1 - erfc rounds to 1 past y ~ 6, and y^2 cannot overflow
-    z = 1.0 / (yt * yt)
-    out[tail] = 1.0 - xp.exp(-yt * yt) / yt * (_INV_SQRT_PI - z * _ratio(_TAIL_NUM, _TAIL_DEN, z))
-
-    xp.copysign(out, x, out=out)  # erf is odd: the values above are erf(|x|)
+    out[small] = _erf_small(x[small])
+    large = y > 0.5
+    out[large] = xp.copysign(1.0 - _erfc_large(y[large]), x[large])
     return out
+
+
+def _erf_small(t):
+    """erf(t) for |t| <= 0.5: t * R1(t^2) (odd, so signed t works directly)."""
+    return t * _ratio(_SMALL_NUM, _SMALL_DEN, t * t)
+
+
+def _erfc_large(y):
+    """erfc(y) for y > 0.5 by Cody's middle (y <= 4) and tail (y > 4) approximations."""
+    xp = get_xp(y)
+    out = xp.empty_like(y)
+    mid = y <= 4.0
+    ym = y[mid]
+    out[mid] = _exp_minus_square(ym) * _ratio(_MID_NUM, _MID_DEN, ym)
+    tail = ~mid
+    # erfc(27) ~ 1e-319 underflows float64 anyway; the cap keeps y^2 and 1/y^2 finite for y = inf
+    yt = xp.minimum(y[tail], 27.0)
+    z = 1.0 / (yt * yt)
+    out[tail] = _exp_minus_square(yt) / yt * (_INV_SQRT_PI - z * _ratio(_TAIL_NUM, _TAIL_DEN, z))
+    return out
+
+
+def _exp_minus_square(y):
+    """exp(-y^2) without the rounding error of y^2 (which exp would turn into ~y^2 ulp).
+
+    Split y = r + d with r = floor(16 y) / 16, so r^2 is exact for y <= 27, and
+    y^2 = r^2 + d (y + r):  exp(-y^2) = exp(-r^2) * exp(-d (y + r)).  (Cody's trick.)
+    """
+    xp = get_xp(y)
+    r = xp.floor(y * 16.0) / 16.0
+    return xp.exp(-r * r) * xp.exp(-(y - r) * (y + r))

@@ -9,11 +9,10 @@ import math
 from typing import NamedTuple
 
 from ..backend import check_float, get_xp
-from ._erf import erf
+from ._erf import normal_cdf
 
 GELU_APPROXIMATIONS = ("tanh", "none")
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-_INV_SQRT_2 = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _GELU_CUBIC = 0.044715
 
@@ -51,62 +50,54 @@ def relu_backward(dy, cache: ReluCache):
 class GeluCache(NamedTuple):
     x: object
     approximate: str
-    smooth_step: object  # tanh(u) for "tanh", Phi(x) for "none": saved so the backward needs no tanh/erf
+    smooth_step: object  # sigma(2u) for "tanh", Phi(x) for "none": saved so the backward needs no exp/erf
 
 
 def gelu_forward(x, approximate: str = "tanh"):
     """GELU(x) = x * Phi(x), Phi the standard normal CDF.
 
-    approximate="none":  Phi(x) = (1 + erf(x / sqrt 2)) / 2                (exact)
-    approximate="tanh":  Phi(x) ~ (1 + tanh(u)) / 2,  u = sqrt(2/pi) (x + 0.044715 x^3)   (GPT-2)
+    approximate="none":  Phi(x) = erfc(-x / sqrt 2) / 2                      (exact)
+    approximate="tanh":  Phi(x) ~ (1 + tanh(u)) / 2 = sigma(2u),  u = sqrt(2/pi) (x + 0.044715 x^3)   (GPT-2)
 
+    Both smooth steps are computed so that they keep full relative precision
+    in the left tail (``1 + tanh(u)`` or ``1 + erf(.)`` would cancel there).
     Example: gelu(0) = 0, gelu(1) = 0.8413447 ("none") and 0.8411920 ("tanh").
-    The cache keeps the smooth step (tanh(u) or Phi(x)): one extra array of
-    x's size buys a backward with no transcendental function in it.
+    The cache keeps the smooth step: one extra array of x's size buys a
+    backward with no transcendental function in it.
     """
     check_float(x, "x")
-    xp = get_xp(x)
     if approximate == "tanh":
         u = x * x  # x^2
         u *= _GELU_CUBIC
         u += 1.0
         u *= x
-        u *= _SQRT_2_OVER_PI  # u = sqrt(2/pi) (x + 0.044715 x^3)
-        smooth_step = xp.tanh(u, out=u)  # t = tanh(u)
-        y = smooth_step + 1.0
-        y *= x
-        y *= 0.5  # y = x (1 + t) / 2
+        u *= 2.0 * _SQRT_2_OVER_PI  # 2u = 2 sqrt(2/pi) (x + 0.044715 x^3)
+        smooth_step = _sigmoid(u)  # s = sigma(2u) = (1 + tanh(u)) / 2
     elif approximate == "none":
-        smooth_step = erf(x * _INV_SQRT_2)
-        smooth_step += 1.0
-        smooth_step *= 0.5  # Phi(x) = (1 + erf(x / sqrt 2)) / 2
-        y = x * smooth_step
+        smooth_step = normal_cdf(x)  # s = Phi(x)
     else:
         raise ValueError(f"approximate must be one of {GELU_APPROXIMATIONS}, got {approximate!r}")
-    return y, GeluCache(x, approximate, smooth_step)
+    return x * smooth_step, GeluCache(x, approximate, smooth_step)  # y = x s
 
 
 def gelu_backward(dy, cache: GeluCache):
     """dx = dy * GELU'(x).
 
     "none":  GELU'(x) = Phi(x) + x phi(x),   phi(x) = exp(-x^2/2) / sqrt(2 pi)
-    "tanh":  GELU'(x) = (1 + t)/2 + x/2 (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2),   t = tanh(u)
+    "tanh":  GELU'(x) = s + x s (1 - s) 2 du/dx,   s = sigma(2u),  du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
     """
     xp = get_xp(dy, cache.x)
     x, s = cache.x, cache.smooth_step
     if cache.approximate == "tanh":
-        # forward: y = x (1 + t) / 2, t = tanh(u), so dy/dx = (1 + t)/2 + x/2 * (1 - t^2) * du/dx
-        du_dx = x * x
-        du_dx *= 3.0 * _GELU_CUBIC
-        du_dx += 1.0
-        du_dx *= _SQRT_2_OVER_PI  # du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
-        grad = s * s
-        xp.subtract(1.0, grad, out=grad)  # 1 - t^2 = dtanh(u)/du
-        grad *= du_dx
-        grad *= x
-        grad += s
+        # forward: y = x sigma(2u), and sigma' = sigma (1 - sigma), so dy/dx = s + x s (1 - s) 2 du/dx
+        grad = x * x
+        grad *= 3.0 * _GELU_CUBIC
         grad += 1.0
-        grad *= 0.5
+        grad *= 2.0 * _SQRT_2_OVER_PI  # 2 du/dx
+        grad *= x
+        grad *= 1.0 - s
+        grad += 1.0
+        grad *= s
     else:
         # forward: y = x Phi(x), so dy/dx = Phi(x) + x phi(x)
         grad = x * x
@@ -119,22 +110,21 @@ def gelu_backward(dy, cache: GeluCache):
     return grad
 
 
-# ---------------------------------------------------------------- SwiGLU
-
-
-class SwigluCache(NamedTuple):
-    gate: object
-    up: object
-    sigmoid_gate: object  # sigma(gate), computed once in the forward
-
-
 def _sigmoid(x):
-    """sigma(x) = 1 / (1 + exp(-x)) = (1 + tanh(x/2)) / 2; the tanh form never overflows."""
+    """sigma(x) = 1 / (1 + exp(-x)), accurate in both tails and never overflowing.
+
+    With e = exp(-|x|) in (0, 1]:  sigma(|x|) = 1 / (1 + e)  and  sigma(-|x|) = e / (1 + e).
+    (The shortcut (1 + tanh(x/2)) / 2 cancels to ~1e-16 absolute error for x << 0, which
+    no finite-difference check of a far-tail gradient survives.)
+    """
     xp = get_xp(x)
-    s = x * 0.5
-    xp.tanh(s, out=s)
-    s += 1.0
-    s *= 0.5
+    e = xp.abs(x)
+    xp.negative(e, out=e)
+    xp.exp(e, out=e)  # e = exp(-|x|)
+    s = e + 1.0
+    xp.reciprocal(s, out=s)  # sigma(|x|)
+    e *= s  # sigma(-|x|)
+    xp.copyto(s, e, where=x < 0)
     return s
 
 
