@@ -128,6 +128,15 @@ def _sigmoid(x):
     return s
 
 
+# ---------------------------------------------------------------- SwiGLU
+
+
+class SwigluCache(NamedTuple):
+    gate: object
+    up: object
+    sigmoid_gate: object  # sigma(gate), computed once in the forward
+
+
 def swiglu_forward(gate, up):
     """y = silu(gate) * up,  silu(g) = g * sigma(g). gate, up: (..., F) -> y: (..., F).
 
