@@ -6,13 +6,16 @@ import argparse
 import sys
 from importlib import import_module
 
+from .allocator import retain_freed_memory
+
 # sub-command name -> module in numforge.commands (each has HELP, add_arguments, run)
 COMMANDS = {
-    "gradcheck": "gradcheck",
-    "bench": "bench",
+    "train": "train",
+    "sample": "sample",
     "tokenize": "tokenize",
     "tokenizer": "tokenizer",
-    "train": "train", "sample": "sample",
+    "gradcheck": "gradcheck",
+    "bench": "bench",
 }
 
 
@@ -32,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    retain_freed_memory()  # training steps reuse their freed temporaries instead of faulting in new pages
     try:
         return args.run(args)
     except KeyboardInterrupt:

@@ -5,7 +5,6 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from numforge.backend import get_xp
 from numforge.gradcheck import check_op, format_table, relative_error
 
 from conftest import randn

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
-import tracemalloc
 from typing import Callable
 
 import numpy as np
 
 from .. import backend
+from .measure import MIB, best_times, format_table, peak_extra_bytes
 from ..ops.attention import attention_backward, attention_forward
 from ..ops.flash_attention import (
     DEFAULT_BLOCK_K,
@@ -33,7 +32,6 @@ from ..ops.flash_attention import (
     flash_attention_forward,
 )
 
-MIB = 2**20
 SWEEP_BLOCKS_Q = (64, 128, 256, 512)
 SWEEP_BLOCKS_K = (128, 256, 512, 1024)
 
@@ -53,61 +51,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help=f"time the tiled routine for block_q in {SWEEP_BLOCKS_Q} x block_k in {SWEEP_BLOCKS_K} instead",
     )
-
-
-def _synchronize(xp) -> None:
-    if xp is not np:
-        xp.cuda.Device().synchronize()
-
-
-def best_times(steps: dict[str, Callable[[], object]], repeats: int, xp) -> dict[str, float]:
-    """Seconds of the fastest run of each step; the steps take turns, so load changes hit all alike."""
-    best = {name: float("inf") for name in steps}
-    for _ in range(repeats):
-        for name, step in steps.items():
-            _synchronize(xp)
-            start = time.perf_counter()
-            step()
-            _synchronize(xp)
-            best[name] = min(best[name], time.perf_counter() - start)
-    return best
-
-
-def peak_extra_bytes(step: Callable[[], object], xp) -> int:
-    """Peak bytes allocated above the starting level while ``step`` runs (its results freed after)."""
-    if xp is np:
-        tracemalloc.start()
-        try:
-            base = tracemalloc.get_traced_memory()[0]
-            step()
-            return tracemalloc.get_traced_memory()[1] - base
-        finally:
-            tracemalloc.stop()
-    return _cupy_pool_peak(step)
-
-
-def _cupy_pool_peak(step: Callable[[], object]) -> int:
-    from cupy.cuda import memory_hook
-
-    class PoolPeak(memory_hook.MemoryHook):
-        """Bytes handed out by the CuPy memory pool: current and highest."""
-
-        name = "numforge_pool_peak"
-
-        def __init__(self) -> None:
-            self.current = self.peak = 0
-
-        def malloc_postprocess(self, **kwargs) -> None:
-            self.current += kwargs["mem_size"]
-            self.peak = max(self.peak, self.current)
-
-        def free_postprocess(self, **kwargs) -> None:
-            self.current -= kwargs["mem_size"]
-
-    hook = PoolPeak()
-    with hook:
-        step()
-    return hook.peak
 
 
 def _numforge_step(forward, backward, q, k, v, dout, **kwargs) -> Callable[[], object]:
@@ -146,13 +89,6 @@ def _inputs(args, T: int):
     return q, k, v, dout
 
 
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in [header, *rows]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
 def _compare(args, xp) -> int:
     causal = not args.non_causal
     blocks = {"block_q": args.block_q, "block_k": args.block_k}
@@ -185,7 +121,7 @@ def _compare(args, xp) -> int:
         ))  # fmt: skip
         print(rows[-1][0], "done", flush=True)
     print()
-    print(_table(header, rows))
+    print(format_table(header, rows))
     print()
     for line in _verdicts(measured):
         print(line)
@@ -235,7 +171,7 @@ def _sweep(args, xp) -> int:
         for (block_q, block_k), s in seconds.items():
             mib = memory[block_q, block_k] / MIB
             rows.append((str(T), str(block_q), str(block_k), f"{s * 1e3:.1f}", f"{mib:.1f}"))
-    print(_table(header, rows))
+    print(format_table(header, rows))
     return 0
 
 

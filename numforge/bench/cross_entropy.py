@@ -9,7 +9,7 @@ forward + backward, for:
 - torch: ``F.cross_entropy(h @ table.T)`` forward + backward on the CPU, when torch is
   importable (never a dependency; its memory is not traced).
 
-Peak memory is traced on NumPy only (NumPy reports its buffers to tracemalloc).
+Peak memory: tracemalloc on NumPy, the memory pool on CuPy (numforge.bench.measure).
 
 Every number comes from one run, so the ratios are what counts on a noisy machine.
 The default chunk_rows of the library is the fastest row here that keeps the
@@ -19,12 +19,11 @@ logits block far below the materialized size.
 from __future__ import annotations
 
 import argparse
-import time
-import tracemalloc
 
 import numpy as np
 
 from .. import backend
+from .measure import MIB, best_times, peak_extra_bytes
 from ..ops.cross_entropy import (
     DEFAULT_CHUNK_ROWS,
     cross_entropy_backward,
@@ -33,34 +32,6 @@ from ..ops.cross_entropy import (
     tied_cross_entropy_forward,
 )
 
-MIB = 2**20
-
-
-def _best_seconds(step, repeats: int, xp) -> float:
-    """The fastest of ``repeats`` timed runs (the GPU is synchronized around each)."""
-    best = float("inf")
-    for _ in range(repeats):
-        if xp is not np:
-            xp.cuda.Device().synchronize()
-        start = time.perf_counter()
-        step()
-        if xp is not np:
-            xp.cuda.Device().synchronize()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
-def _peak_extra_bytes(step, xp) -> int | None:
-    """Peak bytes NumPy allocates above the starting level during ``step`` (tracemalloc); None on CuPy."""
-    if xp is not np:
-        return None
-    tracemalloc.start()
-    try:
-        base = tracemalloc.get_traced_memory()[0]
-        step()
-        return tracemalloc.get_traced_memory()[1] - base
-    finally:
-        tracemalloc.stop()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -122,16 +93,14 @@ def run(args: argparse.Namespace) -> int:
         f"cross-entropy over h @ table^T, forward + backward: N={args.rows} rows, V={args.vocab}, "
         f"C={args.width}, float32, {backend.backend_name()}; library default chunk_rows={DEFAULT_CHUNK_ROWS}"
     )
-    timings = {}
-    for name, step in steps.items():
-        step()  # untimed warm-up
-        timings[name] = (_best_seconds(step, args.repeats, xp), _peak_extra_bytes(step, xp))
+    peaks = {name: peak_extra_bytes(step, xp) for name, step in steps.items()}  # also the warm-up
     if torch_step is not None:
-        torch_step()
-        timings["torch F.cross_entropy (CPU)"] = (_best_seconds(torch_step, args.repeats, np), None)
-    reference = timings["materialized (N, V) logits"][0]
+        torch_step()  # untimed warm-up
+        steps["torch F.cross_entropy (CPU)"] = torch_step
+    seconds = best_times(steps, args.repeats, xp)
+    reference = seconds["materialized (N, V) logits"]
     print(f"{'routine':32s} {'ms':>9s} {'vs materialized':>16s} {'peak extra MiB':>15s}")
-    for name, (seconds, peak) in timings.items():
-        memory = "-" if peak is None else f"{peak / MIB:.1f}"
-        print(f"{name:32s} {seconds * 1e3:9.1f} {seconds / reference:15.2f}x {memory:>15s}")
+    for name, t in seconds.items():
+        memory = f"{peaks[name] / MIB:.1f}" if name in peaks else "-"
+        print(f"{name:32s} {t * 1e3:9.1f} {t / reference:15.2f}x {memory:>15s}")
     return 0

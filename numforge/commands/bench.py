@@ -10,7 +10,12 @@ from importlib import import_module
 
 HELP = "measure speed and memory side by side with a plain reference or a peer library"
 
-BENCHMARKS = {"attention": "plain vs tiled attention (vs torch SDPA): forward+backward time and peak memory", "cross_entropy": "weight-tied cross-entropy: chunked vs materialized logits (vs torch): time and peak memory", "tokenizer": "BPE training and encoding on stdlib sources vs reference, HF tokenizers, tiktoken", "train": "training step (forward, backward, AdamW): tokens/s and MFU vs PyTorch eager"}  # name -> one-line help
+BENCHMARKS = {  # name -> one-line help; each is numforge/bench/<name>.py
+    "attention": "plain vs tiled attention (vs torch SDPA): forward+backward time and peak memory",
+    "cross_entropy": "weight-tied cross-entropy: chunked vs materialized logits (vs torch): time and peak memory",
+    "tokenizer": "BPE training and encoding on stdlib sources vs reference, HF tokenizers, tiktoken",
+    "train": "training step (forward, backward, AdamW): tokens/s and MFU vs PyTorch eager",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

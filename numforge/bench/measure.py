@@ -1,0 +1,79 @@
+"""Measuring tools shared by the benchmarks: fair timing, peak memory, a plain table."""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+from typing import Callable
+
+import numpy as np
+
+MIB = 2**20
+
+
+def synchronize(xp) -> None:
+    """Wait for queued GPU work, so a timer stops when the work is done (no-op on NumPy)."""
+    if xp is not np:
+        xp.cuda.Device().synchronize()
+
+
+def best_times(steps: dict[str, Callable[[], object]], repeats: int, xp) -> dict[str, float]:
+    """Seconds of the fastest run of each step; the steps take turns, so load changes hit all alike."""
+    best = {name: float("inf") for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            synchronize(xp)
+            start = time.perf_counter()
+            step()
+            synchronize(xp)
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+def peak_extra_bytes(step: Callable[[], object], xp) -> int:
+    """Peak bytes allocated above the starting level while ``step`` runs (its results freed after).
+
+    NumPy reports its buffers to tracemalloc; on CuPy the memory pool's
+    allocations are followed with a memory hook.
+    """
+    if xp is np:
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            step()
+            return tracemalloc.get_traced_memory()[1] - base
+        finally:
+            tracemalloc.stop()
+    return _cupy_pool_peak(step)
+
+
+def _cupy_pool_peak(step: Callable[[], object]) -> int:
+    from cupy.cuda import memory_hook
+
+    class PoolPeak(memory_hook.MemoryHook):
+        """Bytes handed out by the CuPy memory pool: current and highest."""
+
+        name = "numforge_pool_peak"
+
+        def __init__(self) -> None:
+            self.current = self.peak = 0
+
+        def malloc_postprocess(self, **kwargs) -> None:
+            self.current += kwargs["mem_size"]
+            self.peak = max(self.peak, self.current)
+
+        def free_postprocess(self, **kwargs) -> None:
+            self.current -= kwargs["mem_size"]
+
+    hook = PoolPeak()
+    with hook:
+        step()
+    return hook.peak
+
+
+def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    """Right-aligned columns under a header and a rule."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in [header, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
