@@ -68,10 +68,9 @@ def gelu_forward(x, approximate: str = "tanh"):
     check_float(x, "x")
     if approximate == "tanh":
         u = x * x  # x^2
-        u *= _GELU_CUBIC
-        u += 1.0
-        u *= x
-        u *= 2.0 * _SQRT_2_OVER_PI  # 2u = 2 sqrt(2/pi) (x + 0.044715 x^3)
+        u *= 2.0 * _SQRT_2_OVER_PI * _GELU_CUBIC
+        u += 2.0 * _SQRT_2_OVER_PI
+        u *= x  # 2u = 2 sqrt(2/pi) (1 + 0.044715 x^2) x
         smooth_step = _sigmoid(u)  # s = sigma(2u) = (1 + tanh(u)) / 2
     elif approximate == "none":
         smooth_step = normal_cdf(x)  # s = Phi(x)
@@ -91,9 +90,8 @@ def gelu_backward(dy, cache: GeluCache):
     if cache.approximate == "tanh":
         # forward: y = x sigma(2u), and sigma' = sigma (1 - sigma), so dy/dx = s + x s (1 - s) 2 du/dx
         grad = x * x
-        grad *= 3.0 * _GELU_CUBIC
-        grad += 1.0
-        grad *= 2.0 * _SQRT_2_OVER_PI  # 2 du/dx
+        grad *= 2.0 * _SQRT_2_OVER_PI * 3.0 * _GELU_CUBIC
+        grad += 2.0 * _SQRT_2_OVER_PI  # 2 du/dx = 2 sqrt(2/pi) (1 + 3 * 0.044715 x^2)
         grad *= x
         grad *= 1.0 - s
         grad += 1.0
@@ -113,7 +111,8 @@ def gelu_backward(dy, cache: GeluCache):
 def _sigmoid(x):
     """sigma(x) = 1 / (1 + exp(-x)), accurate in both tails and never overflowing.
 
-    With e = exp(-|x|) in (0, 1]:  sigma(|x|) = 1 / (1 + e)  and  sigma(-|x|) = e / (1 + e).
+    With e = exp(-|x|) in (0, 1]:  sigma(|x|) = 1 / (1 + e)  and  sigma(-|x|) = e / (1 + e),
+    so sigma(x) = n / (1 + e) with n = e for x < 0 and n = 1 for x >= 0.
     (The shortcut (1 + tanh(x/2)) / 2 cancels to ~1e-16 absolute error for x << 0, which
     no finite-difference check of a far-tail gradient survives.)
     """
@@ -121,10 +120,11 @@ def _sigmoid(x):
     e = xp.abs(x)
     xp.negative(e, out=e)
     xp.exp(e, out=e)  # e = exp(-|x|)
-    s = e + 1.0
-    xp.reciprocal(s, out=s)  # sigma(|x|)
-    e *= s  # sigma(-|x|)
-    xp.copyto(s, e, where=x < 0)
+    # n = max(e, [x >= 0]) is e for x < 0 and 1 for x >= 0, as e <= 1: plain arithmetic, where a
+    # masked copy (copyto with where=, or xp.where) runs 4x slower on random signs in NumPy
+    s = xp.maximum(e, x >= 0)  # n, in x's dtype
+    e += 1.0
+    s /= e
     return s
 
 
