@@ -66,17 +66,20 @@ def merge_qkv_grads(dq, dk, dv):
     return stacked.transpose(1, 3, 0, 2, 4).reshape(B, T, 3 * H * D)  # -> (B,T,3C)
 
 
-# block_q = block_k of the tiled kernel: of (128,512) (its default), (128,128), (64,128), (64,64) and
-# (32,32), 64x64 was about the fastest forward+backward at the bench shapes (T = 128 and 256),
-# 1.3-1.6x faster than the default there, since more fully masked causal tiles are skipped
-ATTENTION_TILE = 64
+# Tile sizes of the tiled kernel, by `numforge bench train`'s shapes (T = 128 and 256, D = 32, one thread):
+# 64 x 64 tiles ran forward+backward 1.3-1.6x faster than the kernel's default 128 x 256, since more
+# fully masked causal tiles are skipped; 64 queries x 256 keys was another 7% faster than 64 x 64
+# (alternating runs): up to T = 256 each query tile then sees its keys in one tile, so the forward's
+# online softmax makes a single pass with no rescaling, and it skips the same masked tiles
+ATTENTION_BLOCK_Q, ATTENTION_BLOCK_K = 64, 256
 
 
 def attend(q, k, v, config):
     """Causal attention by the configured kernel: ``"naive"`` (the oracle) or ``"tiled"``."""
     if config.attention == "naive":
         return attention_forward(q, k, v, causal=True)
-    return flash_attention_forward(q, k, v, causal=True, block_q=ATTENTION_TILE, block_k=ATTENTION_TILE)
+    return flash_attention_forward(q, k, v, causal=True, block_q=ATTENTION_BLOCK_Q,
+                                   block_k=ATTENTION_BLOCK_K)
 
 
 def attend_backward(do, cache, config):
@@ -195,8 +198,10 @@ MATERIALIZED_LOGITS_LIMIT = 2**25  # (N, V) logits elements held at once: 128 Mi
 
 
 class UnembeddingLossCache(NamedTuple):
-    logits: object  # the linear cache of the materialized logits; None when chunked
-    loss: object
+    rows: object  # h as (N,C) rows, by reference
+    table: object  # (V,C)
+    cross_entropy: object  # the cross-entropy cache of the materialized logits; None when chunked
+    tied_cross_entropy: object  # the chunked tied cross-entropy's cache; None when materialized
     h_shape: tuple
 
 
@@ -211,23 +216,23 @@ def unembedding_loss_forward(h, table, targets, ignore_index: int):
     B, T, C = h.shape
     rows, flat_targets = h.reshape(B * T, C), targets.reshape(B * T)  # (B,T,C) -> (N,C)
     if B * T * table.shape[0] > MATERIALIZED_LOGITS_LIMIT:
-        loss, loss_cache = tied_cross_entropy_forward(rows, table, flat_targets, ignore_index=ignore_index)
-        return loss, UnembeddingLossCache(None, loss_cache, h.shape)
-    logits, logits_cache = linear_forward(rows, table.T)  # (N,C) @ (C,V) -> (N,V)
+        loss, tied_cache = tied_cross_entropy_forward(rows, table, flat_targets, ignore_index=ignore_index)
+        return loss, UnembeddingLossCache(rows, table, None, tied_cache, h.shape)
+    logits = rows @ table.T  # (N,C) @ (C,V) -> (N,V)
     loss, loss_cache = cross_entropy_forward(logits, flat_targets, ignore_index=ignore_index)
-    return loss, UnembeddingLossCache(logits_cache, loss_cache, h.shape)
+    return loss, UnembeddingLossCache(rows, table, loss_cache, None, h.shape)
 
 
 def unembedding_loss_backward(dloss, cache: UnembeddingLossCache):
     """``(dh, dtable)``: ``dlogits = (softmax - onehot) dloss / count``, ``dh = dlogits table``,
     ``dtable = dlogits^T h``."""
-    if cache.logits is None:
-        dh, dtable = tied_cross_entropy_backward(dloss, cache.loss)
+    if cache.cross_entropy is None:
+        dh, dtable = tied_cross_entropy_backward(dloss, cache.tied_cross_entropy)
         return dh.reshape(cache.h_shape), dtable  # (N,C) -> (B,T,C)
-    dlogits = cross_entropy_backward(dloss, cache.loss)  # (N,V)
-    # forward: logits = h @ table^T, the linear op with weight table^T (C,V)
-    dh, dtable_transposed, _ = linear_backward(dlogits, cache.logits)
-    return dh.reshape(cache.h_shape), get_xp(dh).ascontiguousarray(dtable_transposed.T)  # (C,V) -> (V,C)
+    dlogits = cross_entropy_backward(dloss, cache.cross_entropy)  # (N,V)
+    dh = dlogits @ cache.table  # forward: logits = h table^T, so dh = dlogits table; (N,V) @ (V,C) -> (N,C)
+    dtable = dlogits.T @ cache.rows  # ... and dtable = dlogits^T h; (V,N) @ (N,C) -> (V,C)
+    return dh.reshape(cache.h_shape), dtable  # (N,C) -> (B,T,C)
 
 
 def sinusoidal_positions(max_seq_len: int, d_model: int, dtype) -> np.ndarray:

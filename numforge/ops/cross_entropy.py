@@ -16,7 +16,12 @@ DEFAULT_CHUNK_ROWS = 256  # rows of logits alive at once in the tied loss; chose
 
 
 class CrossEntropyCache(NamedTuple):
-    probs: object  # (N, V) softmax rows: the forward computes them anyway, the backward needs them
+    """softmax(z) = exp(z - max) / total. The forward computes the numerator anyway and the backward
+    needs the softmax; it is kept unnormalized, because the backward's one pass over (N, V), which
+    makes its new dlogits array, can apply 1 / total with the dloss / count factor for free."""
+
+    exp_shifted: object  # (N, V) exp(z - row max)
+    total: object  # (N, 1) row sums of exp_shifted
     targets: object  # (N,) targets, ignored rows replaced by 0 so they can index
     valid: object  # (N,) bool, False where the target is ignore_index
     count: int  # number of counted rows
@@ -78,14 +83,17 @@ def _nll_sum(z, logsumexp, targets, valid) -> float:
     return float(nll.sum(dtype="float64"))
 
 
-def _softmax_to_dlogits(probs, targets, valid, coef: float):
-    """In place: probs -> (probs - onehot(targets)) * coef on counted rows, 0 on ignored rows."""
-    xp = get_xp(probs)
-    weight = valid.astype(probs.dtype)  # (n,)
+def _row_weights(valid, coef: float, dtype):
+    """coef on counted rows, 0 on ignored rows: the factor of each row of dlogits, (n,)."""
+    weight = valid.astype(dtype)  # (n,)
     weight *= coef
-    probs *= weight[:, None]  # (n, V)
-    probs[xp.arange(probs.shape[0]), targets] -= weight
-    return probs
+    return weight
+
+
+def _subtract_onehot(dlogits, targets, weight) -> None:
+    """In place: dlogits[i, targets[i]] -= weight[i], the onehot(t) term of softmax - onehot(t)."""
+    xp = get_xp(dlogits)
+    dlogits[xp.arange(dlogits.shape[0]), targets] -= weight
 
 
 def _loss_array(total: float, count: int, dtype, xp):
@@ -112,16 +120,17 @@ def cross_entropy_forward(logits, targets, ignore_index: int = -1):
     vocab_size = logits.shape[-1]
     targets, valid, count = _check_targets(targets, logits.shape[:-1], vocab_size, ignore_index)
     z = logits.reshape(-1, vocab_size)  # (B, T, V) -> (N, V)
-    probs, total, logsumexp = _exp_and_logsumexp(z)
-    probs /= total  # softmax rows, (N, V)
+    exp_shifted, total, logsumexp = _exp_and_logsumexp(z)
     loss = _loss_array(_nll_sum(z, logsumexp, targets, valid), count, logits.dtype, get_xp(logits))
-    return loss, CrossEntropyCache(probs, targets, valid, count, tuple(logits.shape))
+    return loss, CrossEntropyCache(exp_shifted, total, targets, valid, count, tuple(logits.shape))
 
 
 def cross_entropy_backward(dloss, cache: CrossEntropyCache):
     """dlogits = (softmax(z) - onehot(t)) * dloss / count on counted rows, 0 on ignored rows."""
-    dlogits = cache.probs.copy()  # the cache is never modified
-    _softmax_to_dlogits(dlogits, cache.targets, cache.valid, _coef(dloss, cache.count))
+    weight = _row_weights(cache.valid, _coef(dloss, cache.count), cache.exp_shifted.dtype)  # (N,)
+    row_scale = weight[:, None] / cache.total  # (N, 1)
+    dlogits = cache.exp_shifted * row_scale  # softmax(z) * weight, a new (N, V) array
+    _subtract_onehot(dlogits, cache.targets, weight)
     return dlogits.reshape(cache.logits_shape)  # (N, V) -> (B, T, V)
 
 
@@ -177,8 +186,10 @@ def tied_cross_entropy_backward(dloss, cache: TiedCrossEntropyCache):
     for rows in _chunks(h_rows.shape[0], cache.chunk_rows):
         z = h_rows[rows] @ table.T  # recomputed: (n, C) @ (C, V) -> (n, V)
         z -= cache.logsumexp[rows, None]
-        probs = xp.exp(z, out=z)  # softmax rows, (n, V)
-        dlogits = _softmax_to_dlogits(probs, cache.targets[rows], cache.valid[rows], coef)
+        dlogits = xp.exp(z, out=z)  # softmax rows, (n, V), turned into dlogits in place:
+        weight = _row_weights(cache.valid[rows], coef, z.dtype)  # (n,)
+        dlogits *= weight[:, None]  # (n, V)
+        _subtract_onehot(dlogits, cache.targets[rows], weight)
         xp.matmul(dlogits, table, out=dh[rows])  # forward: z = h table^T, so dh = dz table; (n, V) @ (V, C) -> (n, C)
         xp.matmul(dlogits.T, h_rows[rows], out=table_part)  # ... and dtable = dz^T h; (V, n) @ (n, C) -> (V, C)
         dtable += table_part
