@@ -62,8 +62,9 @@ def merge_qkv_grads(dq, dk, dv):
     """The inverse of ``split_heads`` for gradients: three ``(B,H,T,D)`` -> ``(B,T,3C)``."""
     B, H, T, D = dq.shape
     xp = get_xp(dq, dk, dv)
-    stacked = xp.stack((dq, dk, dv))  # 3 x (B,H,T,D) -> (3,B,H,T,D)
-    return stacked.transpose(1, 3, 0, 2, 4).reshape(B, T, 3 * H * D)  # -> (B,T,3C)
+    token_major = [d.transpose(0, 2, 1, 3) for d in (dq, dk, dv)]  # 3 x (B,H,T,D) -> 3 x (B,T,H,D), views
+    stacked = xp.stack(token_major, axis=2)  # -> (B,T,3,H,D), the one copy
+    return stacked.reshape(B, T, 3 * H * D)  # (B,T,3,H,D) -> (B,T,3C), free
 
 
 # Tile sizes of the tiled kernel, by `numforge bench train`'s shapes (T = 128 and 256, D = 32, one thread):
@@ -231,8 +232,10 @@ def unembedding_loss_backward(dloss, cache: UnembeddingLossCache):
         return dh.reshape(cache.h_shape), dtable  # (N,C) -> (B,T,C)
     dlogits = cross_entropy_backward(dloss, cache.cross_entropy)  # (N,V)
     dh = dlogits @ cache.table  # forward: logits = h table^T, so dh = dlogits table; (N,V) @ (V,C) -> (N,C)
-    dtable = dlogits.T @ cache.rows  # ... and dtable = dlogits^T h; (V,N) @ (N,C) -> (V,C)
-    return dh.reshape(cache.h_shape), dtable  # (N,C) -> (B,T,C)
+    # ... and dtable = dlogits^T h, computed as (h^T dlogits)^T: OpenBLAS ran this product plus the
+    # transposing copy 10-15% faster than dlogits^T h at the bench shapes
+    dtable_transposed = cache.rows.T @ dlogits  # (C,N) @ (N,V) -> (C,V)
+    return dh.reshape(cache.h_shape), get_xp(dh).ascontiguousarray(dtable_transposed.T)  # (C,V) -> (V,C)
 
 
 def sinusoidal_positions(max_seq_len: int, d_model: int, dtype) -> np.ndarray:

@@ -130,10 +130,17 @@ def _key_tiles(q_start, q_stop, Tq, Tk, causal, block_k) -> Iterator[tuple[int, 
         yield k_start, k_stop, causal and k_stop - 1 > q_start + offset
 
 
-def _mask_bias(xp, dtype, q_start, q_stop, k_start, k_stop, offset):
-    """0 where a query may see a key, -inf where not: added to a diagonal score tile."""
-    allowed = causal_allowed(xp, q_start, q_stop, k_start, k_stop, offset)  # (nq, nk)
-    return xp.where(allowed, 0.0, -xp.inf).astype(dtype)  # (nq, nk)
+def _mask_scores(scores, q_start, q_stop, k_start, k_stop, offset) -> None:
+    """In place: -inf on the scores of a diagonal tile ``(B,H,nq,nk)`` where a query may not see a key.
+
+    Keys before ``q_start + offset + 1`` are visible to every query of the tile, so only
+    the columns from there on (the diagonal's own square, for a wide key tile) are touched.
+    """
+    xp = get_xp(scores)
+    first_hidden = max(k_start, q_start + offset + 1)  # the first key some query of the tile may not see
+    allowed = causal_allowed(xp, q_start, q_stop, first_hidden, k_stop, offset)  # (nq, k_stop - first_hidden)
+    bias = xp.where(allowed, 0.0, -xp.inf).astype(scores.dtype)  # 0 where visible, -inf where not
+    scores[..., first_hidden - k_start:] += bias  # (B,H,nq,nk)
 
 
 def flash_attention_forward(
@@ -170,7 +177,7 @@ def flash_attention_forward(
             keys = slice(k_start, k_stop)
             scores = xp.matmul(q_tile, k_t[..., keys])  # (B,H,nq,D) @ (B,H,D,nk) -> (B,H,nq,nk)
             if masked:
-                scores += _mask_bias(xp, dtype, q_start, q_stop, k_start, k_stop, Tk - Tq)
+                _mask_scores(scores, q_start, q_stop, k_start, k_stop, Tk - Tq)
             new_max = xp.maximum(row_max, scores.max(axis=-1, keepdims=True))  # (B,H,nq,1)
             safe_max = xp.where(xp.isneginf(new_max), 0.0, new_max).astype(dtype, copy=False)  # no -inf - -inf
             scores -= safe_max
@@ -212,7 +219,7 @@ def flash_attention_backward(dout, cache: FlashAttentionCache):
             # forward: S = s Q K^T, P = exp(S - L)
             scores = xp.matmul(q_tile, k_t[..., keys])  # (B,H,nq,D) @ (B,H,D,nk) -> (B,H,nq,nk)
             if masked:
-                scores += _mask_bias(xp, dtype, q_start, q_stop, k_start, k_stop, Tk - Tq)
+                _mask_scores(scores, q_start, q_stop, k_start, k_stop, Tk - Tq)
             scores -= lse[:, :, q_start:q_stop]
             probs = xp.exp(scores, out=scores)  # (B,H,nq,nk) in place
             # forward: O = P V, so dV = P^T dO and dP = dO V^T
