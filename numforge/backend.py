@@ -124,6 +124,8 @@ def get_xp(*arrays: object) -> ModuleType:
     CuPy arrays is a ``TypeError``: numforge never copies between devices
     behind your back.
     """
+    if sys.modules.get("cupy") is None:
+        return np  # no CuPy loaded, so no CuPy array exists (the common case, checked first: it is hot)
     kinds = {}
     for position, a in enumerate(arrays):
         if is_cupy_array(a):
