@@ -14,6 +14,7 @@ COMMANDS = {
     "sample": "sample",
     "tokenize": "tokenize",
     "tokenizer": "tokenizer",
+    "trace": "trace",
     "gradcheck": "gradcheck",
     "bench": "bench",
 }
