@@ -24,8 +24,9 @@ from .backend import get_xp
 from .ops.activations import (gelu_backward, gelu_forward, relu_backward, relu_forward,
                               swiglu_backward, swiglu_forward)
 from .ops.attention import attention_backward, attention_forward
-from .ops.cross_entropy import (cross_entropy_backward, cross_entropy_forward,
-                                tied_cross_entropy_backward, tied_cross_entropy_forward)
+from .ops.cross_entropy import (cross_entropy_backward, cross_entropy_forward, tied_cross_entropy_and_grads_backward,
+                                tied_cross_entropy_and_grads_forward, tied_cross_entropy_backward,
+                                tied_cross_entropy_forward)
 from .ops.dropout import dropout_backward, dropout_forward
 from .ops.flash_attention import flash_attention_backward, flash_attention_forward
 from .ops.layernorm import layer_norm_backward, layer_norm_forward
@@ -203,30 +204,39 @@ class UnembeddingLossCache(NamedTuple):
     table: object  # (V,C)
     cross_entropy: object  # the cross-entropy cache of the materialized logits; None when chunked
     tied_cross_entropy: object  # the chunked tied cross-entropy's cache; None when materialized
+    fused: object  # the fused loss-and-gradients cache (with_gradients); None otherwise
     h_shape: tuple
 
 
-def unembedding_loss_forward(h, table, targets, ignore_index: int):
+def unembedding_loss_forward(h, table, targets, ignore_index: int, with_gradients: bool = True):
     """``loss = cross_entropy(h @ table^T, targets)`` for ``h (B,T,C)``, ``table (V,C)``.
 
-    Logits of at most ``MATERIALIZED_LOGITS_LIMIT`` elements are materialized:
-    three matrix products in all (logits, ``dh``, ``dtable``). Larger ones go
-    through the chunked tied cross-entropy, which never holds ``(N,V)`` but
-    recomputes each chunk's logits in the backward (a fourth product).
+    ``with_gradients`` (training): the fused tied cross-entropy computes the
+    loss, ``dh`` and ``dtable`` in one pass over row chunks (three matrix
+    products, no ``(N,V)`` array); the backward only scales them. Otherwise
+    (evaluation) only the loss is computed: logits of at most
+    ``MATERIALIZED_LOGITS_LIMIT`` elements are materialized, larger ones go
+    through the chunked tied cross-entropy; both still have a backward.
     """
     B, T, C = h.shape
     rows, flat_targets = h.reshape(B * T, C), targets.reshape(B * T)  # (B,T,C) -> (N,C)
+    if with_gradients:
+        loss, fused_cache = tied_cross_entropy_and_grads_forward(rows, table, flat_targets, ignore_index=ignore_index)
+        return loss, UnembeddingLossCache(rows, table, None, None, fused_cache, h.shape)
     if B * T * table.shape[0] > MATERIALIZED_LOGITS_LIMIT:
         loss, tied_cache = tied_cross_entropy_forward(rows, table, flat_targets, ignore_index=ignore_index)
-        return loss, UnembeddingLossCache(rows, table, None, tied_cache, h.shape)
+        return loss, UnembeddingLossCache(rows, table, None, tied_cache, None, h.shape)
     logits = rows @ table.T  # (N,C) @ (C,V) -> (N,V)
     loss, loss_cache = cross_entropy_forward(logits, flat_targets, ignore_index=ignore_index)
-    return loss, UnembeddingLossCache(rows, table, loss_cache, None, h.shape)
+    return loss, UnembeddingLossCache(rows, table, loss_cache, None, None, h.shape)
 
 
 def unembedding_loss_backward(dloss, cache: UnembeddingLossCache):
     """``(dh, dtable)``: ``dlogits = (softmax - onehot) dloss / count``, ``dh = dlogits table``,
     ``dtable = dlogits^T h``."""
+    if cache.fused is not None:
+        dh, dtable = tied_cross_entropy_and_grads_backward(dloss, cache.fused)
+        return dh.reshape(cache.h_shape), dtable  # (N,C) -> (B,T,C)
     if cache.cross_entropy is None:
         dh, dtable = tied_cross_entropy_backward(dloss, cache.tied_cross_entropy)
         return dh.reshape(cache.h_shape), dtable  # (N,C) -> (B,T,C)

@@ -1,5 +1,6 @@
 """The GPT model: parameters, gradients under every option, inference, the KV cache, errors."""
 
+import functools
 import math
 
 import numpy as np
@@ -10,6 +11,7 @@ from numforge.config import GPTConfig
 from numforge.gradcheck import format_table
 from numforge.gradchecks.model import OPTIONS, TINY, check_model, randomized_model, tiny_batch
 from numforge.model import GPT
+from numforge.model_blocks import unembedding_loss_forward
 from numforge.optim import AdamW
 
 SMALL = dict(vocab_size=29, max_seq_len=12, d_model=16, num_heads=4, num_layers=2)
@@ -214,17 +216,23 @@ def test_adamw_training_memorises_a_batch():
 
 
 @pytest.mark.parametrize("option", ["gelu", "untied"])
-def test_chunked_and_materialized_logits_give_the_same_loss_and_gradients(option, monkeypatch):
+def test_fused_chunked_and_materialized_logits_give_the_same_loss_and_gradients(option, monkeypatch):
     ids, targets = tiny_batch(TINY["vocab_size"])
     model = randomized_model(OPTIONS[option])
+    loss_fused, cache = model.forward(ids, targets)  # the default: loss and gradients fused
+    assert cache.loss.fused is not None
+    grads_fused = model.backward(cache)
+    loss_only = functools.partial(unembedding_loss_forward, with_gradients=False)
+    monkeypatch.setattr("numforge.model.unembedding_loss_forward", loss_only)
     loss_materialized, cache = model.forward(ids, targets)  # tiny logits: materialized
     assert cache.loss.cross_entropy is not None
     grads_materialized = model.backward(cache)
     monkeypatch.setattr("numforge.model_blocks.MATERIALIZED_LOGITS_LIMIT", 0)  # force the chunked loss
     loss_chunked, cache = model.forward(ids, targets)
-    assert cache.loss.cross_entropy is None
+    assert cache.loss.tied_cross_entropy is not None
     grads_chunked = model.backward(cache)
-    assert float(loss_chunked) == pytest.approx(float(loss_materialized), rel=1e-14)
-    for name, g in grads_chunked.items():
-        np.testing.assert_allclose(to_numpy(g), to_numpy(grads_materialized[name]), rtol=1e-12, atol=1e-14,
-                                   err_msg=name)
+    for loss, grads in ((loss_chunked, grads_chunked), (loss_fused, grads_fused)):
+        assert float(loss) == pytest.approx(float(loss_materialized), rel=1e-14)
+        for name, g in grads.items():
+            np.testing.assert_allclose(to_numpy(g), to_numpy(grads_materialized[name]), rtol=1e-12, atol=1e-14,
+                                       err_msg=name)

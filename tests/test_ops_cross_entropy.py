@@ -12,6 +12,8 @@ from numforge.gradcheck import check_op, format_table
 from numforge.ops.cross_entropy import (
     cross_entropy_backward,
     cross_entropy_forward,
+    tied_cross_entropy_and_grads_backward,
+    tied_cross_entropy_and_grads_forward,
     tied_cross_entropy_backward,
     tied_cross_entropy_forward,
 )
@@ -61,13 +63,20 @@ def test_huge_logits_do_not_overflow():
     assert np.all(np.isfinite(backend.to_numpy(dlogits)))
 
 
-@pytest.mark.parametrize("tied", [False, True])
-def test_all_ignored_gives_zero_loss_and_zero_gradients(tied):
+TIED_OPS = {
+    "tied": (tied_cross_entropy_forward, tied_cross_entropy_backward),
+    "fused": (tied_cross_entropy_and_grads_forward, tied_cross_entropy_and_grads_backward),
+}
+
+
+@pytest.mark.parametrize("kind", ["plain", "tied", "fused"])
+def test_all_ignored_gives_zero_loss_and_zero_gradients(kind):
     targets = _ints([[-1, -1, -1]])
     h, table = randn(1, 3, 4), randn(5, 4, seed=1)
-    if tied:
-        loss, cache = tied_cross_entropy_forward(h, table, targets)
-        grads = tied_cross_entropy_backward(1.0, cache)
+    if kind in TIED_OPS:
+        forward, backward = TIED_OPS[kind]
+        loss, cache = forward(h, table, targets)
+        grads = backward(1.0, cache)
     else:
         loss, cache = cross_entropy_forward(h @ table.T, targets)
         grads = (cross_entropy_backward(1.0, cache),)
@@ -94,23 +103,26 @@ def test_plain_gradient(lead, vocab, ignore_fraction, seed):
     width=st.integers(1, 4),
     chunk_rows=st.integers(1, 20),  # 1 row, uneven chunks, and one chunk larger than N
     seed=st.integers(0, 2**16),
+    kind=st.sampled_from(sorted(TIED_OPS)),
 )
-def test_tied_gradient(lead, vocab, width, chunk_rows, seed):
+def test_tied_gradient(lead, vocab, width, chunk_rows, seed, kind):
     rng = np.random.default_rng(seed)
     inputs = {"h": randn(*lead, width, seed=seed), "table": randn(vocab, width, seed=seed + 1), "targets": _targets(rng, lead, vocab, 0.3)}
-    rows = check_op("tied", tied_cross_entropy_forward, tied_cross_entropy_backward, inputs, {"chunk_rows": chunk_rows})
+    rows = check_op(kind, *TIED_OPS[kind], inputs, {"chunk_rows": chunk_rows})
     _assert_passes(rows)
 
 
 @pytest.mark.parametrize("dtype, rtol", [("float64", 1e-12), ("float32", 2e-5)])
 @pytest.mark.parametrize("chunk_rows", [1, 7, 64, 1000])
-def test_tied_equals_plain_on_materialized_logits(dtype, rtol, chunk_rows):
+@pytest.mark.parametrize("kind", sorted(TIED_OPS))
+def test_tied_equals_plain_on_materialized_logits(dtype, rtol, chunk_rows, kind):
     b, t, c, v = 3, 21, 16, 97  # N = 63 rows: chunks of 7 divide it, 64 and 1000 exceed it
     h, table = randn(b, t, c, dtype=dtype), randn(v, c, dtype=dtype, seed=1) * 0.5
     targets = _targets(np.random.default_rng(2), (b, t), v, 0.2)
     dloss = backend.asarray(0.7, dtype=dtype)
-    loss, cache = tied_cross_entropy_forward(h, table, targets, chunk_rows=chunk_rows)
-    dh, dtable = tied_cross_entropy_backward(dloss, cache)
+    forward, backward = TIED_OPS[kind]
+    loss, cache = forward(h, table, targets, chunk_rows=chunk_rows)
+    dh, dtable = backward(dloss, cache)
 
     logits = h @ table.T  # (B, T, C) @ (C, V) -> (B, T, V): the oracle materializes every logit
     plain_loss, plain_cache = cross_entropy_forward(logits, targets)
@@ -122,6 +134,34 @@ def test_tied_equals_plain_on_materialized_logits(dtype, rtol, chunk_rows):
     scale_dh, scale_dtable = np.abs(expected_dh).max(), np.abs(expected_dtable).max()
     np.testing.assert_allclose(backend.to_numpy(dh), expected_dh, rtol=0, atol=rtol * scale_dh)
     np.testing.assert_allclose(backend.to_numpy(dtable), expected_dtable, rtol=0, atol=rtol * scale_dtable)
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 5, 64])
+def test_fused_equals_the_chunked_tied_op_and_scales_by_dloss_without_touching_its_cache(chunk_rows):
+    h, table = randn(2, 9, 6), randn(11, 6, seed=1)
+    targets = _targets(np.random.default_rng(3), (2, 9), 11, 0.3)
+    tied_loss, tied_cache = tied_cross_entropy_forward(h, table, targets, chunk_rows=4)
+    loss, cache = tied_cross_entropy_and_grads_forward(h, table, targets, chunk_rows=chunk_rows)
+    assert abs(float(loss) - float(tied_loss)) <= 1e-12 * abs(float(tied_loss))
+    kept = [backend.to_numpy(a).copy() for a in (cache.dh_of_sum, cache.dtable_of_sum)]
+    for dloss in (1.0, -2.5, 0.0):
+        expected = tied_cross_entropy_backward(dloss, tied_cache)
+        for got, want in zip(tied_cross_entropy_and_grads_backward(dloss, cache), expected):
+            want = backend.to_numpy(want)
+            np.testing.assert_allclose(backend.to_numpy(got), want, rtol=0, atol=1e-12 * max(np.abs(want).max(), 1e-300))
+    for before, after in zip(kept, (cache.dh_of_sum, cache.dtable_of_sum)):
+        np.testing.assert_array_equal(backend.to_numpy(after), before)
+
+
+def test_fused_bad_input_is_named():
+    h, table, targets = randn(2, 3, 4), randn(5, 4), _ints(np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="h's last axis and dtype must match table"):
+        tied_cross_entropy_and_grads_forward(h, randn(5, 3), targets)
+    with pytest.raises(ValueError, match="chunk_rows must be a positive int, got 0"):
+        tied_cross_entropy_and_grads_forward(h, table, targets, chunk_rows=0)
+    _, cache = tied_cross_entropy_and_grads_forward(h, table, targets)
+    with pytest.raises(ValueError, match=r"dloss must be a scalar \(0-d\), got shape \(2,\)"):
+        tied_cross_entropy_and_grads_backward(backend.asarray([1.0, 1.0]), cache)
 
 
 def test_plain_bad_input_is_named():

@@ -14,6 +14,8 @@ from ..ops.activations import gelu_backward, gelu_forward, relu_backward, relu_f
 from ..ops.cross_entropy import (
     cross_entropy_backward,
     cross_entropy_forward,
+    tied_cross_entropy_and_grads_backward,
+    tied_cross_entropy_and_grads_forward,
     tied_cross_entropy_backward,
     tied_cross_entropy_forward,
 )
@@ -82,10 +84,10 @@ def _cross_entropy(ignored: int):
     return check_op(name, cross_entropy_forward, cross_entropy_backward, inputs)
 
 
-def _tied_cross_entropy():
+def _tied_cross_entropy(name, forward, backward):
     inputs = {"h": _randn(B, T, C), "table": _randn(V, C, seed=1), "targets": _targets(B, T)}
     kwargs = {"chunk_rows": 4}  # N = 6 rows: one full chunk and one partial
-    return check_op("tied_cross_entropy", tied_cross_entropy_forward, tied_cross_entropy_backward, inputs, kwargs)
+    return check_op(name, forward, backward, inputs, kwargs)
 
 
 CASES = [
@@ -102,5 +104,9 @@ CASES = [
     Case("dropout[eval]", lambda: _dropout(training=False)),
     Case("cross_entropy", lambda: _cross_entropy(ignored=1)),
     Case("cross_entropy[all ignored]", lambda: _cross_entropy(ignored=B * T)),
-    Case("tied_cross_entropy", _tied_cross_entropy),
+    Case("tied_cross_entropy", lambda: _tied_cross_entropy("tied_cross_entropy", tied_cross_entropy_forward,
+                                                           tied_cross_entropy_backward)),
+    Case("tied_cross_entropy_and_grads", lambda: _tied_cross_entropy("tied_cross_entropy_and_grads",
+                                                                     tied_cross_entropy_and_grads_forward,
+                                                                     tied_cross_entropy_and_grads_backward)),
 ]

@@ -13,6 +13,9 @@ from typing import NamedTuple
 from ..backend import check_float, check_int, get_xp
 
 DEFAULT_CHUNK_ROWS = 256  # rows of logits alive at once in the tied loss; chosen by `numforge bench cross_entropy`
+# rows per chunk of the fused loss-and-gradients: 512 ran 1.1-1.25x faster than materialized logits at
+# `numforge bench train`'s shapes (N = 2048, C = 128/256, V = 4096/8192, one thread); 256 and 1024 less so
+FUSED_CHUNK_ROWS = 512
 
 
 class CrossEntropyCache(NamedTuple):
@@ -40,6 +43,15 @@ class TiedCrossEntropyCache(NamedTuple):
     logsumexp: object  # (N,) logsumexp of every logits row
     h_shape: tuple[int, ...]
     chunk_rows: int
+
+
+class FusedTiedCrossEntropyCache(NamedTuple):
+    """The gradients of the summed (not yet averaged) loss, computed by the forward; the backward scales them."""
+
+    dh_of_sum: object  # (N, C) d(sum of counted nll) / dh
+    dtable_of_sum: object  # (V, C) d(sum of counted nll) / dtable
+    count: int
+    h_shape: tuple[int, ...]
 
 
 # ---------------------------------------------------------------- shared pieces
@@ -96,6 +108,17 @@ def _subtract_onehot(dlogits, targets, weight) -> None:
     dlogits[xp.arange(dlogits.shape[0]), targets] -= weight
 
 
+def _softmax_minus_onehot(exp_shifted, total, targets, valid, coef: float, out=None):
+    """dlogits = (softmax(z) - onehot(t)) * coef on counted rows, 0 on ignored rows, from exp(z - max) and its
+    row sums; written to ``out`` (which may be exp_shifted itself) or to a new array."""
+    xp = get_xp(exp_shifted)
+    weight = _row_weights(valid, coef, exp_shifted.dtype)  # (n,)
+    row_scale = weight[:, None] / total  # (n, 1)
+    dlogits = xp.multiply(exp_shifted, row_scale, out=out)  # softmax(z) * weight, (n, V)
+    _subtract_onehot(dlogits, targets, weight)
+    return dlogits
+
+
 def _loss_array(total: float, count: int, dtype, xp):
     return xp.asarray(total / count if count else 0.0, dtype=dtype)  # 0-d
 
@@ -127,10 +150,8 @@ def cross_entropy_forward(logits, targets, ignore_index: int = -1):
 
 def cross_entropy_backward(dloss, cache: CrossEntropyCache):
     """dlogits = (softmax(z) - onehot(t)) * dloss / count on counted rows, 0 on ignored rows."""
-    weight = _row_weights(cache.valid, _coef(dloss, cache.count), cache.exp_shifted.dtype)  # (N,)
-    row_scale = weight[:, None] / cache.total  # (N, 1)
-    dlogits = cache.exp_shifted * row_scale  # softmax(z) * weight, a new (N, V) array
-    _subtract_onehot(dlogits, cache.targets, weight)
+    coef = _coef(dloss, cache.count)
+    dlogits = _softmax_minus_onehot(cache.exp_shifted, cache.total, cache.targets, cache.valid, coef)  # new (N, V)
     return dlogits.reshape(cache.logits_shape)  # (N, V) -> (B, T, V)
 
 
@@ -144,19 +165,8 @@ def tied_cross_entropy_forward(h, table, targets, ignore_index: int = -1, chunk_
     (chunk_rows, V) block of logits exists at any time, never the full (N, V).
     Same loss as ``cross_entropy_forward(h @ table.T, targets)``.
     """
-    check_float(h, "h", ndim=(2, 3))
-    check_float(table, "table", ndim=2)
-    width = table.shape[1]
-    if h.shape[-1] != width or h.dtype != table.dtype:
-        raise ValueError(
-            f"h's last axis and dtype must match table {tuple(table.shape)} {table.dtype}, "
-            f"got h {tuple(h.shape)} {h.dtype}"
-        )
-    if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
-        raise ValueError(f"chunk_rows must be a positive int, got {chunk_rows!r}")
+    h_rows, targets, valid, count = _check_tied_inputs(h, table, targets, ignore_index, chunk_rows)
     xp = get_xp(h, table)
-    targets, valid, count = _check_targets(targets, h.shape[:-1], table.shape[0], ignore_index)
-    h_rows = h.reshape(-1, width)  # (B, T, C) -> (N, C)
     logsumexp = xp.empty(h_rows.shape[0], dtype=h.dtype)  # (N,)
     total = 0.0
     for rows in _chunks(h_rows.shape[0], chunk_rows):
@@ -194,6 +204,63 @@ def tied_cross_entropy_backward(dloss, cache: TiedCrossEntropyCache):
         xp.matmul(dlogits.T, h_rows[rows], out=table_part)  # ... and dtable = dz^T h; (V, n) @ (n, C) -> (V, C)
         dtable += table_part
     return dh.reshape(cache.h_shape), dtable  # (N, C) -> (B, T, C)
+
+
+def tied_cross_entropy_and_grads_forward(h, table, targets, ignore_index: int = -1,
+                                        chunk_rows: int = FUSED_CHUNK_ROWS):
+    """The tied cross-entropy and its gradients in one pass over chunks of rows, for training.
+
+    For each chunk, while its logits are still in cache (z = h @ table^T, (n, V)):
+    logsumexp(z), nll = logsumexp(z) - z[t], dz = softmax(z) - onehot(t) (0 on
+    ignored rows), then dh = dz @ table and dtable += dz^T @ h. That is three
+    matrix products and no (N, V) array, where materialized logits take one
+    (N, V) array and several passes over it, and the chunked tied loss
+    recomputes the logits in its backward (four products). The cache keeps the
+    gradients of the summed nll; the backward scales them by dloss / count,
+    exact because they are linear in dloss. Same loss and gradients as
+    ``tied_cross_entropy_forward`` / ``_backward``.
+    """
+    h_rows, targets, valid, count = _check_tied_inputs(h, table, targets, ignore_index, chunk_rows)
+    xp = get_xp(h, table)
+    dh_of_sum = xp.empty_like(h_rows)  # (N, C)
+    # dtable^T = sum over chunks of h^T dz, accumulated as (C, V) and transposed once: OpenBLAS ran h^T dz
+    # faster than dz^T h at the bench shapes (as in model_blocks' materialized path)
+    dtable_transposed = xp.zeros((table.shape[1], table.shape[0]), dtype=table.dtype)  # (C, V)
+    chunk_part = xp.empty_like(dtable_transposed)  # (C, V) one chunk's share, reused
+    total = 0.0
+    for rows in _chunks(h_rows.shape[0], chunk_rows):
+        z = h_rows[rows] @ table.T  # (n, C) @ (C, V) -> (n, V)
+        exp_shifted, row_total, logsumexp = _exp_and_logsumexp(z)  # (n, V), (n, 1), (n,)
+        total += _nll_sum(z, logsumexp, targets[rows], valid[rows])
+        dz = _softmax_minus_onehot(exp_shifted, row_total, targets[rows], valid[rows], 1.0, out=exp_shifted)  # (n, V)
+        xp.matmul(dz, table, out=dh_of_sum[rows])  # forward: z = h table^T, so dh = dz table; (n, V) @ (V, C) -> (n, C)
+        xp.matmul(h_rows[rows].T, dz, out=chunk_part)  # ... and dtable^T = h^T dz; (C, n) @ (n, V) -> (C, V)
+        dtable_transposed += chunk_part
+    loss = _loss_array(total, count, h.dtype, xp)
+    dtable_of_sum = xp.ascontiguousarray(dtable_transposed.T)  # (C, V) -> (V, C)
+    return loss, FusedTiedCrossEntropyCache(dh_of_sum, dtable_of_sum, count, tuple(h.shape))
+
+
+def tied_cross_entropy_and_grads_backward(dloss, cache: FusedTiedCrossEntropyCache):
+    """(dh, dtable) = (dh_of_sum, dtable_of_sum) * dloss / count: new arrays, the cache is left as it is."""
+    coef = _coef(dloss, cache.count)
+    return (cache.dh_of_sum * coef).reshape(cache.h_shape), cache.dtable_of_sum * coef  # (N, C) -> (B, T, C)
+
+
+def _check_tied_inputs(h, table, targets, ignore_index: int, chunk_rows: int):
+    """Validate the tied losses' inputs; return (h as (N, C) rows, targets, valid, count) as _check_targets does."""
+    check_float(h, "h", ndim=(2, 3))
+    check_float(table, "table", ndim=2)
+    width = table.shape[1]
+    if h.shape[-1] != width or h.dtype != table.dtype:
+        raise ValueError(
+            f"h's last axis and dtype must match table {tuple(table.shape)} {table.dtype}, "
+            f"got h {tuple(h.shape)} {h.dtype}"
+        )
+    if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be a positive int, got {chunk_rows!r}")
+    targets, valid, count = _check_targets(targets, h.shape[:-1], table.shape[0], ignore_index)
+    return h.reshape(-1, width), targets, valid, count  # (B, T, C) -> (N, C)
 
 
 def _chunks(n_rows: int, chunk_rows: int):
