@@ -141,7 +141,8 @@ class GPT:
             blocks.append((attention_cache, mlp_cache))
         h, final_norm_cache = layer_norm_forward(x, p["final_norm.weight"], p.get("final_norm.bias"),
                                                  eps=config.ln_eps)
-        loss, loss_cache = unembedding_loss_forward(h, self._unembedding(), targets, IGNORE_INDEX)  # (B,T,C) -> ()
+        loss, loss_cache = unembedding_loss_forward(h, self._unembedding(), targets, IGNORE_INDEX,
+                                                    with_gradients=training)  # (B,T,C) -> ()
         cache = ModelCache(tuple(token_ids.shape), embedding_cache, embedding_dropout, blocks,
                            final_norm_cache, loss_cache)
         return loss, cache
