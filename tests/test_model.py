@@ -1,6 +1,5 @@
 """The GPT model: parameters, gradients under every option, inference, the KV cache, errors."""
 
-import functools
 import math
 
 import numpy as np
@@ -11,7 +10,6 @@ from numforge.config import GPTConfig
 from numforge.gradcheck import format_table
 from numforge.gradchecks.model import OPTIONS, TINY, check_model, randomized_model, tiny_batch
 from numforge.model import GPT
-from numforge.model_blocks import unembedding_loss_forward
 from numforge.optim import AdamW
 
 SMALL = dict(vocab_size=29, max_seq_len=12, d_model=16, num_heads=4, num_layers=2)
@@ -222,13 +220,11 @@ def test_fused_chunked_and_materialized_logits_give_the_same_loss_and_gradients(
     loss_fused, cache = model.forward(ids, targets)  # the default: loss and gradients fused
     assert cache.loss.fused is not None
     grads_fused = model.backward(cache)
-    loss_only = functools.partial(unembedding_loss_forward, with_gradients=False)
-    monkeypatch.setattr("numforge.model.unembedding_loss_forward", loss_only)
-    loss_materialized, cache = model.forward(ids, targets)  # tiny logits: materialized
+    loss_materialized, cache = model.forward(ids, targets, training=False)  # evaluation, tiny logits: materialized
     assert cache.loss.cross_entropy is not None
     grads_materialized = model.backward(cache)
     monkeypatch.setattr("numforge.model_blocks.MATERIALIZED_LOGITS_LIMIT", 0)  # force the chunked loss
-    loss_chunked, cache = model.forward(ids, targets)
+    loss_chunked, cache = model.forward(ids, targets, training=False)
     assert cache.loss.tied_cross_entropy is not None
     grads_chunked = model.backward(cache)
     for loss, grads in ((loss_chunked, grads_chunked), (loss_fused, grads_fused)):
