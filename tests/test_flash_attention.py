@@ -9,13 +9,13 @@ from hypothesis import strategies as st
 
 from numforge import backend
 from numforge.backend import to_numpy
-from numforge.gradcheck import check_op, format_table
+from numforge.gradcheck import check_op
 from numforge.gradchecks.attention import CASES
 from numforge.ops import flash_attention as flash
 from numforge.ops.attention import attention_backward, attention_forward
 from numforge.ops.flash_attention import flash_attention_backward, flash_attention_forward
 
-from conftest import randn
+from conftest import assert_gradients_pass, randn
 
 
 def qkv(B, H, Tq, Tk, D, Dv, dtype="float64", seed=0):
@@ -59,7 +59,7 @@ def test_tiled_equals_plain(shape, blocks, causal):
 @pytest.mark.parametrize("case", [c for c in CASES if c.name.startswith("flash")], ids=lambda c: c.name)
 def test_gradcheck_cases(case):
     rows = case.run()
-    assert all(r.passed for r in rows), format_table(rows)
+    assert_gradients_pass(rows)
 
 
 @given(
@@ -76,7 +76,7 @@ def test_gradients(shape, blocks, causal):
     inputs = {"q": q, "k": k, "v": v}
     forward, backward = flash_attention_forward, flash_attention_backward
     rows = check_op("flash_attention", forward, backward, inputs, options, max_coords=12)
-    assert all(r.passed for r in rows), format_table(rows)
+    assert_gradients_pass(rows)
 
 
 @pytest.mark.parametrize("causal", [True, False])

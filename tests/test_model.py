@@ -7,10 +7,11 @@ import pytest
 
 from numforge.backend import asarray, default_rng, to_numpy
 from numforge.config import GPTConfig
-from numforge.gradcheck import format_table
 from numforge.gradchecks.model import OPTIONS, TINY, check_model, randomized_model, tiny_batch
 from numforge.model import GPT
 from numforge.optim import AdamW
+
+from conftest import assert_gradients_pass
 
 SMALL = dict(vocab_size=29, max_seq_len=12, d_model=16, num_heads=4, num_layers=2)
 
@@ -28,7 +29,7 @@ def log_softmax_loss(logits, targets):
 @pytest.mark.parametrize("option", list(OPTIONS))
 def test_every_parameter_gradient_matches_finite_differences(option):
     rows = check_model(option)
-    assert all(r.passed for r in rows), format_table(rows)
+    assert_gradients_pass(rows)
 
 
 def test_parameter_names_and_shapes_follow_the_architecture():

@@ -8,11 +8,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from numforge import backend
-from numforge.gradcheck import check_op, format_table
+from numforge.gradcheck import check_op
 from numforge.ops._erf import erf, erf_numpy, normal_cdf
 from numforge.ops.activations import gelu_backward, gelu_forward, relu_backward, relu_forward, swiglu_backward, swiglu_forward
 
-from conftest import randn
+from conftest import assert_gradients_pass, randn
 
 GELU_GRAD_ROOT = -0.7518  # Phi(x) + x phi(x) = 0 (the tanh form's root differs by < 1e-3)
 SILU_GRAD_ROOT = -1.2785  # sigma(g) (1 + g (1 - sigma(g))) = 0
@@ -122,15 +122,12 @@ def test_swiglu_far_tails_do_not_overflow():
     np.testing.assert_array_equal(backend.to_numpy(dgate), [0.0, 1.0])
 
 
-def _assert_passes(rows):
-    assert all(r.passed for r in rows), format_table(rows)
-
 
 @given(shape=shapes_3d, seed=st.integers(0, 2**16))
 def test_relu_gradient(shape, seed):
     x = backend.to_numpy(randn(*shape, seed=seed))
     x = backend.asarray(np.sign(x) * (np.abs(x) + 0.01))  # keep the kink outside the finite-difference step
-    _assert_passes(check_op("relu", relu_forward, relu_backward, {"x": x}))
+    assert_gradients_pass(check_op("relu", relu_forward, relu_backward, {"x": x}))
 
 
 @given(shape=shapes_3d, seed=st.integers(0, 2**16), approximate=st.sampled_from(["tanh", "none"]))
@@ -139,7 +136,7 @@ def test_gelu_gradient(shape, seed, approximate):
     # GELU'(x) = 0 at x ~ -0.7518: next to it the gradient is smaller than the finite-difference
     # noise, so a relative error means nothing there (the kink rule of the ReLU test, for a root)
     x = backend.asarray(np.where(np.abs(x - GELU_GRAD_ROOT) < 0.02, x + 0.1, x))
-    _assert_passes(check_op("gelu", gelu_forward, gelu_backward, {"x": x}, {"approximate": approximate}))
+    assert_gradients_pass(check_op("gelu", gelu_forward, gelu_backward, {"x": x}, {"approximate": approximate}))
 
 
 @given(shape=shapes_3d, seed=st.integers(0, 2**16))
@@ -147,7 +144,7 @@ def test_swiglu_gradient(shape, seed):
     gate = backend.to_numpy(randn(*shape, seed=seed) * 3.0)
     gate = np.where(np.abs(gate - SILU_GRAD_ROOT) < 0.02, gate + 0.1, gate)  # silu'(g) = 0 there
     inputs = {"gate": backend.asarray(gate), "up": randn(*shape, seed=seed + 1)}
-    _assert_passes(check_op("swiglu", swiglu_forward, swiglu_backward, inputs))
+    assert_gradients_pass(check_op("swiglu", swiglu_forward, swiglu_backward, inputs))
 
 
 def test_bad_input_is_named():

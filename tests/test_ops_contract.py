@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from numforge import backend
-from numforge.gradcheck import format_table
 from numforge.gradchecks.ops import CASES
 from numforge.ops.activations import gelu_backward, gelu_forward, relu_backward, relu_forward, swiglu_backward, swiglu_forward
 from numforge.ops.cross_entropy import (
@@ -23,14 +22,14 @@ from numforge.ops.embedding import embedding_backward, embedding_forward
 from numforge.ops.layernorm import layer_norm_backward, layer_norm_forward
 from numforge.ops.linear import linear_backward, linear_forward
 
-from conftest import randn
+from conftest import assert_gradients_pass, randn
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_gradcheck_case_passes(case):
     rows = case.run()
     assert rows, f"{case.name} checked nothing"
-    assert all(r.passed for r in rows), format_table(rows)
+    assert_gradients_pass(rows)
 
 
 def _ids():

@@ -8,10 +8,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from numforge import backend
-from numforge.gradcheck import check_op, format_table
+from numforge.gradcheck import check_op
 from numforge.ops.layernorm import layer_norm_backward, layer_norm_forward
 
-from conftest import randn
+from conftest import assert_gradients_pass, randn
 
 
 def test_row_by_hand():
@@ -50,7 +50,7 @@ def test_gradient(lead, width, bias, seed):
     }
     rows = check_op("layer_norm", layer_norm_forward, layer_norm_backward, inputs)
     assert len(rows) == (3 if bias else 2)
-    assert all(r.passed for r in rows), format_table(rows)
+    assert_gradients_pass(rows)
 
 
 def test_bad_input_is_named():
