@@ -69,6 +69,11 @@ class AdamW:
         if set(grads) != set(self.params):
             missing, extra = sorted(set(self.params) - set(grads)), sorted(set(grads) - set(self.params))
             raise ValueError(f"grads must have the params' names: missing {missing}, extra {extra}")
+        for name, p in self.params.items():  # all checked before anything changes: no half-done step
+            g = grads[name]
+            if getattr(g, "shape", None) != p.shape or getattr(g, "dtype", None) != p.dtype:
+                raise ValueError(f"grads[{name!r}] is {getattr(g, 'dtype', type(g).__name__)}"
+                                 f"{tuple(getattr(g, 'shape', ()))}, but the parameter is {p.dtype}{tuple(p.shape)}")
         self.step_count += 1
         lr, eps = float(self.lr), float(self.eps)
         beta1, beta2 = float(self.betas[0]), float(self.betas[1])
@@ -78,9 +83,6 @@ class AdamW:
         decay = 1.0 - lr * float(self.weight_decay)
         for name, p in self.params.items():
             g, m, v, buf = grads[name], self.m[name], self.v[name], self._scratch[name]
-            if g.shape != p.shape or g.dtype != p.dtype:
-                raise ValueError(f"grads[{name!r}] is {g.dtype}{tuple(g.shape)}, "
-                                 f"but the parameter is {p.dtype}{tuple(p.shape)}")
             xp = get_xp(p, g)
             if p.ndim >= 2 and decay != 1.0:
                 p *= decay                                  # p <- p - lr * wd * p

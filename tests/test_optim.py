@@ -161,6 +161,14 @@ def test_step_rejects_wrong_grads():
     grads["matrix"] = grads["matrix"][:, :2].copy()
     with pytest.raises(ValueError, match="matrix"):
         opt.step(grads)
+    grads = make_grads(0)
+    grads[list(grads)[-1]] = [0.0]  # not an array, and the last one checked
+    before = {name: to_numpy(p).copy() for name, p in opt.params.items()}
+    with pytest.raises(ValueError, match="list"):
+        opt.step(grads)
+    assert opt.step_count == 0  # a rejected step changes nothing
+    for name, p in opt.params.items():
+        np.testing.assert_array_equal(to_numpy(p), before[name])
 
 
 def test_clip_grad_norm_scales_to_max_norm():
