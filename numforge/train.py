@@ -359,11 +359,11 @@ def train(run: Run, *, progress: bool = True, say: Callable[[str], None] = print
             bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:,.0f}", refresh=False)
             bar.update(1)
             if interrupted() and run.step < settings.max_steps:
-                bar.close()
-                say(f"interrupted: checkpoint at step {run.step} written to {run.save()}")
-                plot_losses(run.run_dir / LOSS_PNG, run.log)
-                return "interrupted"
-    if run.saved_step != run.step:
+                break
+    if run.saved_step != run.step:  # a step that just saved is not saved twice
         run.save()
     plot_losses(run.run_dir / LOSS_PNG, run.log)
+    if run.step < settings.max_steps:
+        say(f"interrupted: checkpoint at step {run.step} written to {run.last_checkpoint}")
+        return "interrupted"
     return "done"

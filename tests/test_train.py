@@ -84,11 +84,12 @@ def test_it_learns(tmp_path, corpus):
     assert last_val < first - 1.5, f"validation loss {last_val} after 40 steps; it started at {first}"
 
 
-def test_ctrl_c_checkpoints_the_finished_step_and_resumes_exactly(tmp_path, corpus):
+@pytest.mark.parametrize("save_every", [100, 4])  # 4: the interrupted step is also a save step
+def test_ctrl_c_checkpoints_the_finished_step_and_resumes_exactly(tmp_path, corpus, save_every):
     straight = start(tmp_path / "straight", corpus, tmp_path)
     train(straight, progress=False)
 
-    run = start(tmp_path / "run", corpus, tmp_path, save_every=100)
+    run = start(tmp_path / "run", corpus, tmp_path, save_every=save_every)
     draw = run.sampler.next_batch
 
     def interrupt_during_step_4():
@@ -101,6 +102,8 @@ def test_ctrl_c_checkpoints_the_finished_step_and_resumes_exactly(tmp_path, corp
     assert train(run, progress=False, say=messages.append) == "interrupted"
     assert checkpoint.load_checkpoint(tmp_path / "run").state["step"] == 4
     assert "checkpoint at step 4" in messages[-1]
+    checkpoints = sorted(p.name for p in (tmp_path / "run").iterdir() if p.name.startswith("ckpt-"))
+    assert checkpoints[-1] == "ckpt-00000004"  # written once, not a second time beside itself
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
 
     train(resume_run(tmp_path / "run", {"save_every": 100}, cache_dir=tmp_path), progress=False)
