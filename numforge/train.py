@@ -53,6 +53,7 @@ from .optim import AdamW, clip_grad_norm, warmup_cosine_lr
 from .tokenizer import BPETokenizer
 
 LOSS_CSV = "loss.csv"
+RESUMABLE = ("max_steps", "eval_every", "save_every")  # settings a resume may change: none alters the arithmetic
 LOSS_PNG = "loss.png"
 CSV_FIELDS = ("step", "train_loss", "val_loss", "lr")
 BETAS = (0.9, 0.95)  # AdamW moment decay rates (0.95: the usual choice for transformers)
@@ -200,11 +201,10 @@ def resume_run(path, overrides: dict | None = None, *, data=None, cache_dir=None
     recorded corpus; if the corpus's tokens changed, the resume is not exact
     and this is said.
     """
-    allowed = {"max_steps", "eval_every", "save_every"}
     overrides = overrides or {}
-    if set(overrides) - allowed:
-        raise ValueError(f"a resumed run keeps its settings; only {sorted(allowed)} can change, "
-                         f"got {sorted(set(overrides) - allowed)}")
+    if set(overrides) - set(RESUMABLE):
+        raise ValueError(f"a resumed run keeps its settings; only {sorted(RESUMABLE)} can change, "
+                         f"got {sorted(set(overrides) - set(RESUMABLE))}")
     checkpoint = load_checkpoint(path)
     state = checkpoint.state
     settings = TrainSettings(**{**state["settings"], **overrides})

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ..data import DEFAULT_CORPUS, load_documents
 from ..generate import generate
-from ..train import LOSS_CSV, LOSS_PNG, TrainingDiverged, TrainSettings, load_or_train_tokenizer, new_run, resume_run, train
+from ..train import (LOSS_CSV, LOSS_PNG, RESUMABLE, TrainingDiverged, TrainSettings, load_or_train_tokenizer, new_run,
+                     resume_run, train)
 
 HELP = "train a GPT on text (default: this Python's own documentation), with checkpoints and exact resume"
 
@@ -20,7 +21,6 @@ MODEL_FLAGS = {"layers": ("num_layers", 3), "d_model": ("d_model", 96), "heads":
 # TrainSettings fields a flag sets; on --resume only RESUMABLE ones may be given
 SETTINGS_FLAGS = ("max_steps", "batch_size", "seq_len", "lr", "warmup_steps", "schedule_steps", "seed",
                   "eval_every", "save_every")
-RESUMABLE = ("max_steps", "eval_every", "save_every")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--tokenizer", metavar="FILE", help="a saved numforge tokenizer JSON (default: train a BPE)")
     data.add_argument("--vocab-size", type=int, help=f"BPE vocabulary size when training one (default {DEFAULT_VOCAB_SIZE})")
     data.add_argument("--cache-dir", metavar="DIR", help="where token arrays and tokenizers are cached "
-                      "(default $NUMFORGE_CACHE, else ~/.cache/numforge)")
+                      "(default $NUMFORGE_CACHE, else $XDG_CACHE_HOME/numforge or ~/.cache/numforge)")
     run = parser.add_argument_group("run")
     run.add_argument("--out", metavar="DIR", help="run directory for checkpoints and the loss log "
                      f"(default: the first free {RUNS_DIR}/run-1, run-2, ...)")
@@ -86,7 +86,7 @@ def _start(args: argparse.Namespace, say):
     settings = TrainSettings(**settings)
     model_options = {field: getattr(args, flag) if getattr(args, flag) is not None else default
                      for flag, (field, default) in MODEL_FLAGS.items()}
-    tokenizer = load_or_train_tokenizer(load_documents(args.data), args.vocab_size or DEFAULT_VOCAB_SIZE,
+    tokenizer = load_or_train_tokenizer(load_documents(args.data), DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size,
                                         args.tokenizer, args.cache_dir, say=say)
     return new_run(out, settings, model_options, tokenizer, data=args.data, cache_dir=args.cache_dir)
 
