@@ -56,7 +56,7 @@ def test_tiled_equals_plain(shape, blocks, causal):
         assert error_vs(a, b) <= 1e-10, name
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.name.startswith("flash")], ids=lambda c: c.name)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)  # plain and tiled: the command's suite, whole
 def test_gradcheck_cases(case):
     rows = case.run()
     assert_gradients_pass(rows)

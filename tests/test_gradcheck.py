@@ -5,7 +5,7 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from numforge.gradcheck import check_op, format_table, relative_error
+from numforge.gradcheck import check_op, format_table, numeric_gradient, relative_error
 
 from conftest import randn
 
@@ -75,3 +75,9 @@ def test_missing_gradient_slot_is_reported():
 
     with pytest.raises(ValueError, match="returned 1 gradients for the 2 float inputs"):
         check_op("cube", forward, backward, {"x": randn(2), "w": randn(2)})
+
+
+def test_a_strided_input_is_refused_rather_than_silently_unperturbed():
+    x = randn(4, 6)[:, ::2]  # a strided view: reshape(-1) would be a copy
+    with pytest.raises(ValueError, match="C-contiguous"):
+        numeric_gradient(lambda: 0.0, x, np.arange(3))

@@ -14,6 +14,8 @@ from numforge.ops.activations import gelu_backward, gelu_forward, relu_backward,
 from numforge.ops.cross_entropy import (
     cross_entropy_backward,
     cross_entropy_forward,
+    tied_cross_entropy_and_grads_backward,
+    tied_cross_entropy_and_grads_forward,
     tied_cross_entropy_backward,
     tied_cross_entropy_forward,
 )
@@ -55,6 +57,12 @@ OPS = {
     "tied_cross_entropy": lambda d: (
         tied_cross_entropy_forward,
         tied_cross_entropy_backward,
+        (randn(2, 3, 5, dtype=d), randn(7, 5, dtype=d, seed=1), _targets()),
+        {"chunk_rows": 4},
+    ),
+    "tied_cross_entropy_and_grads": lambda d: (
+        tied_cross_entropy_and_grads_forward,
+        tied_cross_entropy_and_grads_backward,
         (randn(2, 3, 5, dtype=d), randn(7, 5, dtype=d, seed=1), _targets()),
         {"chunk_rows": 4},
     ),

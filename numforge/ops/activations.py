@@ -50,7 +50,7 @@ def relu_backward(dy, cache: ReluCache):
 class GeluCache(NamedTuple):
     x: object
     approximate: str
-    smooth_step: object  # sigma(2u) for "tanh", Phi(x) for "none": saved so the backward needs no exp/erf
+    smooth_step: object  # sigma(2u) for "tanh", Phi(x) for "none": saved so the backward recomputes neither
 
 
 def gelu_forward(x, approximate: str = "tanh"):
@@ -62,8 +62,8 @@ def gelu_forward(x, approximate: str = "tanh"):
     Both smooth steps are computed so that they keep full relative precision
     in the left tail (``1 + tanh(u)`` or ``1 + erf(.)`` would cancel there).
     Example: gelu(0) = 0, gelu(1) = 0.8413447 ("none") and 0.8411920 ("tanh").
-    The cache keeps the smooth step: one extra array of x's size buys a
-    backward with no transcendental function in it.
+    The cache keeps the smooth step: one extra array of x's size spares the
+    backward the sigmoid or erfc (exact GELU's backward still needs exp for phi).
     """
     check_float(x, "x")
     if approximate == "tanh":
