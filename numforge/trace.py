@@ -25,7 +25,7 @@ layer i residual after MLP         the next norm's input (layer i+1's, or the fi
 final norm                         ``cache.loss.rows``, the rows the unembedding multiplies
 loss                               the forward's returned loss (absent for a one-token text:
                                    it has no target)
-next token (top 5)                 ``model.logits(ids, last_only=True)``, softmax in float64
+next token (top 5)                 ``loss.rows[-1] @ loss.table^T`` (the cache again), softmax in float64
 =================================  ===========================================
 
 Statistics are over the whole array, in float64; ``last`` holds the first
@@ -111,7 +111,7 @@ def trace(model, tokenizer, text: str) -> list[Stage]:
     if T > 1:
         value = float(to_numpy(loss))
         stages.append(Stage("loss", (), value, 0.0, value, value, (value,), "model.forward's loss"))
-    stages.append(_next_token_stage(model, tokenizer, token_ids))
+    stages.append(_next_token_stage(cache.loss.rows[-1] @ cache.loss.table.T, tokenizer))  # (C,) @ (C,V) -> (V,)
     return stages
 
 
@@ -126,14 +126,18 @@ def _pre_activations(activation_cache):
     return []  # ReLU keeps only the mask x > 0
 
 
-def _next_token_stage(model, tokenizer, token_ids) -> Stage:
-    """The last position's next-token distribution; ``last`` and ``tokens`` are its top ``TOP_K``."""
-    logits = to_numpy(model.logits(token_ids, last_only=True))[0]  # (1,V) -> (V,)
+def _next_token_stage(last_logits, tokenizer) -> Stage:
+    """The last position's next-token distribution; ``last`` and ``tokens`` are its top ``TOP_K``.
+
+    ``last_logits (V,)`` = the last row of the final norm's output times the
+    unembedding, both read from the forward's loss cache (no second forward pass).
+    """
+    logits = to_numpy(last_logits)  # (V,)
     probs = next_token_probs(logits, temperature=1.0)  # (V,) softmax in float64
     top = np.argsort(-probs, kind="stable")[:TOP_K]  # (TOP_K,) most probable first
     return Stage(f"next token (top {TOP_K})", tuple(probs.shape), float(probs.mean()), float(probs.std()),
                  float(probs.min()), float(probs.max()), tuple(float(probs[t]) for t in top),
-                 "softmax(model.logits(ids, last_only=True))",
+                 "softmax(loss.rows[-1] @ loss.table^T)",
                  tuple((int(t), tokenizer.decode([int(t)])) for t in top))
 
 
