@@ -86,7 +86,7 @@ def test_larger_float32_model_matches_torch():
     loss, cache = model.forward(ids, targets)
     grads = model.backward(cache)
     torch_value, torch_grads = torch_reference(model, ids, targets)
-    assert float(loss) == pytest.approx(torch_value, rel=1e-5)
+    assert float(loss) == pytest.approx(torch_value, rel=1e-6)  # measured 1e-7: float32 rounding
     for name, g in grads.items():
         scale = np.abs(torch_grads[name]).max()
-        np.testing.assert_allclose(to_numpy(g), torch_grads[name], rtol=0, atol=1e-3 * scale, err_msg=name)
+        np.testing.assert_allclose(to_numpy(g), torch_grads[name], rtol=0, atol=2e-5 * scale, err_msg=name)  # measured 6e-7
