@@ -87,9 +87,7 @@ def chunker(pattern: str = GPT2_SPLIT_PATTERN) -> Callable[[str], list[str]]:
             return ascii_only(text)
         chunks = []
         done = 0  # text[:done] is split
-        for match in _NON_ASCII.finditer(text):
-            if match.start() < done:
-                continue  # inside the stretch just handed to `regex`
+        while (match := _NON_ASCII.search(text, done)) is not None:  # the next non-ASCII past the split part
             start = _last_cut(text, done, match.start())
             cut = _CUT.search(text, match.end())
             end = cut.end() if cut else len(text)
