@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from .. import backend
-from .measure import MIB, best_times, format_table, peak_extra_bytes
+from .measure import MIB, best_times, format_table, peak_extra_bytes, positive_int
 from ..ops.attention import attention_backward, attention_forward
 from ..ops.flash_attention import (
     DEFAULT_BLOCK_K,
@@ -37,13 +37,13 @@ SWEEP_BLOCKS_K = (128, 256, 512, 1024)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seq-lens", type=int, nargs="+", default=[512, 1024, 2048, 4096], metavar="T")
-    parser.add_argument("--batch", type=int, default=1, metavar="B")
-    parser.add_argument("--heads", type=int, default=8, metavar="H")
-    parser.add_argument("--head-dim", type=int, default=64, metavar="D")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per routine; the best is kept")
-    parser.add_argument("--block-q", type=int, default=DEFAULT_BLOCK_Q)
-    parser.add_argument("--block-k", type=int, default=DEFAULT_BLOCK_K)
+    parser.add_argument("--seq-lens", type=positive_int, nargs="+", default=[512, 1024, 2048, 4096], metavar="T")
+    parser.add_argument("--batch", type=positive_int, default=1, metavar="B")
+    parser.add_argument("--heads", type=positive_int, default=8, metavar="H")
+    parser.add_argument("--head-dim", type=positive_int, default=64, metavar="D")
+    parser.add_argument("--repeats", type=positive_int, default=3, help="timed runs per routine; the best is kept")
+    parser.add_argument("--block-q", type=positive_int, default=DEFAULT_BLOCK_Q)
+    parser.add_argument("--block-k", type=positive_int, default=DEFAULT_BLOCK_K)
     parser.add_argument("--non-causal", action="store_true", help="full attention instead of causal")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch SDPA even if importable")
     parser.add_argument(

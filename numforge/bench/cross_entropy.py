@@ -4,7 +4,10 @@ Times forward + backward of the loss over ``logits = h @ table^T`` (best of
 ``--repeats`` after one untimed run) and measures the peak extra memory of one
 forward + backward, for:
 
-- tied, chunk_rows = R for each R in ``--chunk-rows`` (numforge's tied_cross_entropy_*),
+- tied, chunk_rows = R for each R in ``--chunk-rows`` (numforge's tied_cross_entropy_*, which
+  recomputes each chunk's logits in the backward),
+- fused, chunk_rows = R (tied_cross_entropy_and_grads_*, the training path: loss and
+  gradients in one pass, three matmuls),
 - materialized: the full (N, V) logits, then cross_entropy_* and the two matmuls back,
 - torch: ``F.cross_entropy(h @ table.T)`` forward + backward on the CPU, when torch is
   importable (never a dependency; its memory is not traced).
@@ -12,8 +15,8 @@ forward + backward, for:
 Peak memory: tracemalloc on NumPy, the memory pool on CuPy (numforge.bench.measure).
 
 Every number comes from one run, so the ratios are what counts on a noisy machine.
-The default chunk_rows of the library is the fastest row here that keeps the
-logits block far below the materialized size.
+The library's chunk sizes were chosen from runs of this table: the fastest rows
+that keep the logits block far below the materialized size.
 """
 
 from __future__ import annotations
@@ -23,11 +26,14 @@ import argparse
 import numpy as np
 
 from .. import backend
-from .measure import MIB, best_times, peak_extra_bytes
+from .measure import MIB, best_times, peak_extra_bytes, positive_int
 from ..ops.cross_entropy import (
     DEFAULT_CHUNK_ROWS,
+    FUSED_CHUNK_ROWS,
     cross_entropy_backward,
     cross_entropy_forward,
+    tied_cross_entropy_and_grads_backward,
+    tied_cross_entropy_and_grads_forward,
     tied_cross_entropy_backward,
     tied_cross_entropy_forward,
 )
@@ -35,18 +41,18 @@ from ..ops.cross_entropy import (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rows", type=int, default=4096, metavar="N", help="B*T rows of h")
-    parser.add_argument("--vocab", type=int, default=8192, metavar="V")
-    parser.add_argument("--width", type=int, default=256, metavar="C")
-    parser.add_argument("--chunk-rows", type=int, nargs="+", default=[64, 128, 256, 512, 1024, 2048])
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per routine; the best is kept")
+    parser.add_argument("--rows", type=positive_int, default=4096, metavar="N", help="B*T rows of h")
+    parser.add_argument("--vocab", type=positive_int, default=8192, metavar="V")
+    parser.add_argument("--width", type=positive_int, default=256, metavar="C")
+    parser.add_argument("--chunk-rows", type=positive_int, nargs="+", default=[64, 128, 256, 512, 1024, 2048])
+    parser.add_argument("--repeats", type=positive_int, default=3, help="timed runs per routine; the best is kept")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch even if importable")
 
 
-def _tied_step(h, table, targets, chunk_rows):
+def _chunked_step(forward, backward, h, table, targets, chunk_rows):
     def step():
-        loss, cache = tied_cross_entropy_forward(h, table, targets, chunk_rows=chunk_rows)
-        return loss, tied_cross_entropy_backward(1.0, cache)
+        loss, cache = forward(h, table, targets, chunk_rows=chunk_rows)
+        return loss, backward(1.0, cache)
 
     return step
 
@@ -85,13 +91,18 @@ def run(args: argparse.Namespace) -> int:
     h = backend.asarray(rng.standard_normal((args.rows, args.width)), dtype="float32")
     table = backend.asarray(rng.standard_normal((args.vocab, args.width)) * 0.02, dtype="float32")
     targets = backend.asarray(rng.integers(0, args.vocab, size=args.rows))
-    steps = {f"tied, chunk_rows={r}": _tied_step(h, table, targets, r) for r in args.chunk_rows}
+    steps = {}
+    for r in args.chunk_rows:
+        steps[f"tied, chunk_rows={r}"] = _chunked_step(
+            tied_cross_entropy_forward, tied_cross_entropy_backward, h, table, targets, r)
+        steps[f"fused, chunk_rows={r}"] = _chunked_step(
+            tied_cross_entropy_and_grads_forward, tied_cross_entropy_and_grads_backward, h, table, targets, r)
     steps["materialized (N, V) logits"] = _materialized_step(h, table, targets)
     torch_step = None if args.no_torch or xp is not np else _torch_step(h, table, targets)
 
     print(
         f"cross-entropy over h @ table^T, forward + backward: N={args.rows} rows, V={args.vocab}, "
-        f"C={args.width}, float32, {backend.backend_name()}; library default chunk_rows={DEFAULT_CHUNK_ROWS}"
+        f"C={args.width}, float32, {backend.backend_name()}; library defaults: chunk_rows={DEFAULT_CHUNK_ROWS} (tied), {FUSED_CHUNK_ROWS} (fused)"
     )
     peaks = {name: peak_extra_bytes(step, xp) for name, step in steps.items()}  # also the warm-up
     if torch_step is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import time
 import tracemalloc
 from typing import Callable
@@ -77,3 +78,23 @@ def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in [header, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def _positive(kind: type) -> Callable[[str], object]:
+    """An argparse type: a ``kind`` (int or float) above 0, else a usage error naming the value."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
+        return value
+
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
+positive_int = _positive(int)
+positive_float = _positive(float)

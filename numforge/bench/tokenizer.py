@@ -29,6 +29,7 @@ import warnings
 from pathlib import Path
 
 from ..tokenizer import BPETokenizer, reference
+from .measure import positive_float, positive_int
 
 TRAIN_RATIO_TARGET = 3.0
 ENCODE_RATIO_TARGET = 0.4
@@ -37,11 +38,11 @@ LONG_RUN_CHARACTERS = ("a", " ", "\n", "7", "🙂")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--megabytes", type=float, default=8.0, help="corpus size (MB of standard-library source)")
-    parser.add_argument("--vocab-size", type=int, default=8192)
-    parser.add_argument("--reference-kb", type=float, default=16.0, help="slice for the slow reference (KB)")
-    parser.add_argument("--reference-merges", type=int, default=100, help="merges the reference learns on its slice")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per timing, taking turns; the best is kept")
+    parser.add_argument("--megabytes", type=positive_float, default=8.0, help="corpus size (MB of standard-library source)")
+    parser.add_argument("--vocab-size", type=positive_int, default=8192)
+    parser.add_argument("--reference-kb", type=positive_float, default=16.0, help="slice for the slow reference (KB)")
+    parser.add_argument("--reference-merges", type=positive_int, default=100, help="merges the reference learns on its slice")
+    parser.add_argument("--repeats", type=positive_int, default=3, help="runs per timing, taking turns; the best is kept")
     parser.add_argument("--no-peers", action="store_true", help="skip HF tokenizers and tiktoken even if importable")
 
 
