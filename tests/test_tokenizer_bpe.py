@@ -273,3 +273,22 @@ def test_short_and_long_chunk_paths_equal_the_reference(data):
         expected = reference.replace_pair(expected, pair, 256 + i)
     assert merge_short(ids, merged) == expected
     assert merge_long(ids, merged) == expected
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"merges": [5]}, "merge 0 must be a pair of ints, got 5"),
+        ({"merges": [], "byte_ids": [float(i) for i in range(256)]}, "byte_ids must list 256 ids"),
+    ],
+)
+def test_malformed_constructor_arguments_are_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        BPETokenizer(**kwargs)
+
+
+def test_a_non_integer_special_id_in_a_dict_is_named():
+    d = BPETokenizer.train("aaabdaaabac" * 3, 260).to_dict()
+    d["special_tokens"] = {"<|endoftext|>": "x"}
+    with pytest.raises(ValueError, match="must map strings to int ids"):
+        BPETokenizer.from_dict(d)

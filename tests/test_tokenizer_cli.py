@@ -53,3 +53,11 @@ def test_errors_are_reported_not_raised(tmp_path, capsys):
     data.write_text("abc")
     assert main(["tokenizer", "train", "--data", str(data), "--vocab-size", "10", "--out", str(tmp_path / "t")]) == 1
     assert "vocab_size=10 is too small" in capsys.readouterr().err
+
+
+def test_tokenizer_train_refuses_a_missing_output_directory_before_training(tmp_path, capsys):
+    data = tmp_path / "d.txt"
+    data.write_text("hello hello world", encoding="utf-8")
+    out = tmp_path / "missing" / "tok.json"
+    assert main(["tokenizer", "train", "--data", str(data), "--vocab-size", "300", "--out", str(out)]) == 1
+    assert "no directory" in capsys.readouterr().err

@@ -33,6 +33,10 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, UnicodeDecodeError) as error:
         print(f"error: cannot read the training data: {error}", file=sys.stderr)
         return 1
+    out_dir = Path(args.out).resolve().parent
+    if not out_dir.is_dir():  # found now, not after a long training run
+        print(f"error: cannot write {args.out}: no directory {out_dir}", file=sys.stderr)
+        return 1
     start = time.perf_counter()
     try:
         tok = BPETokenizer.train(texts, args.vocab_size, special_tokens=specials, progress=True)

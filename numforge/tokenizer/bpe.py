@@ -252,7 +252,8 @@ def _check_merges(merges) -> list[tuple[int, int]]:
     checked = []
     seen = set()
     for i, pair in enumerate(merges):
-        if len(pair) != 2 or not all(isinstance(t, int) and not isinstance(t, bool) for t in pair):
+        if (not isinstance(pair, (tuple, list)) or len(pair) != 2
+                or not all(isinstance(t, int) and not isinstance(t, bool) for t in pair)):
             raise ValueError(f"merge {i} must be a pair of ints, got {pair!r}")
         p, q = int(pair[0]), int(pair[1])
         if not (0 <= p < 256 + i and 0 <= q < 256 + i):
@@ -269,7 +270,8 @@ def _check_byte_ids(byte_ids) -> list[int]:
     if byte_ids is None:
         return list(range(256))
     byte_ids = list(byte_ids)
-    if sorted(byte_ids) != list(range(256)):
+    if (not all(isinstance(b, int) and not isinstance(b, bool) for b in byte_ids)
+            or sorted(byte_ids) != list(range(256))):
         raise ValueError("byte_ids must list 256 ids, a permutation of 0..255 (the id of each byte value)")
     return byte_ids
 

@@ -72,8 +72,9 @@ def tokenizer_from_dict(d: dict, source: str = "tokenizer dict") -> BPETokenizer
     if missing:
         raise ValueError(f"{source}: missing keys {missing}")
     specials = d["special_tokens"]
-    if not isinstance(specials, dict):
-        raise ValueError(f"{source}: 'special_tokens' must map strings to ids, got {type(specials).__name__}")
+    if not isinstance(specials, dict) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                 for i in specials.values()):
+        raise ValueError(f"{source}: 'special_tokens' must map strings to int ids, got {specials!r}")
     names = sorted(specials, key=lambda name: specials[name])
     try:
         tok = BPETokenizer(d["merges"], special_tokens=names, pattern=d["pattern"], byte_ids=d["byte_ids"])

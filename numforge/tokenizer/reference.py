@@ -83,10 +83,10 @@ def train_merges(texts, num_merges: int, pattern: str = GPT2_SPLIT_PATTERN, spec
     merges = []
     for k in range(num_merges):
         counts = count_pairs(chunks)
-        if not counts or most_frequent_pair(counts)[1] < 2:
+        pair, count = most_frequent_pair(counts) if counts else (None, 0)
+        if count < 2:
             warnings.warn(f"no pair occurs twice after {k} merges; stopping early", stacklevel=2)
             break
-        pair, _ = most_frequent_pair(counts)
         new_id = 256 + k
         chunks = [replace_pair(ids, pair, new_id) for ids in chunks]
         merges.append(pair)
