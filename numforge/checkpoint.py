@@ -43,6 +43,10 @@ PREFIX = "ckpt-"
 FILES = ("params.npz", "optimizer.npz", "optimizer.json", "config.json", "tokenizer.json", "state.json")
 
 
+def _json_text(data) -> str:
+    return json.dumps(data, indent=1, sort_keys=True) + "\n"
+
+
 class Checkpoint(NamedTuple):
     """One loaded checkpoint; arrays are NumPy (move them with ``backend.asarray``)."""
 
@@ -85,7 +89,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
     """Write ``data`` as indented JSON to ``path`` atomically."""
-    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    write_text_atomic(path, _json_text(data))
 
 
 def read_json(path: Path) -> Any:
@@ -112,7 +116,7 @@ def _write_checkpoint_files(
     _save_arrays(directory / "optimizer.npz", moments)
     rest = {k: v for k, v in optimizer_state.items() if k not in ("m", "v")}
     for name, data in (("optimizer", rest), ("config", config), ("tokenizer", tokenizer), ("state", state)):
-        (directory / f"{name}.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        (directory / f"{name}.json").write_text(_json_text(data), encoding="utf-8")
 
 
 def save_checkpoint(

@@ -173,6 +173,12 @@ def split_tokens(tokens: np.ndarray, seq_len: int, val_fraction: float = 0.1) ->
 # ---------------------------------------------------------------- batches
 
 
+def windows(tokens: np.ndarray, starts: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(inputs, targets)``, int64 ``(n, T)``: the ``T + 1`` tokens from each start, targets shifted by one."""
+    window = tokens[starts[:, None] + np.arange(seq_len + 1)].astype(np.int64)  # (n,1) + (T+1,) -> (n,T+1)
+    return window[:, :-1], window[:, 1:]  # (n,T+1) -> (n,T), (n,T)
+
+
 class BatchSampler:
     """Random ``(B, T)`` input/target windows from a token array, reproducible and resumable.
 
@@ -199,10 +205,8 @@ class BatchSampler:
         """``(inputs, targets)``, both int64 ``(B, T)``; targets are inputs shifted by one."""
         last_start = len(self.tokens) - (self.seq_len + 1)
         starts = self.rng.integers(0, last_start + 1, size=self.batch_size)  # (B,)
-        offsets = np.arange(self.seq_len + 1)  # (T+1,)
-        windows = self.tokens[starts[:, None] + offsets].astype(np.int64)  # (B,1) + (T+1,) -> (B,T+1)
         self.batches_drawn += 1
-        return windows[:, :-1], windows[:, 1:]  # (B,T+1) -> (B,T), (B,T)
+        return windows(self.tokens, starts, self.seq_len)
 
     def state_dict(self) -> dict[str, Any]:
         return {"bit_generator": self.rng.bit_generator.state, "batches_drawn": self.batches_drawn}

@@ -47,7 +47,7 @@ from .backend import asarray
 from .checkpoint import (atomic_path, latest_checkpoint_dir, load_checkpoint, restore_model,
                          save_checkpoint, write_json_atomic, write_text_atomic)
 from .config import GPTConfig
-from .data import EOT, BatchSampler, default_cache_dir, documents_hash, load_documents, load_tokens, split_tokens
+from .data import EOT, BatchSampler, default_cache_dir, documents_hash, load_documents, load_tokens, split_tokens, windows
 from .model import GPT
 from .optim import AdamW, clip_grad_norm, warmup_cosine_lr
 from .tokenizer import BPETokenizer
@@ -233,8 +233,7 @@ def resume_run(path, overrides: dict | None = None, *, data=None, cache_dir=None
 def evaluation_windows(tokens: np.ndarray, seq_len: int, count: int) -> tuple[np.ndarray, np.ndarray]:
     """``count`` windows at evenly spaced starts over ``tokens``: the same every evaluation."""
     starts = np.linspace(0, len(tokens) - seq_len - 1, num=count).astype(np.int64)  # (count,)
-    windows = tokens[starts[:, None] + np.arange(seq_len + 1)].astype(np.int64)  # (count,T+1)
-    return windows[:, :-1], windows[:, 1:]  # (count,T), (count,T)
+    return windows(tokens, starts, seq_len)  # (count,T), (count,T)
 
 
 def evaluate(model, tokens: np.ndarray, settings: TrainSettings) -> float:
