@@ -134,7 +134,7 @@ class GPT:
         blocks = []
         for i in range(config.num_layers):
             layer = self._layer(i)
-            a, attention_cache = attention_branch_forward(x, layer, config, rng)
+            a, attention_cache = attention_branch_forward(x, layer, config, rng, training=training)
             x = x + a  # (B,T,C)
             m, mlp_cache = mlp_branch_forward(x, layer, config, rng)
             x = x + m  # (B,T,C)

@@ -42,15 +42,16 @@ def error_vs(result, reference) -> float:
     shape=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 9), st.integers(1, 9), st.integers(1, 4)),
     blocks=st.tuples(st.integers(1, 11), st.integers(1, 11)),
     causal=st.booleans(),
+    keep_probs=st.booleans(),
 )
-def test_tiled_equals_plain(shape, blocks, causal):
+def test_tiled_equals_plain(shape, blocks, causal, keep_probs):
     B, H, Tq, Tk, D = shape
     q, k, v = qkv(B, H, Tq, Tk, D, D + 1, seed=Tq * 13 + Tk)
     dout = randn(B, H, Tq, D + 1, seed=99)
     plain = forward_backward(attention_forward, attention_backward, q, k, v, dout, causal=causal)
     tiled = forward_backward(
         flash_attention_forward, flash_attention_backward, q, k, v, dout,
-        causal=causal, block_q=blocks[0], block_k=blocks[1],
+        causal=causal, block_q=blocks[0], block_k=blocks[1], keep_probs=keep_probs,
     )  # fmt: skip
     for name, a, b in zip(("out", "dq", "dk", "dv"), tiled, plain):
         assert error_vs(a, b) <= 1e-10, name
@@ -110,12 +111,13 @@ def test_float32_error_is_no_worse_than_plain_float32(T, D, block_q, block_k):
         assert tiled_error <= 2 * plain_error, (name, tiled_error, plain_error)
 
 
+@pytest.mark.parametrize("keep_probs", [False, True])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_queries_that_see_no_key_give_zeros_not_nan(dtype):
+def test_queries_that_see_no_key_give_zeros_not_nan(dtype, keep_probs):
     q, k, v = qkv(2, 2, 7, 3, 4, 4, dtype=dtype)  # causal, Tq > Tk: queries 0..3 see no key
     dout = randn(2, 2, 7, 4, dtype=dtype, seed=9)
     out, dq, dk, dv = forward_backward(
-        flash_attention_forward, flash_attention_backward, q, k, v, dout, block_q=2, block_k=2
+        flash_attention_forward, flash_attention_backward, q, k, v, dout, block_q=2, block_k=2, keep_probs=keep_probs
     )
     for a in (out, dq, dk, dv):
         assert np.isfinite(to_numpy(a)).all()
@@ -154,6 +156,21 @@ def test_no_score_sized_array_survives_the_forward():
     assert max(a.size for a in arrays) <= max(q.size, k.size, v.size)  # P would be 2*3*40*40 = 2.4 q.size
 
 
+def test_kept_probabilities_are_the_plain_softmax_and_skip_the_backward_recomputation(monkeypatch):
+    # Causal, Tq = Tk = 7, blocks 3 x 2: query tiles see 2 to 4 key tiles, so the kept tiles are
+    # rescaled from the running max to the final log-sum-exp.
+    q, k, v = qkv(2, 2, 7, 7, 3, 3)
+    _, plain_cache = attention_forward(q, k, v, causal=True)
+    _, cache = flash_attention_forward(q, k, v, block_q=3, block_k=2, keep_probs=True)
+    expected = {(q0, k0) for q0 in (0, 3, 6) for k0 in range(0, q0 + 3, 2) if k0 < 7}
+    assert set(cache.probs) == expected
+    for (q0, k0), tile in cache.probs.items():
+        want = to_numpy(plain_cache.probs)[:, :, q0:q0 + 3, k0:k0 + 2][..., : tile.shape[-1]]
+        np.testing.assert_allclose(to_numpy(tile), want, rtol=1e-13, atol=1e-15)
+    monkeypatch.setattr(flash, "_mask_scores", None)  # the backward must not rebuild score tiles
+    flash_attention_backward(randn(2, 2, 7, 3, seed=5), cache)
+
+
 def test_peak_memory_is_a_fraction_of_plain():
     if backend.backend_name() != "numpy":
         pytest.skip("tracemalloc sees NumPy buffers only")
@@ -172,11 +189,12 @@ def test_peak_memory_is_a_fraction_of_plain():
     assert tiled_peak * 8 <= plain_peak, (plain_peak, tiled_peak)
 
 
-def test_backward_leaves_its_inputs_and_cache_alone():
+@pytest.mark.parametrize("keep_probs", [False, True])
+def test_backward_leaves_its_inputs_and_cache_alone(keep_probs):
     q, k, v = qkv(1, 2, 5, 5, 3, 3)
-    _, cache = flash_attention_forward(q, k, v, block_q=2, block_k=2)
+    _, cache = flash_attention_forward(q, k, v, block_q=2, block_k=2, keep_probs=keep_probs)
     dout = randn(1, 2, 5, 3, seed=5)
-    arrays = [dout, *(a for a in cache if hasattr(a, "shape"))]
+    arrays = [dout, *(a for a in cache if hasattr(a, "shape")), *(cache.probs or {}).values()]
     before = [to_numpy(a).copy() for a in arrays]
     flash_attention_backward(dout, cache)
     for a, b in zip(before, arrays):

@@ -88,6 +88,24 @@ def test_tiled_and_naive_attention_give_the_same_loss_and_gradients():
                                    rtol=1e-10, atol=1e-13, err_msg=name)
 
 
+def test_training_keeps_attention_probabilities_under_the_limit_with_the_same_gradients(monkeypatch):
+    model = randomized_model({})
+    ids, targets = tiny_batch(TINY["vocab_size"])
+
+    def kept(cache):
+        return [attention.attention.probs is not None for attention, _ in cache.blocks]
+
+    _, cache = model.forward(ids, targets)
+    assert all(kept(cache))
+    grads_kept = model.backward(cache)
+    assert not any(kept(model.forward(ids, targets, training=False)[1]))  # evaluation keeps nothing
+    monkeypatch.setattr("numforge.model_blocks.KEEP_PROBS_LIMIT", 0)
+    _, cache = model.forward(ids, targets)
+    assert not any(kept(cache))
+    for name, g in model.backward(cache).items():
+        np.testing.assert_allclose(to_numpy(grads_kept[name]), to_numpy(g), rtol=1e-12, atol=1e-14, err_msg=name)
+
+
 @pytest.mark.parametrize("option", ["gelu", "swiglu", "untied", "sinusoidal_scaled"])
 def test_loss_is_the_cross_entropy_of_the_logits(option):
     model = randomized_model(OPTIONS[option])

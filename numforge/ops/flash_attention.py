@@ -58,6 +58,9 @@ running statistics and scaled queries of one query tile, and a few
 ``(B, H, block_q, block_k)`` tiles (scores/probabilities, ``dP``, the mask of
 a diagonal tile), ``n B H block_q block_k`` bytes each. The backward adds the
 gradients ``dq, dk, dv`` (as large as the inputs) and ``D`` (``n B H Tq``).
+With ``keep_probs=True`` the forward also keeps every probability tile it
+computed, up to ``n B H Tq Tk`` bytes (about half for causal self-attention):
+plain attention's memory, for a faster backward at short sequences.
 Example, B = 1, H = 8, T = 2048, D = 64, float32, blocks of 128 x 256: ``o``
 is 4 MiB, ``L`` 64 KiB, a tile 1 MiB, the gradients 12 MiB; plain attention's
 ``P`` alone is ``4 * 8 * 2048^2`` bytes = 128 MiB, and its backward holds
@@ -108,6 +111,7 @@ class FlashAttentionCache(NamedTuple):
     causal: bool
     block_q: int
     block_k: int
+    probs: dict | None  # keep_probs: (q_start, k_start) -> normalized P tile (B,H,nq,nk); else None
 
 
 def _check_block(block: object, name: str) -> int:
@@ -151,12 +155,20 @@ def flash_attention_forward(
     scale: float | None = None,
     block_q: int = DEFAULT_BLOCK_Q,
     block_k: int = DEFAULT_BLOCK_K,
+    keep_probs: bool = False,
 ):
     """``O = softmax(s Q K^T, causal) V`` tile by tile, with the online softmax.
 
     ``q (B,H,Tq,D)``, ``k (B,H,Tk,D)``, ``v (B,H,Tk,Dv)``; ``s = 1/sqrt(D)`` by
     default. Returns ``(o (B,H,Tq,Dv), cache)``; equal to ``attention_forward``
     up to rounding.
+
+    ``keep_probs=True`` trades memory for speed: the cache keeps every
+    probability tile the forward computed, normalized to ``P = exp(S - L)``,
+    and the backward uses them instead of recomputing ``S`` and ``exp``: per
+    tile one matrix product, the mask and one ``exp`` fewer. The kept tiles
+    take ``n B H Tq Tk`` bytes at most (about half that when causal), which
+    is small at short sequences, where it pays most.
     """
     B, H, Tq, Tk, D, Dv = check_qkv(q, k, v)
     xp = get_xp(q, k, v)
@@ -168,11 +180,13 @@ def flash_attention_forward(
     k_t = k.swapaxes(-1, -2)  # (B,H,Tk,D) -> (B,H,D,Tk), a view
     out = xp.empty((B, H, Tq, Dv), dtype=dtype)
     lse = xp.empty((B, H, Tq, 1), dtype=dtype)
+    kept = {} if keep_probs else None
     for q_start, q_stop in _tiles(Tq, block_q):
         q_tile = q[:, :, q_start:q_stop] * scale  # (B,H,nq,D), scaled once per tile
         row_max = xp.full((B, H, q_stop - q_start, 1), -xp.inf, dtype=dtype)  # m
         row_sum = xp.zeros((B, H, q_stop - q_start, 1), dtype=dtype)  # l
         acc = xp.zeros((B, H, q_stop - q_start, Dv), dtype=dtype)  # unnormalized o
+        tile_probs = []  # keep_probs: (k_start, exp(S_t - m_t), m_t) for each key tile
         for k_start, k_stop, masked in _key_tiles(q_start, q_stop, Tq, Tk, causal, block_k):
             keys = slice(k_start, k_stop)
             scores = xp.matmul(q_tile, k_t[..., keys])  # (B,H,nq,D) @ (B,H,D,nk) -> (B,H,nq,nk)
@@ -188,15 +202,23 @@ def flash_attention_forward(
             acc *= rescale
             acc += xp.matmul(probs, v[:, :, keys])  # (B,H,nq,nk) @ (B,H,nk,Dv) -> (B,H,nq,Dv)
             row_max = new_max
+            if keep_probs:
+                tile_probs.append((k_start, probs, safe_max))
         row_sum[row_sum == 0] = 1.0  # a row that saw no key: o = 0 / 1 = 0
         out[:, :, q_start:q_stop] = acc / row_sum
         lse[:, :, q_start:q_stop] = row_max + xp.log(row_sum)  # L = m + log(l); -inf for an empty row
-    return out, FlashAttentionCache(q, k, v, out, lse, scale, causal, block_q, block_k)
+        if tile_probs:
+            final_max = xp.where(xp.isneginf(row_max), 0.0, row_max).astype(dtype, copy=False)
+            for k_start, probs, tile_max in tile_probs:
+                probs *= xp.exp(tile_max - final_max) / row_sum  # exp(S - m_t) exp(m_t - m) / l = exp(S - L)
+                kept[q_start, k_start] = probs
+    cache = FlashAttentionCache(q, k, v, out, lse, scale, causal, block_q, block_k, kept)
+    return out, cache
 
 
 def flash_attention_backward(dout, cache: FlashAttentionCache):
     """``(dq, dk, dv)`` from ``dout (B,H,Tq,Dv)``, recomputing ``P`` tile by tile (module docstring)."""
-    q, k, v, out, lse, scale, causal, block_q, block_k = cache
+    q, k, v, out, lse, scale, causal, block_q, block_k, kept = cache
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
     check_grad_out(dout, out.shape, out.dtype)
@@ -216,12 +238,15 @@ def flash_attention_backward(dout, cache: FlashAttentionCache):
         dq_tile = dq[:, :, q_start:q_stop]  # (B,H,nq,D), a view: updated in place
         for k_start, k_stop, masked in _key_tiles(q_start, q_stop, Tq, Tk, causal, block_k):
             keys = slice(k_start, k_stop)
-            # forward: S = s Q K^T, P = exp(S - L)
-            scores = xp.matmul(q_tile, k_t[..., keys])  # (B,H,nq,D) @ (B,H,D,nk) -> (B,H,nq,nk)
-            if masked:
-                _mask_scores(scores, q_start, q_stop, k_start, k_stop, Tk - Tq)
-            scores -= lse[:, :, q_start:q_stop]
-            probs = xp.exp(scores, out=scores)  # (B,H,nq,nk) in place
+            if kept is not None:
+                probs = kept[q_start, k_start]  # P, kept by the forward (keep_probs)
+            else:
+                # forward: S = s Q K^T, P = exp(S - L)
+                scores = xp.matmul(q_tile, k_t[..., keys])  # (B,H,nq,D) @ (B,H,D,nk) -> (B,H,nq,nk)
+                if masked:
+                    _mask_scores(scores, q_start, q_stop, k_start, k_stop, Tk - Tq)
+                scores -= lse[:, :, q_start:q_stop]
+                probs = xp.exp(scores, out=scores)  # (B,H,nq,nk) in place
             # forward: O = P V, so dV = P^T dO and dP = dO V^T
             dv[:, :, keys] += xp.matmul(probs.swapaxes(-1, -2), dout_tile)  # (B,H,nk,nq) @ (B,H,nq,Dv) -> (B,H,nk,Dv)
             dprobs = xp.matmul(dout_tile, v_t[..., keys])  # (B,H,nq,Dv) @ (B,H,Dv,nk) -> (B,H,nq,nk)
