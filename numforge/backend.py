@@ -185,6 +185,15 @@ def scatter_add(target, indices, values) -> None:
         cupyx.scatter_add(target, indices, values)
 
 
+def overflow_to_inf_allowed():
+    """A ``with`` block in which a float overflow to ``inf`` is intended: NumPy does not warn.
+
+    For formulas such as ``1 / (1 + exp(t))`` whose overflow gives the right
+    answer (0). CuPy never warns; NumPy's error state does not touch it.
+    """
+    return np.errstate(over="ignore")
+
+
 def default_rng(seed: int | None = None):
     """A seeded random generator of the selected backend (NumPy PCG64 or CuPy's)."""
     return array_module().random.default_rng(seed)

@@ -1,6 +1,7 @@
 """ReLU, GELU (tanh and exact), SwiGLU, and the erf behind exact GELU."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -94,6 +95,23 @@ def test_gelu_tails_keep_relative_precision(x):
         y, _ = gelu_forward(backend.asarray([x]), approximate=approximate)
         # 1e-12 allows the tails' own conditioning (~x^2 ulp); 1 + tanh(u) would be off by 6e-12 at x = -6
         assert float(y[0]) == pytest.approx(exact, rel=1e-12, abs=0.0), approximate
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_far_tails_give_exact_limits_without_warnings(dtype):
+    # exp overflows past x ~ -9 (float32) or -20 (float64) in the sigmoid; the results are the limits
+    x = backend.asarray([-1e4, -50.0, 50.0, 1e4], dtype=dtype)
+    dy = backend.asarray([1.0, 1.0, 1.0, 1.0], dtype=dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y, cache = gelu_forward(x, approximate="tanh")
+        dx = gelu_backward(dy, cache)
+        silu_up, swiglu_cache = swiglu_forward(x, dy)  # silu(g) * 1
+        dgate, _ = swiglu_backward(dy, swiglu_cache)
+    np.testing.assert_array_equal(backend.to_numpy(y), [0.0, 0.0, 50.0, 1e4])
+    np.testing.assert_array_equal(backend.to_numpy(dx), [0.0, 0.0, 1.0, 1.0])
+    np.testing.assert_array_equal(backend.to_numpy(silu_up)[[0, 3]], [0.0, 1e4])
+    np.testing.assert_array_equal(backend.to_numpy(dgate)[[0, 3]], [0.0, 1.0])
 
 
 def test_gelu_tanh_is_close_to_exact_gelu():

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from ..backend import check_float, get_xp
+from ..backend import check_float, get_xp, overflow_to_inf_allowed
 from ._erf import normal_cdf
 
 GELU_APPROXIMATIONS = ("tanh", "none")
@@ -67,11 +67,11 @@ def gelu_forward(x, approximate: str = "tanh"):
     """
     check_float(x, "x")
     if approximate == "tanh":
-        u = x * x  # x^2
-        u *= 2.0 * _SQRT_2_OVER_PI * _GELU_CUBIC
-        u += 2.0 * _SQRT_2_OVER_PI
-        u *= x  # 2u = 2 sqrt(2/pi) (1 + 0.044715 x^2) x
-        smooth_step = _sigmoid(u)  # s = sigma(2u) = (1 + tanh(u)) / 2
+        minus_2u = x * x  # x^2
+        minus_2u *= -2.0 * _SQRT_2_OVER_PI * _GELU_CUBIC
+        minus_2u -= 2.0 * _SQRT_2_OVER_PI
+        minus_2u *= x  # -2u = -2 sqrt(2/pi) (1 + 0.044715 x^2) x
+        smooth_step = _one_over_one_plus_exp(minus_2u)  # s = 1 / (1 + exp(-2u)) = sigma(2u) = (1 + tanh(u)) / 2
     elif approximate == "none":
         smooth_step = normal_cdf(x)  # s = Phi(x)
     else:
@@ -108,24 +108,23 @@ def gelu_backward(dy, cache: GeluCache):
     return grad
 
 
-def _sigmoid(x):
-    """sigma(x) = 1 / (1 + exp(-x)), accurate in both tails and never overflowing.
+def _one_over_one_plus_exp(t):
+    """``1 / (1 + exp(t)) = sigma(-t)``, computed in place in ``t``; accurate in both tails.
 
-    With e = exp(-|x|) in (0, 1]:  sigma(|x|) = 1 / (1 + e)  and  sigma(-|x|) = e / (1 + e),
-    so sigma(x) = n / (1 + e) with n = e for x < 0 and n = 1 for x >= 0.
-    (The shortcut (1 + tanh(x/2)) / 2 cancels to ~1e-16 absolute error for x << 0, which
-    no finite-difference check of a far-tail gradient survives.)
+    For t >> 0 the result is ~exp(-t) with every digit kept (no ``1 - ...``
+    cancels); past the dtype's range exp(t) overflows to inf and the result
+    is 0, the true value rounded (it is below the smallest subnormal), so
+    that overflow is intended and silent. For t << 0 it is 1 - exp(t), as
+    rounded. (The shortcut (1 - tanh(t/2)) / 2 cancels to ~1e-16 absolute
+    error for t >> 0, which no finite-difference check of a far-tail gradient
+    survives.) Three passes and an exp: fewest passes matter, each NumPy call
+    is one.
     """
-    xp = get_xp(x)
-    e = xp.abs(x)
-    xp.negative(e, out=e)
-    xp.exp(e, out=e)  # e = exp(-|x|)
-    # n = max(e, [x >= 0]) is e for x < 0 and 1 for x >= 0, as e <= 1: plain arithmetic, where a
-    # masked copy (copyto with where=, or xp.where) runs 4x slower on random signs in NumPy
-    s = xp.maximum(e, x >= 0)  # n, in x's dtype
-    e += 1.0
-    s /= e
-    return s
+    xp = get_xp(t)
+    with overflow_to_inf_allowed():
+        xp.exp(t, out=t)
+    t += 1.0
+    return xp.divide(1.0, t, out=t)  # NumPy's divide ran 1.6x faster than its reciprocal here
 
 
 # ---------------------------------------------------------------- SwiGLU
@@ -145,7 +144,7 @@ def swiglu_forward(gate, up):
     check_float(gate, "gate")
     check_float(up, "up")
     _check_same(gate, up, "gate", "up")
-    sigmoid_gate = _sigmoid(gate)
+    sigmoid_gate = _one_over_one_plus_exp(-gate)  # sigma(g) = 1 / (1 + exp(-g))
     y = gate * sigmoid_gate
     y *= up
     return y, SwigluCache(gate, up, sigmoid_gate)
