@@ -8,17 +8,16 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..backend import check_float, get_xp
+from ._sums import column_sums, row_sums
 
 
 class LayerNormCache(NamedTuple):
-    """What the backward needs. xhat = (x - mean) * rstd is recomputed, not cached:
-    x is already alive (it is the residual stream, referenced here without a copy),
-    so caching xhat would hold one more (..., C) array per norm layer for the whole
-    step, to save one subtract and one multiply in the backward."""
+    """What the backward needs. xhat is kept rather than recomputed from x: that spares the
+    backward two passes over (..., C), for one more (..., C) array per norm layer."""
 
-    x: object  # (..., C), by reference
-    mean: object  # (..., 1)
-    rstd: object  # (..., 1) reciprocal standard deviation 1 / sqrt(var + eps)
+    x: object  # (..., C), the input by reference (no copy): numforge trace reads it
+    xhat: object  # (N, C) normalized input rows (x - mean) * rstd, N = product of the leading axes
+    rstd: object  # (N, 1) reciprocal standard deviation 1 / sqrt(var + eps)
     weight: object  # (C,)
     has_bias: bool
 
@@ -45,18 +44,20 @@ def layer_norm_forward(x, weight, bias=None, eps: float = 1e-5):
     if not (isinstance(eps, (int, float)) and eps >= 0):
         raise ValueError(f"eps must be a number >= 0, got {eps!r}")
     xp = get_xp(x, weight, bias)
-    mean = x.mean(axis=-1, keepdims=True)  # (..., C) -> (..., 1)
-    y = x - mean  # centred x, (..., C)
-    var = xp.einsum("...c,...c->...", y, y)[..., None]  # sum of squares, no (..., C) temporary; (..., C) -> (..., 1)
+    rows = x.reshape(-1, width)  # (..., C) -> (N, C)
+    mean = row_sums(rows)  # (N, C) -> (N,), one BLAS call
+    mean /= width
+    xhat = rows - mean[:, None]  # centred x, (N, C)
+    var = xp.einsum("nc,nc->n", xhat, xhat)  # sum of squares, no (N, C) temporary; (N, C) -> (N,)
     var /= width
     var += eps
-    rstd = xp.sqrt(var, out=var)
-    xp.reciprocal(rstd, out=rstd)  # 1 / sqrt(var + eps)
-    y *= rstd  # xhat
-    y *= weight
+    rstd = xp.sqrt(var, out=var)[:, None]
+    xp.divide(1.0, rstd, out=rstd)  # 1 / sqrt(var + eps), (N, 1)
+    xhat *= rstd
+    y = xhat * weight
     if bias is not None:
         y += bias
-    return y, LayerNormCache(x, mean, rstd, weight, bias is not None)
+    return y.reshape(x.shape), LayerNormCache(x, xhat, rstd, weight, bias is not None)  # (N, C) -> (..., C)
 
 
 def layer_norm_backward(dy, cache: LayerNormCache):
@@ -69,22 +70,21 @@ def layer_norm_backward(dy, cache: LayerNormCache):
     The two means are the gradient flowing through mean(x) and var(x).
     Returns (dx, dweight, dbias); dbias is None when the forward had no bias.
     """
-    x, mean, rstd, weight = cache.x, cache.mean, cache.rstd, cache.weight
-    xp = get_xp(dy, x)
-    width = x.shape[-1]
-    xhat = x - mean
-    xhat *= rstd  # recomputed: forward xhat = (x - mean) * rstd
+    xhat, rstd, weight = cache.xhat, cache.rstd, cache.weight
+    xp = get_xp(dy, xhat)
+    dy_rows = dy.reshape(xhat.shape)  # (..., C) -> (N, C)
     # forward: y = xhat * weight + bias
-    dweight = xp.einsum("nc,nc->c", dy.reshape(-1, width), xhat.reshape(-1, width))  # (N, C) -> (C,)
-    dbias = dy.reshape(-1, width).sum(axis=0) if cache.has_bias else None  # (N, C) -> (C,)
-    g = dy * weight  # dL/dxhat
+    dweight = xp.einsum("nc,nc->c", dy_rows, xhat)  # (N, C) -> (C,)
+    dbias = column_sums(dy_rows) if cache.has_bias else None  # (N, C) -> (C,)
+    g = dy_rows * weight  # dL/dxhat, (N, C)
     # forward: xhat = (x - mean(x)) * rstd(x); project out the mean and variance directions
-    g_mean = g.mean(axis=-1, keepdims=True)  # (..., C) -> (..., 1)
-    gx_mean = xp.einsum("...c,...c->...", g, xhat)[..., None]  # (..., C) -> (..., 1)
+    width = xhat.shape[1]
+    g_mean = row_sums(g)[:, None]  # (N, C) -> (N, 1)
+    g_mean /= width
+    gx_mean = xp.einsum("nc,nc->n", g, xhat)[:, None]  # (N, C) -> (N, 1)
     gx_mean /= width
     dx = g
     dx -= g_mean
-    xhat *= gx_mean
-    dx -= xhat
+    dx -= xhat * gx_mean
     dx *= rstd
-    return dx, dweight, dbias
+    return dx.reshape(dy.shape), dweight, dbias  # (N, C) -> (..., C)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..backend import check_float, get_xp
+from ._sums import column_sums
 
 
 class LinearCache(NamedTuple):
@@ -50,7 +51,7 @@ def linear_backward(dy, cache: LinearCache):
     rows_x = x.reshape(-1, c_in)  # (..., C_in) -> (N, C_in)
     rows_dy = dy.reshape(-1, c_out)  # (..., C_out) -> (N, C_out)
     dweight = xp.matmul(rows_x.T, rows_dy)  # (C_in, N) @ (N, C_out) -> (C_in, C_out)
-    dbias = rows_dy.sum(axis=0) if cache.has_bias else None  # forward: y += b; (N, C_out) -> (C_out,)
+    dbias = column_sums(rows_dy) if cache.has_bias else None  # forward: y += b; (N, C_out) -> (C_out,)
     return dx, dweight, dbias
 
 
