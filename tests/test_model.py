@@ -173,7 +173,7 @@ def test_dropout_needs_a_generator_and_is_off_at_inference():
     with pytest.raises(ValueError, match="rng"):
         model.forward(ids, targets)
     loss_eval, _ = model.forward(ids, targets, training=False)
-    assert float(loss_eval) == float(plain.forward(ids, targets)[0])
+    assert float(loss_eval) == float(plain.forward(ids, targets, training=False)[0])  # the same evaluation path
     loss_a = float(model.forward(ids, targets, rng=default_rng(1))[0])
     loss_b = float(model.forward(ids, targets, rng=default_rng(1))[0])
     loss_c = float(model.forward(ids, targets, rng=default_rng(2))[0])

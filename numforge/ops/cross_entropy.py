@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..backend import check_float, check_int, get_xp
+from ._sums import row_sums
 
 DEFAULT_CHUNK_ROWS = 256  # rows of logits alive at once in the tied loss; chosen by `numforge bench cross_entropy`
 # rows per chunk of the fused loss-and-gradients: 512 ran 1.1-1.25x faster than materialized logits at
@@ -229,13 +230,28 @@ def tied_cross_entropy_and_grads_forward(h, table, targets, ignore_index: int = 
     chunk_part = xp.empty_like(dtable_transposed)  # (C, V) one chunk's share, reused
     total = 0.0
     for rows in _chunks(h_rows.shape[0], chunk_rows):
-        z = h_rows[rows] @ table.T  # (n, C) @ (C, V) -> (n, V)
-        exp_shifted, row_total, logsumexp = _exp_and_logsumexp(z)  # (n, V), (n, 1), (n,)
-        total += _nll_sum(z, logsumexp, targets[rows], valid[rows])
-        dz = _softmax_minus_onehot(exp_shifted, row_total, targets[rows], valid[rows], 1.0, out=exp_shifted)  # (n, V)
-        xp.matmul(dz, table, out=dh_of_sum[rows])  # forward: z = h table^T, so dh = dz table; (n, V) @ (V, C) -> (n, C)
-        xp.matmul(h_rows[rows].T, dz, out=chunk_part)  # ... and dtable^T = h^T dz; (C, n) @ (n, V) -> (C, V)
-        dtable_transposed += chunk_part
+        h_chunk, t, counted = h_rows[rows], targets[rows], valid[rows]  # (n, C), (n,), (n,)
+        pick = (xp.arange(t.shape[0]), t)
+        z = h_chunk @ table.T  # (n, C) @ (C, V) -> (n, V)
+        picked = z[pick]  # z[t], (n,), read before z is overwritten
+        row_max = z.max(axis=1)  # (n,)
+        z -= row_max[:, None]
+        exp_shifted = xp.exp(z, out=z)  # E = exp(z - max) <= 1, in place, (n, V)
+        row_total = row_sums(exp_shifted)  # l = sum of E, (n,)
+        nll = xp.log(row_total)
+        nll += row_max  # logsumexp(z)
+        nll -= picked
+        nll *= counted
+        total += float(nll.sum(dtype="float64"))
+        # dz = E / l - onehot(t) = r (E - l onehot(t)) with r = [counted] / l per row. The row factor r
+        # scales the two (n, C) operands of the products instead of the (n, V) array: a pass over
+        # (n, V) saved, the same products. Ignored rows get r = 0.
+        exp_shifted[pick] -= row_total  # E - l onehot(t)
+        r = counted / row_total  # (n,)
+        xp.matmul(exp_shifted, table, out=dh_of_sum[rows])  # forward: z = h table^T, so dh = dz table;
+        dh_of_sum[rows] *= r[:, None]  # ... (n, V) @ (V, C) -> (n, C), times r
+        xp.matmul((h_chunk * r[:, None]).T, exp_shifted, out=chunk_part)  # ... and dtable^T = h^T dz = (r h)^T (E - l onehot)
+        dtable_transposed += chunk_part  # (C, n) @ (n, V) -> (C, V)
     loss = _loss_array(total, count, h.dtype, xp)
     dtable_of_sum = xp.ascontiguousarray(dtable_transposed.T)  # (C, V) -> (V, C)
     return loss, FusedTiedCrossEntropyCache(dh_of_sum, dtable_of_sum, count, tuple(h.shape))
