@@ -62,6 +62,26 @@ def test_scatter_add_rows_of_a_table(xp):
     assert table.dtype == xp.float32
 
 
+def test_scatter_add_into_a_strided_table_updates_the_table_itself(xp):
+    table = xp.zeros((4, 6), dtype=xp.float64)
+    columns = table[:, ::2]  # (4, 3), not contiguous: there is no flat view to update through
+    backend.scatter_add(columns, xp.asarray([0, 0, 2]), xp.ones((3, 3)))
+    np.testing.assert_array_equal(backend.to_numpy(table)[:, ::2], [[2, 2, 2], [0, 0, 0], [1, 1, 1], [0, 0, 0]])
+    assert float(table[:, 1::2].sum()) == 0.0
+
+
+def test_scatter_add_matches_a_loop_on_many_repeats():
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 5, size=200)
+    rows = rng.standard_normal((200, 3, 2))
+    table = np.zeros((5, 3, 2))
+    backend.scatter_add(table, ids, rows)
+    expected = np.zeros((5, 3, 2))
+    for i, row in zip(ids, rows):
+        expected[i] += row
+    np.testing.assert_array_equal(table, expected)  # same order of additions: bit for bit
+
+
 def test_default_rng_is_seeded(xp):
     a = backend.to_numpy(backend.default_rng(7).random(5))
     b = backend.to_numpy(backend.default_rng(7).random(5))

@@ -33,8 +33,8 @@ def embedding_backward(dout, cache: EmbeddingCache):
 
     ``dtable[ids] += dout`` would be wrong: with a repeated id, the buffered
     assignment keeps one update and drops the rest. ``scatter_add`` accumulates
-    every one (``numpy.add.at`` / ``cupyx.scatter_add``; on NumPy 2 it measured
-    as fast as a sort + ``add.reduceat`` alternative, so there is one path).
+    every one (``numpy.add.at`` on the table's flat view / ``cupyx.scatter_add``;
+    a sort + ``add.reduceat`` alternative measured no faster).
     """
     xp = get_xp(dout, cache.ids)
     vocab_size, width = cache.table_shape
