@@ -210,6 +210,17 @@ def default_rng(seed: int | None = None):
     return array_module().random.default_rng(seed)
 
 
+def check_positive_int(value: object, name: str) -> int:
+    """``value`` if it is an int >= 1 (``True`` is not), else a ``ValueError`` naming it.
+
+    Example: ``check_positive_int(0, "batch_size")`` raises
+    "batch_size must be a positive integer, got 0".
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
 def check_array(a: object, name: str, ndim: int | tuple[int, ...] | None = None):
     """Raise ``TypeError`` unless ``a`` is a NumPy or CuPy array of the expected rank."""
     if not (isinstance(a, np.ndarray) or is_cupy_array(a)):

@@ -107,3 +107,13 @@ def test_check_helpers_name_the_argument():
         backend.check_int(np.zeros(4), "ids")
     with pytest.raises(TypeError, match="x must be float32 or float64, got int64"):
         backend.check_float(np.zeros(4, dtype=np.int64), "x")
+
+
+@pytest.mark.parametrize("value", [0, -3, 2.0, True, "4", None])
+def test_check_positive_int_names_the_value(value):
+    with pytest.raises(ValueError, match=r"^width must be a positive integer, got "):
+        backend.check_positive_int(value, "width")
+
+
+def test_check_positive_int_returns_a_good_value():
+    assert backend.check_positive_int(7, "width") == 7
