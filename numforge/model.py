@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .backend import array_module, check_int, get_xp, resolve_dtype, to_numpy
+from .backend import array_module, check_int, check_positive_int, get_xp, resolve_dtype, to_numpy
 from .config import GPTConfig
 from .model_blocks import (KVCache, attention_branch_backward, attention_branch_forward,
                            dropout_if, dropout_if_backward, mlp_branch_backward, mlp_branch_forward,
@@ -232,8 +232,7 @@ class GPT:
 
     def new_kv_cache(self, batch_size: int) -> KVCache:
         """An empty cache of keys and values for ``batch_size`` sequences of up to ``max_seq_len``."""
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        check_positive_int(batch_size, "batch_size")
         return KVCache(get_xp(*self.params.values()), batch_size, self.config, self.dtype)
 
     # -------------------------------------------------------------- parameters

@@ -218,8 +218,8 @@ def test_strided_views_from_a_fused_projection_are_accepted():
         ({"k": (1, 2, 4, 3)}, ValueError, "same head width D, got 5 and 3"),
         ({"k": (1, 3, 4, 5)}, ValueError, "batch and heads"),
         ({"v": (1, 2, 3, 6)}, ValueError, "same number of keys, got 4 and 3"),
-        ({"block_q": 0}, ValueError, "block_q must be an integer >= 1, got 0"),
-        ({"block_k": 2.0}, ValueError, "block_k must be an integer >= 1, got 2.0"),
+        ({"block_q": 0}, ValueError, "block_q must be a positive integer, got 0"),
+        ({"block_k": 2.0}, ValueError, "block_k must be a positive integer, got 2.0"),
         ({"causal": None}, TypeError, "causal must be True or False"),
     ],
 )

@@ -154,7 +154,7 @@ def test_fused_bad_input_is_named():
     h, table, targets = randn(2, 3, 4), randn(5, 4), _ints(np.zeros((2, 3)))
     with pytest.raises(ValueError, match="h's last axis and dtype must match table"):
         tied_cross_entropy_and_grads_forward(h, randn(5, 3), targets)
-    with pytest.raises(ValueError, match="chunk_rows must be a positive int, got 0"):
+    with pytest.raises(ValueError, match="chunk_rows must be a positive integer, got 0"):
         tied_cross_entropy_and_grads_forward(h, table, targets, chunk_rows=0)
     _, cache = tied_cross_entropy_and_grads_forward(h, table, targets)
     with pytest.raises(ValueError, match=r"dloss must be a scalar \(0-d\), got shape \(2,\)"):
@@ -189,5 +189,5 @@ def test_tied_bad_input_is_named():
     with pytest.raises(ValueError, match=r"targets must lie in \[0, 6\)"):
         tied_cross_entropy_forward(h, table, _ints(np.full((2, 3), 6)))
     for bad in (0, -3, 2.5, True):
-        with pytest.raises(ValueError, match=f"chunk_rows must be a positive int, got {bad!r}"):
+        with pytest.raises(ValueError, match=f"chunk_rows must be a positive integer, got {bad!r}"):
             tied_cross_entropy_forward(h, table, targets, chunk_rows=bad)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..backend import check_float, check_int, get_xp
+from ..backend import check_float, check_int, check_positive_int, get_xp
 from ._sums import row_sums
 
 DEFAULT_CHUNK_ROWS = 256  # rows of logits alive at once in the tied loss; chosen by `numforge bench cross_entropy`
@@ -273,8 +273,7 @@ def _check_tied_inputs(h, table, targets, ignore_index: int, chunk_rows: int):
             f"h's last axis and dtype must match table {tuple(table.shape)} {table.dtype}, "
             f"got h {tuple(h.shape)} {h.dtype}"
         )
-    if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
-        raise ValueError(f"chunk_rows must be a positive int, got {chunk_rows!r}")
+    check_positive_int(chunk_rows, "chunk_rows")
     targets, valid, count = _check_targets(targets, h.shape[:-1], table.shape[0], ignore_index)
     return h.reshape(-1, width), targets, valid, count  # (B, T, C) -> (N, C)
 

@@ -88,7 +88,7 @@ from __future__ import annotations
 
 from typing import Iterator, NamedTuple
 
-from ..backend import get_xp
+from ..backend import check_positive_int, get_xp
 from .attention import causal_allowed, check_causal, check_grad_out, check_qkv, resolve_scale
 
 DEFAULT_BLOCK_Q = 128
@@ -112,12 +112,6 @@ class FlashAttentionCache(NamedTuple):
     block_q: int
     block_k: int
     probs: dict | None  # keep_probs: (q_start, k_start) -> normalized P tile (B,H,nq,nk); else None
-
-
-def _check_block(block: object, name: str) -> int:
-    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {block!r}")
-    return block
 
 
 def _tiles(length: int, block: int) -> Iterator[tuple[int, int]]:
@@ -172,7 +166,7 @@ def flash_attention_forward(
     xp = get_xp(q, k, v)
     causal = check_causal(causal)
     scale = resolve_scale(scale, D)
-    block_q, block_k = _check_block(block_q, "block_q"), _check_block(block_k, "block_k")
+    block_q, block_k = check_positive_int(block_q, "block_q"), check_positive_int(block_k, "block_k")
     dtype = q.dtype
 
     k_t = k.swapaxes(-1, -2)  # (B,H,Tk,D) -> (B,H,D,Tk), a view
