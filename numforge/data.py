@@ -29,6 +29,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .backend import check_positive_int
 from .checkpoint import atomic_path
 
 EOT = "<|endoftext|>"
@@ -187,9 +188,8 @@ class BatchSampler:
     """
 
     def __init__(self, tokens: np.ndarray, batch_size: int, seq_len: int, seed: int):
-        for name, value in (("batch_size", batch_size), ("seq_len", seq_len)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_positive_int(batch_size, "batch_size")
+        check_positive_int(seq_len, "seq_len")
         if tokens.ndim != 1 or len(tokens) < seq_len + 1:
             raise ValueError(
                 f"tokens must be a 1-D array of at least seq_len + 1 = {seq_len + 1} ids, "

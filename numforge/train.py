@@ -43,7 +43,7 @@ from typing import Callable, Iterator
 import numpy as np
 from tqdm import tqdm
 
-from .backend import asarray
+from .backend import asarray, check_positive_int
 from .checkpoint import (atomic_path, latest_checkpoint_dir, load_checkpoint, restore_model,
                          save_checkpoint, write_json_atomic, write_text_atomic)
 from .config import GPTConfig
@@ -86,8 +86,7 @@ class TrainSettings:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {getattr(self, name)!r}")
         for name in ("batch_size", "seq_len", "schedule_steps", "eval_every", "eval_batches", "save_every"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive int, got {getattr(self, name)!r}")
+            check_positive_int(getattr(self, name), name)
         if self.warmup_steps > self.schedule_steps:
             raise ValueError(f"warmup_steps ({self.warmup_steps}) must be <= schedule_steps ({self.schedule_steps})")
         if not 0 <= self.min_lr <= self.lr:

@@ -145,7 +145,7 @@ def test_sampler_state_resumes_the_exact_batch_sequence():
 
 
 def test_sampler_rejects_bad_sizes():
-    with pytest.raises(ValueError, match="batch_size must be a positive int, got 0"):
+    with pytest.raises(ValueError, match="batch_size must be a positive integer, got 0"):
         data.BatchSampler(np.arange(10), 0, 2, seed=0)
     with pytest.raises(ValueError, match="at least seq_len \\+ 1 = 11"):
         data.BatchSampler(np.arange(10), 1, 10, seed=0)

@@ -64,6 +64,16 @@ def test_resume_is_bit_identical_to_training_straight(tmp_path, corpus):
     assert not np.array_equal(a.params["token_embedding"], start(tmp_path / "fresh", corpus, tmp_path).model.params["token_embedding"])
 
 
+@pytest.mark.parametrize("change, message", [
+    ({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
+    ({"save_every": True}, "save_every must be a positive integer, got True"),
+    ({"warmup_steps": -1}, "warmup_steps must be an int >= 0, got -1"),
+])
+def test_settings_name_a_bad_value(change, message):
+    with pytest.raises(ValueError, match=message):
+        settings(**change)
+
+
 def test_loss_log_has_a_row_per_step_and_validation_every_eval(tmp_path, corpus):
     run = start(tmp_path / "run", corpus, tmp_path)
     train(run, progress=False)
