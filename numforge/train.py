@@ -159,13 +159,12 @@ def load_or_train_tokenizer(documents, vocab_size: int, tokenizer_path=None, cac
     return tokenizer
 
 
-def _data_for(tokenizer, data, settings: TrainSettings, cache_dir):
-    """(train tokens, validation tokens, data info) for a run."""
-    documents = load_documents(data)
+def _data_for(tokenizer, documents, source, settings: TrainSettings, cache_dir):
+    """(train tokens, validation tokens, data info) for a run on ``documents``, read from ``source``."""
     tokens = load_tokens(documents, tokenizer, cache_dir)
     train_tokens, val_tokens = split_tokens(tokens, settings.seq_len)
     info = {
-        "source": None if data is None else str(Path(data).resolve()),
+        "source": None if source is None else str(Path(source).resolve()),
         "num_tokens": int(len(tokens)),
         "tokens_sha256": hashlib.sha256(tokens.tobytes()).hexdigest(),
     }
@@ -173,17 +172,21 @@ def _data_for(tokenizer, data, settings: TrainSettings, cache_dir):
 
 
 def new_run(run_dir, settings: TrainSettings, model_options: dict, tokenizer, *, data=None,
-            cache_dir=None) -> Run:
-    """A fresh run in ``run_dir`` (which must not hold a checkpoint yet).
+            documents=None, cache_dir=None) -> Run:
+    """A fresh run in ``run_dir`` (which must not hold a checkpoint yet), on the text of ``data``.
 
     ``model_options`` are GPTConfig fields besides ``vocab_size`` and
     ``max_seq_len``, which come from the tokenizer and ``settings.seq_len``.
+    ``documents`` are ``load_documents(data)`` when the caller has read them
+    already (to train the tokenizer); otherwise they are read here.
     """
     run_dir = Path(run_dir)
     if latest_checkpoint_dir(run_dir) is not None:
         raise ValueError(f"{run_dir} already holds a checkpoint: continue it with --resume {run_dir}, "
                          f"or choose another --out")
-    train_tokens, val_tokens, info = _data_for(tokenizer, data, settings, cache_dir)
+    if documents is None:
+        documents = load_documents(data)
+    train_tokens, val_tokens, info = _data_for(tokenizer, documents, data, settings, cache_dir)
     config = GPTConfig(vocab_size=tokenizer.vocab_size, max_seq_len=settings.seq_len, **model_options)
     model = GPT(config, seed=settings.seed)
     optimizer = AdamW(model.params, lr=settings.lr, betas=BETAS, weight_decay=settings.weight_decay)
@@ -212,7 +215,7 @@ def resume_run(path, overrides: dict | None = None, *, data=None, cache_dir=None
     optimizer = AdamW(model.params, lr=settings.lr, betas=BETAS, weight_decay=settings.weight_decay)
     optimizer.load_state_dict(checkpoint.optimizer_state)
     source = data if data is not None else state["data"]["source"]
-    train_tokens, val_tokens, info = _data_for(tokenizer, source, settings, cache_dir)
+    train_tokens, val_tokens, info = _data_for(tokenizer, load_documents(source), source, settings, cache_dir)
     if info["tokens_sha256"] != state["data"]["tokens_sha256"]:
         if data is None:
             raise ValueError(f"the corpus {source or 'python-docs'} changed since {checkpoint.path} was written "

@@ -31,8 +31,9 @@ def settings(**changes):
 
 
 def start(run_dir, corpus, cache, **changes):
-    tokenizer = load_or_train_tokenizer(load_documents(corpus), VOCAB, cache_dir=cache, say=lambda _: None)
-    return new_run(run_dir, settings(**changes), MODEL, tokenizer, data=corpus, cache_dir=cache)
+    documents = load_documents(corpus)
+    tokenizer = load_or_train_tokenizer(documents, VOCAB, cache_dir=cache, say=lambda _: None)
+    return new_run(run_dir, settings(**changes), MODEL, tokenizer, data=corpus, documents=documents, cache_dir=cache)
 
 
 def params_of(run_dir):
@@ -170,6 +171,25 @@ def test_command_line_train_resume_and_sample(tmp_path, corpus, capsys):
     capsys.readouterr()
     assert cli.main(["sample", "--checkpoint", out, "--prompt", "the cat", "--max-new-tokens", "5", "--temperature", "0"]) == 0
     assert capsys.readouterr().out.startswith("the cat")
+
+
+def test_command_line_reads_the_corpus_once(tmp_path, corpus, monkeypatch):
+    import numforge.commands.train as command
+    import numforge.train as training
+
+    reads = []
+
+    def counted(data):
+        reads.append(data)
+        return load_documents(data)
+
+    monkeypatch.setattr(command, "load_documents", counted)
+    monkeypatch.setattr(training, "load_documents", counted)
+    argv = ["train", "--data", str(corpus), "--cache-dir", str(tmp_path), "--vocab-size", "257", "--layers", "1",
+            "--d-model", "16", "--heads", "2", "--seq-len", "16", "--batch-size", "2", "--max-steps", "1",
+            "--out", str(tmp_path / "run"), "--no-progress"]
+    assert cli.main(argv) == 0
+    assert reads == [str(corpus)]
 
 
 def test_default_run_directory_is_the_first_free_one(tmp_path, monkeypatch):

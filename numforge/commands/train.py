@@ -86,9 +86,11 @@ def _start(args: argparse.Namespace, say):
     settings = TrainSettings(**settings)
     model_options = {field: getattr(args, flag) if getattr(args, flag) is not None else default
                      for flag, (field, default) in MODEL_FLAGS.items()}
-    tokenizer = load_or_train_tokenizer(load_documents(args.data), DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size,
+    documents = load_documents(args.data)  # read once: for the tokenizer and for the run
+    tokenizer = load_or_train_tokenizer(documents, DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size,
                                         args.tokenizer, args.cache_dir, say=say)
-    return new_run(out, settings, model_options, tokenizer, data=args.data, cache_dir=args.cache_dir)
+    return new_run(out, settings, model_options, tokenizer, data=args.data, documents=documents,
+                   cache_dir=args.cache_dir)
 
 
 def run(args: argparse.Namespace) -> int:
