@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 
+from .backend import check_positive_int
+
 FFN_KINDS = ("gelu", "swiglu", "relu")
 GELU_APPROXIMATIONS = ("tanh", "none")
 POSITION_KINDS = ("learned", "sinusoidal")
@@ -53,7 +55,7 @@ class GPTConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "max_seq_len", "d_model", "num_heads", "num_layers"):
-            _check_positive_int(name, getattr(self, name))
+            check_positive_int(getattr(self, name), name)
         if self.d_model % self.num_heads:
             raise ValueError(
                 f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})"
@@ -64,7 +66,7 @@ class GPTConfig:
         _check_choice("attention", self.attention, ATTENTION_KINDS)
         if self.d_ff is None:
             self.d_ff = default_d_ff(self.d_model, self.ffn)
-        _check_positive_int("d_ff", self.d_ff)
+        check_positive_int(self.d_ff, "d_ff")
         for name in ("use_bias", "tie_weights", "scale_embeddings"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
@@ -101,11 +103,6 @@ class GPTConfig:
 
 def _is_real(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _check_positive_int(name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:

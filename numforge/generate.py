@@ -27,7 +27,7 @@ from typing import Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from .backend import asarray, to_numpy
+from .backend import asarray, check_positive_int, to_numpy
 from .data import EOT
 
 
@@ -44,8 +44,8 @@ def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -
     """``ValueError`` unless temperature >= 0, top_k >= 1 (or None), 0 < top_p <= 1 (or None)."""
     if not isinstance(temperature, (int, float)) or not temperature >= 0 or temperature == float("inf"):
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
-    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k must be a positive int or None, got {top_k!r}")
+    if top_k is not None:
+        check_positive_int(top_k, "top_k")
     if top_p is not None and (not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0):
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
 

@@ -57,7 +57,8 @@ def test_sampling_follows_the_distribution_and_greedy_is_argmax():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"temperature": -1.0}, "temperature must be a finite number >= 0"),
-    ({"top_k": 0}, "top_k must be a positive int"),
+    ({"top_k": 0}, "top_k must be a positive integer, got 0"),
+    ({"top_k": True}, "top_k must be a positive integer, got True"),
     ({"top_p": 0.0}, r"top_p must be in \(0, 1\]"),
 ])
 def test_bad_sampling_settings_are_named(kwargs, message):

@@ -80,21 +80,27 @@ def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     return "\n".join(lines)
 
 
-def _positive(kind: type) -> Callable[[str], object]:
-    """An argparse type: a ``kind`` (int or float) above 0, else a usage error naming the value."""
+def _at_least(kind: type, zero_allowed: bool) -> Callable[[str], object]:
+    """An argparse type: a ``kind`` (int or float) above 0, or at least 0 where ``zero_allowed``.
+
+    Anything else is a usage error naming the value: ``--steps 0`` gives
+    "argument --steps: expected a positive int, got '0'".
+    """
+    wanted = f"{'non-negative' if zero_allowed else 'positive'} {kind.__name__}"
 
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected a {wanted}, got {text!r}") from None
+        if not (value >= 0 if zero_allowed else value > 0):  # also rejects a float NaN
+            raise argparse.ArgumentTypeError(f"expected a {wanted}, got {text!r}")
         return value
 
-    parse.__name__ = f"positive {kind.__name__}"
+    parse.__name__ = wanted
     return parse
 
 
-positive_int = _positive(int)
-positive_float = _positive(float)
+positive_int = _at_least(int, zero_allowed=False)
+positive_float = _at_least(float, zero_allowed=False)
+non_negative_int = _at_least(int, zero_allowed=True)

@@ -29,6 +29,7 @@ from ..backend import asarray
 from ..config import GPTConfig
 from ..model import GPT
 from ..optim import AdamW
+from .measure import non_negative_int, positive_int
 
 CONFIGS = {  # the two configs of issue 5
     "small": dict(num_layers=4, d_model=128, num_heads=4, seq_len=128, batch=16, vocab_size=4096),
@@ -39,9 +40,10 @@ LR, WEIGHT_DECAY = 3e-4, 0.1
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", choices=[*CONFIGS, "all"], default="all")
-    parser.add_argument("--steps", type=int, default=8, help="timed steps per implementation (median reported)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps first")
-    parser.add_argument("--threads", type=int, default=1,
+    parser.add_argument("--steps", type=positive_int, default=8,
+                        help="timed steps per implementation (median reported)")
+    parser.add_argument("--warmup", type=non_negative_int, default=2, help="untimed steps first")
+    parser.add_argument("--threads", type=positive_int, default=1,
                         help="BLAS threads for NumPy's OpenBLAS and for torch alike (default 1)")
     parser.add_argument("--attention", choices=["tiled", "naive"], default="tiled",
                         help="numforge's attention kernel (same math; the config default, tiled, is faster here)")
@@ -51,8 +53,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.steps < 1 or args.warmup < 0 or args.threads < 1:
-        raise ValueError("need --steps >= 1, --warmup >= 0, --threads >= 1")
     torch = None if args.no_torch else _import_torch()
     blas = _numpy_openblas()
     if blas is not None:
