@@ -7,7 +7,14 @@ import pytest
 from pydoc_data.topics import topics
 
 from numforge.tokenizer import BPETokenizer
-from numforge.tokenizer.formats import byte_to_unicode, export_gpt2, export_tiktoken, load_gpt2, load_tiktoken
+from numforge.tokenizer.formats import (
+    byte_to_unicode,
+    export_gpt2,
+    export_tiktoken,
+    load_gpt2,
+    load_tiktoken,
+    ordinary_token_bytes,
+)
 
 DOCS = "".join(topics[key] for key in sorted(topics))
 SAMPLE = "Hello world's  2 cats 🙂 世界\r\n\tend <|endoftext|>"
@@ -30,6 +37,14 @@ def _same(a: BPETokenizer, b: BPETokenizer) -> bool:
         and a.pattern == b.pattern
         and a.encode(SAMPLE, allowed_special="all") == b.encode(SAMPLE, allowed_special="all")
     )
+
+
+def test_ordinary_token_bytes_follow_the_byte_ids_and_the_merges():
+    tok = BPETokenizer([(97, 97), (256, 98)], special_tokens=("<|endoftext|>",))
+    assert ordinary_token_bytes(tok) == [bytes([b]) for b in range(256)] + [b"aa", b"aab"]
+    permuted = BPETokenizer([(0, 1)], byte_ids=[*range(1, 256), 0])  # byte b has id b + 1, byte 255 id 0
+    assert ordinary_token_bytes(permuted)[:2] == [b"\xff", b"\x00"]
+    assert ordinary_token_bytes(permuted)[256] == b"\xff\x00"
 
 
 # ---------------------------------------------------------------- numforge's own file
@@ -72,6 +87,8 @@ def test_malformed_numforge_files(tok, tmp_path):
         load_changed(lambda d: d.pop("merges"))
     with pytest.raises(ValueError, match=r"tok.json: tokens\[300\] is b'xyz' but the merges make"):
         load_changed(lambda d: d["tokens"].__setitem__(300, "eHl6"))
+    with pytest.raises(ValueError, match="tok.json: 'tokens' must list 398 base64 strings"):
+        load_changed(lambda d: d["tokens"].pop())
     with pytest.raises(ValueError, match=r"tok.json: tokens\[3\] is not base64"):
         load_changed(lambda d: d["tokens"].__setitem__(3, "not base64!"))
     with pytest.raises(ValueError, match="tok.json: merge 5 is"):

@@ -29,6 +29,7 @@ import warnings
 from pathlib import Path
 
 from ..tokenizer import BPETokenizer, reference
+from ..tokenizer.formats import ordinary_token_bytes
 from .measure import positive_float, positive_int
 
 TRAIN_RATIO_TARGET = 3.0
@@ -184,7 +185,7 @@ def _tiktoken_encoder(tok: BPETokenizer):
     except ImportError:
         print("(tiktoken not importable: skipped)")
         return None
-    ranks = {tok.token_bytes(i): i for i in range(256 + len(tok.merges))}
+    ranks = {data: i for i, data in enumerate(ordinary_token_bytes(tok))}
     encoding = tiktoken.Encoding("numforge-bench", pat_str=tok.pattern, mergeable_ranks=ranks, special_tokens={})
     return encoding.encode_ordinary
 

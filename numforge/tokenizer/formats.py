@@ -42,12 +42,21 @@ FORMAT_NAME = "numforge-bpe"
 FORMAT_VERSION = 1
 
 
+def ordinary_token_bytes(tok: BPETokenizer) -> list[bytes]:
+    """The bytes of every non-special token, by id: ``256 + len(merges)`` entries.
+
+    What every file format stores (special tokens are kept by name, or not
+    at all). Example: ``BPETokenizer([(97, 97), (256, 98)])`` ->
+    ``[b"\\x00", ..., b"\\xff", b"aa", b"aab"]``.
+    """
+    return [tok.token_bytes(i) for i in range(256 + len(tok.merges))]
+
+
 # ------------------------------------------------------------------ numforge's own file
 
 
 def tokenizer_to_dict(tok: BPETokenizer) -> dict:
     """The tokenizer as a JSON-serialisable dict (see the module docstring)."""
-    first_special = 256 + len(tok.merges)
     return {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
@@ -55,7 +64,7 @@ def tokenizer_to_dict(tok: BPETokenizer) -> dict:
         "byte_ids": list(tok.byte_ids),
         "merges": [list(pair) for pair in tok.merges],
         "special_tokens": dict(tok.special_tokens),
-        "tokens": [base64.b64encode(tok.token_bytes(i)).decode("ascii") for i in range(first_special)],
+        "tokens": [base64.b64encode(data).decode("ascii") for data in ordinary_token_bytes(tok)],
     }
 
 
@@ -84,16 +93,16 @@ def tokenizer_from_dict(d: dict, source: str = "tokenizer dict") -> BPETokenizer
         raise ValueError(
             f"{source}: special token ids {specials} must be consecutive after the merges, from {256 + len(tok.merges)}"
         )
-    tokens = d["tokens"]
-    if not isinstance(tokens, list) or len(tokens) != 256 + len(tok.merges):
-        raise ValueError(f"{source}: 'tokens' must list {256 + len(tok.merges)} base64 strings")
-    for i, encoded in enumerate(tokens):
+    tokens, made = d["tokens"], ordinary_token_bytes(tok)
+    if not isinstance(tokens, list) or len(tokens) != len(made):
+        raise ValueError(f"{source}: 'tokens' must list {len(made)} base64 strings")
+    for i, (encoded, data) in enumerate(zip(tokens, made)):
         try:
             stored = base64.b64decode(encoded, validate=True)
         except (binascii.Error, TypeError):
             raise ValueError(f"{source}: tokens[{i}] is not base64: {encoded!r}") from None
-        if stored != tok.token_bytes(i):
-            raise ValueError(f"{source}: tokens[{i}] is {stored!r} but the merges make {tok.token_bytes(i)!r}")
+        if stored != data:
+            raise ValueError(f"{source}: tokens[{i}] is {stored!r} but the merges make {data!r}")
     return tok
 
 
@@ -203,8 +212,7 @@ def _merge_lines(path):
 
 def export_gpt2(tok: BPETokenizer, encoder_json_path, vocab_bpe_path) -> None:
     """Write GPT-2's encoder.json and vocab.bpe for `tok` (atomically, each)."""
-    first_special = 256 + len(tok.merges)
-    strings = [_gpt2_string(tok.token_bytes(i)) for i in range(first_special)]
+    strings = [_gpt2_string(data) for data in ordinary_token_bytes(tok)]
     _check_distinct(strings, "GPT-2 files")
     encoder = {string: i for i, string in enumerate(strings)} | dict(tok.special_tokens)
     merge_lines = [f"{strings[p]} {strings[q]}\n" for p, q in tok.merges]
@@ -261,7 +269,7 @@ def load_tiktoken(path, special_tokens=(), pattern: str = GPT2_SPLIT_PATTERN) ->
 
 def export_tiktoken(tok: BPETokenizer, path) -> None:
     """Write a tiktoken rank file for `tok`'s non-special tokens (rank = id), atomically."""
-    tokens = [tok.token_bytes(i) for i in range(256 + len(tok.merges))]
+    tokens = ordinary_token_bytes(tok)
     _check_distinct(tokens, "a tiktoken rank file")
     lines = [f"{base64.b64encode(data).decode('ascii')} {i}\n" for i, data in enumerate(tokens)]
     _write_atomically(path, "".join(lines))
