@@ -4,7 +4,8 @@ One step, for step s = 0, 1, ...::
 
     lr      = warmup_cosine_lr(s, max_lr, min_lr, warmup_steps, schedule_steps)
     x, y    = next (B, T) windows from the seeded sampler
-    loss    = model.forward(x, y)          mean cross-entropy of next-token prediction
+    rng     = default_rng((seed, DROPOUT_STREAM, s))   dropout masks (only when drop_prob > 0)
+    loss    = model.forward(x, y, rng)     mean cross-entropy of next-token prediction
     grads   = model.backward(cache)
     clip grads to global norm <= grad_clip, then AdamW(lr)
 
@@ -14,9 +15,12 @@ and validation are labelled with that count.
 Exact resume: a checkpoint holds the parameters, the AdamW moments and step,
 the sampler's generator state and the settings (the schedule included), so
 ``k`` steps, stop, resume to ``N`` replays exactly the arithmetic of ``N``
-steps straight. The cosine schedule spans ``schedule_steps``, fixed when the
-run starts, not ``max_steps``: stopping early and resuming later must not
-change the learning rate of any step.
+steps straight. The dropout masks of a step come from a generator seeded by
+the run's seed and the step alone, so they need no saved state (CuPy's
+generators keep theirs on the GPU, with no public way to read it). The cosine
+schedule spans ``schedule_steps``, fixed when the run starts, not
+``max_steps``: stopping early and resuming later must not change the
+learning rate of any step.
 
 Nothing lost: Ctrl-C is deferred to the end of the current step, which is then
 checkpointed (a second Ctrl-C aborts at once). A non-finite loss or gradient
@@ -43,7 +47,7 @@ from typing import Callable, Iterator
 import numpy as np
 from tqdm import tqdm
 
-from .backend import asarray, check_positive_int
+from .backend import asarray, check_positive_int, default_rng
 from .checkpoint import (atomic_path, latest_checkpoint_dir, load_checkpoint, restore_model,
                          save_checkpoint, write_json_atomic, write_text_atomic)
 from .config import GPTConfig
@@ -57,6 +61,9 @@ RESUMABLE = ("max_steps", "eval_every", "save_every")  # settings a resume may c
 LOSS_PNG = "loss.png"
 CSV_FIELDS = ("step", "train_loss", "val_loss", "lr")
 BETAS = (0.9, 0.95)  # AdamW moment decay rates (0.95: the usual choice for transformers)
+# Dropout's seeds are (seed, DROPOUT_STREAM, step): never the bare seed of init and batches, which NumPy's
+# SeedSequence would take (seed, 0) for, so without the 1 step 0's masks would reuse the batches' stream.
+DROPOUT_STREAM = 1
 
 
 class TrainingDiverged(RuntimeError):
@@ -317,11 +324,24 @@ def deferred_interrupt() -> Iterator[Callable[[], bool]]:
         signal.signal(signal.SIGINT, previous)
 
 
+def dropout_rng(config: GPTConfig, seed: int, step: int):
+    """The generator of the dropout masks of ``step``, or None when ``config.drop_prob`` is 0.
+
+    ``default_rng((seed, DROPOUT_STREAM, step))``: a fresh generator per step
+    (about 30 us on NumPy), a function of the seed and the step alone, so a
+    resumed run draws exactly the masks a straight run draws.
+    """
+    if config.drop_prob == 0:
+        return None
+    return default_rng((seed, DROPOUT_STREAM, step))
+
+
 def train_step(run: Run) -> tuple[float, float]:
     """One update; returns (loss, lr). Raises ``TrainingDiverged`` before applying a bad update."""
     lr = run.settings.lr_at(run.step)
     x, y = run.sampler.next_batch()  # (B,T), (B,T)
-    loss, cache = run.model.forward(asarray(x), asarray(y), training=True)
+    rng = dropout_rng(run.model.config, run.settings.seed, run.step)
+    loss, cache = run.model.forward(asarray(x), asarray(y), training=True, rng=rng)
     loss = float(loss)
     grads = run.model.backward(cache)
     norm = clip_grad_norm(grads, run.settings.grad_clip)

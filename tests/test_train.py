@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from numforge import checkpoint, cli
+from numforge.config import GPTConfig
 from numforge.data import load_documents
-from numforge.train import (LOSS_CSV, TrainingDiverged, TrainSettings, load_or_train_tokenizer, new_run,
-                            read_loss_csv, resume_run, train)
+from numforge.train import (LOSS_CSV, TrainingDiverged, TrainSettings, dropout_rng, load_or_train_tokenizer,
+                            new_run, read_loss_csv, resume_run, train)
 
 MODEL = {"num_layers": 1, "d_model": 16, "num_heads": 2, "ffn": "gelu"}
 VOCAB = 280  # 256 bytes + <|endoftext|> + 23 merges
@@ -30,10 +31,11 @@ def settings(**changes):
     return TrainSettings(**{**base, **changes})
 
 
-def start(run_dir, corpus, cache, **changes):
+def start(run_dir, corpus, cache, drop_prob=0.0, **changes):
     documents = load_documents(corpus)
     tokenizer = load_or_train_tokenizer(documents, VOCAB, cache_dir=cache, say=lambda _: None)
-    return new_run(run_dir, settings(**changes), MODEL, tokenizer, data=corpus, documents=documents, cache_dir=cache)
+    return new_run(run_dir, settings(**changes), {**MODEL, "drop_prob": drop_prob}, tokenizer, data=corpus,
+                   documents=documents, cache_dir=cache)
 
 
 def params_of(run_dir):
@@ -63,6 +65,31 @@ def test_resume_is_bit_identical_to_training_straight(tmp_path, corpus):
     assert a.state["sampler"] == b.state["sampler"]
     assert (tmp_path / "straight" / LOSS_CSV).read_text() == (tmp_path / "split" / LOSS_CSV).read_text()
     assert not np.array_equal(a.params["token_embedding"], start(tmp_path / "fresh", corpus, tmp_path).model.params["token_embedding"])
+
+
+def test_resume_with_dropout_is_bit_identical_to_training_straight(tmp_path, corpus):
+    lengths = dict(schedule_steps=40, eval_every=20, save_every=20)
+    train(start(tmp_path / "straight", corpus, tmp_path, drop_prob=0.1, max_steps=40, **lengths), progress=False)
+    train(start(tmp_path / "split", corpus, tmp_path, drop_prob=0.1, max_steps=20, **lengths), progress=False)
+    resumed = resume_run(tmp_path / "split", {"max_steps": 40}, cache_dir=tmp_path)
+    assert resumed.model.config.drop_prob == 0.1
+    train(resumed, progress=False)
+    assert_same_arrays(params_of(tmp_path / "straight"), params_of(tmp_path / "split"))
+    assert (tmp_path / "straight" / LOSS_CSV).read_text() == (tmp_path / "split" / LOSS_CSV).read_text()
+
+    train(start(tmp_path / "no-dropout", corpus, tmp_path, max_steps=40, **lengths), progress=False)
+    embedding = params_of(tmp_path / "no-dropout")["token_embedding"]
+    assert not np.array_equal(embedding, params_of(tmp_path / "straight")["token_embedding"])  # dropout was on
+
+
+def test_dropout_masks_depend_on_the_seed_and_the_step_only():
+    on, off = (GPTConfig(vocab_size=8, max_seq_len=4, d_model=4, num_heads=1, num_layers=1, drop_prob=p)
+               for p in (0.1, 0.0))
+    assert dropout_rng(off, seed=5, step=3) is None
+    draws = {(seed, step): dropout_rng(on, seed, step).random(4).tolist() for seed in (5, 6) for step in (0, 1)}
+    assert dropout_rng(on, 5, 1).random(4).tolist() == draws[5, 1]
+    assert len({tuple(d) for d in draws.values()}) == 4
+    assert np.random.default_rng(5).random(4).tolist() != draws[5, 0]  # not the batches' stream
 
 
 @pytest.mark.parametrize("change, message", [
@@ -160,12 +187,16 @@ def test_command_line_train_resume_and_sample(tmp_path, corpus, capsys):
     common = ["--data", str(corpus), "--cache-dir", str(tmp_path), "--vocab-size", str(VOCAB), "--layers", "1",
               "--d-model", "16", "--heads", "2", "--seq-len", "16", "--batch-size", "4", "--no-progress"]
     out = str(tmp_path / "run")
-    assert cli.main(["train", *common, "--out", out, "--max-steps", "2", "--eval-every", "2", "--lr", "1e-4"]) == 0
+    assert cli.main(["train", *common, "--out", out, "--max-steps", "2", "--eval-every", "2", "--lr", "1e-4",
+                     "--dropout", "0.1"]) == 0
     assert checkpoint.load_checkpoint(out).state["settings"]["min_lr"] == pytest.approx(1e-5)
+    assert checkpoint.load_checkpoint(out).config["drop_prob"] == 0.1
     assert cli.main(["train", *common, "--out", out, "--max-steps", "3"]) == 2
     assert "already holds a checkpoint" in capsys.readouterr().err
     assert cli.main(["train", "--resume", out, "--max-steps", "4", "--d-model", "32"]) == 2
     assert "--d-model cannot change when resuming" in capsys.readouterr().err
+    assert cli.main(["train", "--resume", out, "--max-steps", "4", "--dropout", "0.2"]) == 2
+    assert "--dropout cannot change when resuming" in capsys.readouterr().err
     assert cli.main(["train", "--resume", out, "--max-steps", "4", "--no-progress", "--cache-dir", str(tmp_path)]) == 0
     assert checkpoint.load_checkpoint(out).state["step"] == 4
     capsys.readouterr()
@@ -190,6 +221,14 @@ def test_command_line_reads_the_corpus_once(tmp_path, corpus, monkeypatch):
             "--out", str(tmp_path / "run"), "--no-progress"]
     assert cli.main(argv) == 0
     assert reads == [str(corpus)]
+
+
+@pytest.mark.parametrize("value", ["1", "-0.1", "nan", "half"])
+def test_command_line_rejects_a_bad_dropout(capsys, value):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["train", "--dropout", value])
+    assert exit_info.value.code == 2
+    assert f"argument --dropout: expected a probability P with 0 <= P < 1, got '{value}'" in capsys.readouterr().err
 
 
 def test_default_run_directory_is_the_first_free_one(tmp_path, monkeypatch):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -17,10 +18,22 @@ HELP = "train a GPT on text (default: this Python's own documentation), with che
 RUNS_DIR = "runs"  # default --out: the first free runs/run-N
 DEFAULT_VOCAB_SIZE = 2048
 # GPTConfig fields a fresh run takes from the flags: flag dest -> (config field, default)
-MODEL_FLAGS = {"layers": ("num_layers", 3), "d_model": ("d_model", 96), "heads": ("num_heads", 4), "ffn": ("ffn", "gelu")}
+MODEL_FLAGS = {"layers": ("num_layers", 3), "d_model": ("d_model", 96), "heads": ("num_heads", 4),
+               "ffn": ("ffn", "gelu"), "dropout": ("drop_prob", 0.0)}
 # TrainSettings fields a flag sets; on --resume only RESUMABLE ones may be given
 SETTINGS_FLAGS = ("max_steps", "batch_size", "seq_len", "lr", "warmup_steps", "schedule_steps", "seed",
                   "eval_every", "save_every")
+
+
+def probability(text: str) -> float:
+    """An argparse type: a float P with 0 <= P < 1 ("--dropout 1" gives "argument --dropout: ... got '1'")."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < 1:  # also rejects NaN
+        raise argparse.ArgumentTypeError(f"expected a probability P with 0 <= P < 1, got {text!r}")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--heads", type=int, help=f"attention heads (default {MODEL_FLAGS['heads'][1]})")
     model.add_argument("--ffn", choices=("gelu", "swiglu", "relu"), help=f"feed-forward kind (default {MODEL_FLAGS['ffn'][1]})")
     model.add_argument("--seq-len", type=int, help=f"context length T (default {defaults.seq_len})")
+    model.add_argument("--dropout", type=probability, metavar="P", help="zero activations with probability P "
+                       f"while training, 0 <= P < 1 (default {MODEL_FLAGS['dropout'][1]:g}: off)")
     optim = parser.add_argument_group("optimization (fixed when a run starts)")
     optim.add_argument("--batch-size", type=int, help=f"sequences per step B (default {defaults.batch_size})")
     optim.add_argument("--lr", type=float, help=f"peak learning rate (default {defaults.lr:g}; "
