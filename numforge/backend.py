@@ -205,8 +205,12 @@ def overflow_to_inf_allowed():
     return np.errstate(over="ignore")
 
 
-def default_rng(seed: int | None = None):
-    """A seeded random generator of the selected backend (NumPy PCG64 or CuPy's)."""
+def default_rng(seed: int | tuple[int, ...] | None = None):
+    """A seeded random generator of the selected backend (NumPy PCG64 or CuPy's XORWOW).
+
+    ``seed`` is an int or a tuple of ints (both backends hash it through NumPy's
+    ``SeedSequence``), so ``(run_seed, stream, step)`` names an independent stream.
+    """
     return array_module().random.default_rng(seed)
 
 
