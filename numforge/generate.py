@@ -101,14 +101,14 @@ def generate_ids(model, prompt_ids: Sequence[int], max_new_tokens: int, *, tempe
     kv_cache = None
     for _ in range(max_new_tokens):
         if not use_kv_cache or len(ids) > context:  # no cache, or past the context: re-encode the window
-            window = asarray(np.asarray(ids[-context:])[None, :])  # (1,T)
-            logits = model.logits(window, last_only=True)
+            feed, cache = ids[-context:], None
         elif kv_cache is None:  # first step: the whole prompt fills the cache
             kv_cache = model.new_kv_cache(1)
-            logits = model.logits(asarray(np.asarray(ids)[None, :]), last_only=True, kv_cache=kv_cache)
+            feed, cache = ids, kv_cache
         else:  # one new position
-            logits = model.logits(asarray(np.asarray(ids[-1:])[None, :]), last_only=True, kv_cache=kv_cache)
-        row = to_numpy(logits).reshape(-1)  # (1,1,V) or (1,V) -> (V,)
+            feed, cache = ids[-1:], kv_cache
+        logits = model.logits(asarray(np.asarray(feed)[None, :]), last_only=True, kv_cache=cache)  # (1,T) -> (1,V)
+        row = to_numpy(logits).reshape(-1)  # (1,V) -> (V,)
         token = sample_next(row, rng, temperature, top_k, top_p)
         ids.append(token)
         yield token
