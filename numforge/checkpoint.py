@@ -24,16 +24,16 @@ allow_pickle=False)`` and everything else is JSON.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from .atomic import write_text_atomic
 from .backend import asarray, to_numpy
 from .config import GPTConfig
 from .model import GPT
@@ -59,32 +59,6 @@ class Checkpoint(NamedTuple):
 
 
 # ---------------------------------------------------------------- atomic files
-
-
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success rename it onto ``path``.
-
-    A reader sees either the old file or the complete new one, never a half
-    write. On an exception the temporary file is removed and ``path`` is left
-    as it was.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
-    temp = Path(temp_name)
-    try:
-        yield temp
-        os.replace(temp, path)
-    finally:
-        temp.unlink(missing_ok=True)
-
-
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write UTF-8 text to ``path`` atomically."""
-    with atomic_path(path) as temp:
-        temp.write_text(text, encoding="utf-8")
 
 
 def write_json_atomic(path: str | os.PathLike, data: Any) -> None:

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .backend import check_positive_int
-from .checkpoint import atomic_path
+from .atomic import atomic_path
 
 EOT = "<|endoftext|>"
 DEFAULT_CORPUS = "python-docs"  # how the default corpus is named in logs and checkpoints

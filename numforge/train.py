@@ -48,8 +48,8 @@ import numpy as np
 from tqdm import tqdm
 
 from .backend import asarray, check_positive_int, default_rng
-from .checkpoint import (atomic_path, latest_checkpoint_dir, load_checkpoint, restore_model,
-                         save_checkpoint, write_json_atomic, write_text_atomic)
+from .atomic import atomic_path, write_text_atomic
+from .checkpoint import latest_checkpoint_dir, load_checkpoint, restore_model, save_checkpoint, write_json_atomic
 from .config import GPTConfig
 from .data import EOT, BatchSampler, default_cache_dir, documents_hash, load_documents, load_tokens, split_tokens, windows
 from .model import GPT

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from numforge import backend, checkpoint
+from numforge import atomic, backend, checkpoint
 from tests.conftest import randn
 
 
@@ -108,7 +108,7 @@ def test_atomic_path_leaves_old_file_when_the_write_fails(tmp_path):
     path = tmp_path / "f.json"
     checkpoint.write_json_atomic(path, {"a": 1})
     with pytest.raises(RuntimeError, match="crash"):
-        with checkpoint.atomic_path(path) as temp:
+        with atomic.atomic_path(path) as temp:
             temp.write_text('{"a": 2, "b"', encoding="utf-8")
             raise RuntimeError("crash")
     assert json.loads(path.read_text()) == {"a": 1}

@@ -29,11 +29,10 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import os
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 
+from ..atomic import write_text_atomic
 from ._merge import merge_chunk
 from .bpe import BPETokenizer
 from .pretokenize import GPT2_SPLIT_PATTERN
@@ -108,7 +107,7 @@ def tokenizer_from_dict(d: dict, source: str = "tokenizer dict") -> BPETokenizer
 
 def save_tokenizer(tok: BPETokenizer, path) -> None:
     """Write numforge's JSON file atomically."""
-    _write_atomically(path, json.dumps(tokenizer_to_dict(tok), ensure_ascii=False, indent=1) + "\n")
+    write_text_atomic(path, json.dumps(tokenizer_to_dict(tok), ensure_ascii=False, indent=1) + "\n")
 
 
 def load_tokenizer(path) -> BPETokenizer:
@@ -216,8 +215,8 @@ def export_gpt2(tok: BPETokenizer, encoder_json_path, vocab_bpe_path) -> None:
     _check_distinct(strings, "GPT-2 files")
     encoder = {string: i for i, string in enumerate(strings)} | dict(tok.special_tokens)
     merge_lines = [f"{strings[p]} {strings[q]}\n" for p, q in tok.merges]
-    _write_atomically(encoder_json_path, json.dumps(encoder, ensure_ascii=False) + "\n")
-    _write_atomically(vocab_bpe_path, "#version: 0.2\n" + "".join(merge_lines))
+    write_text_atomic(encoder_json_path, json.dumps(encoder, ensure_ascii=False) + "\n")
+    write_text_atomic(vocab_bpe_path, "#version: 0.2\n" + "".join(merge_lines))
 
 
 # ------------------------------------------------------------------ tiktoken rank files
@@ -272,7 +271,7 @@ def export_tiktoken(tok: BPETokenizer, path) -> None:
     tokens = ordinary_token_bytes(tok)
     _check_distinct(tokens, "a tiktoken rank file")
     lines = [f"{base64.b64encode(data).decode('ascii')} {i}\n" for i, data in enumerate(tokens)]
-    _write_atomically(path, "".join(lines))
+    write_text_atomic(path, "".join(lines))
 
 
 # ------------------------------------------------------------------ helpers
@@ -301,14 +300,3 @@ def _read_json(path):
         raise ValueError(f"{path}: line {error.lineno} column {error.colno}: {error.msg}") from None
 
 
-def _write_atomically(path, text: str) -> None:
-    """Write `text` to a temporary file beside `path`, then rename it over `path`."""
-    path = Path(path)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
