@@ -232,7 +232,7 @@ def tied_cross_entropy_and_grads_forward(h, table, targets, ignore_index: int = 
     for rows in _chunks(h_rows.shape[0], chunk_rows):
         h_chunk, t, counted = h_rows[rows], targets[rows], valid[rows]  # (n, C), (n,), (n,)
         pick = (xp.arange(t.shape[0]), t)
-        z = h_chunk @ table.T  # (n, C) @ (C, V) -> (n, V)
+        z = xp.matmul(h_chunk, table.T)  # (n, C) @ (C, V) -> (n, V)
         picked = z[pick]  # z[t], (n,), read before z is overwritten
         row_max = z.max(axis=1)  # (n,)
         z -= row_max[:, None]
