@@ -26,7 +26,7 @@ with tempfile.TemporaryDirectory() as scratch:
     settings = TrainSettings(max_steps=300, batch_size=16, seq_len=64, lr=3e-3, min_lr=3e-4, warmup_steps=30,
                              schedule_steps=300, eval_every=100, eval_batches=4, save_every=300, seed=0)
     model_shape = {"num_layers": 3, "d_model": 96, "num_heads": 4, "ffn": "gelu"}
-    run = new_run(f"{scratch}/run", settings, model_shape, tokenizer, cache_dir=scratch)
+    run = new_run(f"{scratch}/run", settings, model_shape, tokenizer, documents=documents, cache_dir=scratch)
     train(run, progress=True)
 model = run.model
 
