@@ -63,3 +63,9 @@ def test_bad_input_is_named():
         layer_norm_forward(x, randn(4, 1))
     with pytest.raises(ValueError, match="eps must be a number >= 0, got -1"):
         layer_norm_forward(x, randn(4), eps=-1)
+
+
+def test_upstream_gradient_of_another_shape_is_named():
+    _, cache = layer_norm_forward(randn(2, 3, 4), randn(4))
+    with pytest.raises(ValueError, match=r"dy must have the shape of x \(2, 3, 4\), got \(3, 2, 4\)"):
+        layer_norm_backward(randn(3, 2, 4), cache)

@@ -71,6 +71,8 @@ def layer_norm_backward(dy, cache: LayerNormCache):
     Returns (dx, dweight, dbias); dbias is None when the forward had no bias.
     """
     xhat, rstd, weight = cache.xhat, cache.rstd, cache.weight
+    if tuple(dy.shape) != tuple(cache.x.shape):
+        raise ValueError(f"dy must have the shape of x {tuple(cache.x.shape)}, got {tuple(dy.shape)}")
     xp = get_xp(dy, xhat)
     dy_rows = dy.reshape(xhat.shape)  # (..., C) -> (N, C)
     # forward: y = xhat * weight + bias
