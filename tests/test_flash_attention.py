@@ -220,6 +220,7 @@ def test_strided_views_from_a_fused_projection_are_accepted():
         ({"v": (1, 2, 3, 6)}, ValueError, "same number of keys, got 4 and 3"),
         ({"block_q": 0}, ValueError, "block_q must be a positive integer, got 0"),
         ({"block_k": 2.0}, ValueError, "block_k must be a positive integer, got 2.0"),
+        ({"keep_probs": "yes"}, TypeError, "keep_probs must be True or False, got 'yes'"),
         ({"causal": None}, TypeError, "causal must be True or False"),
     ],
 )

@@ -167,6 +167,8 @@ def flash_attention_forward(
     causal = check_causal(causal)
     scale = resolve_scale(scale, D)
     block_q, block_k = check_positive_int(block_q, "block_q"), check_positive_int(block_k, "block_k")
+    if not isinstance(keep_probs, bool):
+        raise TypeError(f"keep_probs must be True or False, got {keep_probs!r}")
     dtype = q.dtype
 
     k_t = k.swapaxes(-1, -2)  # (B,H,Tk,D) -> (B,H,D,Tk), a view
