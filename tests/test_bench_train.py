@@ -18,3 +18,5 @@ def test_one_step_of_the_small_config_prints_its_row_and_profile(capsys):
     row = re.search(r"^small\s+1334016\s+(\d+)\s+([0-9.]+)%", out, re.MULTILINE)  # params of the small config
     assert row and int(row.group(1)) > 0 and 0 < float(row.group(2)) < 100
     assert "profile of 1 numforge steps" in out and "linear.py:linear_backward" in out
+    share = re.search(r"matrix products \(numpy.matmul\): ([0-9.]+)% of", out)
+    assert share and 20 < float(share.group(1)) < 100

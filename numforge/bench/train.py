@@ -49,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="numforge's attention kernel (same math; the config default, tiled, is faster here)")
     parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch side even if installed")
     parser.add_argument("--profile", action="store_true",
-                        help="also profile numforge's step: the functions where the time goes")
+                        help="also profile numforge's step: the functions where the time goes, and the share "
+                             "of matrix products against everything else")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -136,7 +137,7 @@ def bench_config(name: str, args, torch) -> dict:
         result["torch_s"] = statistics.median(t[0] for t in times[1])
         result["torch_cpu_s"] = statistics.median(t[1] for t in times[1])
     if args.profile:
-        result["profile"] = profile(numforge_step, args.steps)
+        result["profile"] = profile(numforge_step, args.steps) + "\n" + matmul_share(numforge_step, args.steps)
     return result
 
 
@@ -177,6 +178,33 @@ def profile(step, num_steps: int, top: int = 14) -> str:
         where = f"{os.path.basename(filename)}:{function}" if filename != "~" else function
         lines.append(f"    {own / total:6.1%}  {own / num_steps * 1e3:7.1f} ms/step  {calls // num_steps:5d} calls  {where}")
     return "\n".join(lines)
+
+
+def matmul_share(step, num_steps: int) -> str:
+    """The share of the step spent inside ``numpy.matmul``: matrix products against everything else.
+
+    Every product of a training step goes through ``xp.matmul``; for these steps
+    ``numpy.matmul`` is swapped for a timing wrapper. (The BLAS matrix-vector
+    sums of ``ops/_sums.py`` use ``@`` and count as everything else.)
+    """
+    real_matmul, inside = np.matmul, [0.0]
+
+    def timed_matmul(*args, **kwargs):
+        start = time.perf_counter()
+        result = real_matmul(*args, **kwargs)
+        inside[0] += time.perf_counter() - start
+        return result
+
+    np.matmul = timed_matmul
+    try:
+        start = time.perf_counter()
+        for _ in range(num_steps):
+            step()
+        total = time.perf_counter() - start
+    finally:
+        np.matmul = real_matmul
+    return (f"  matrix products (numpy.matmul): {inside[0] / total:.1%} of {total / num_steps * 1e3:.0f} ms/step, "
+            f"everything else {1 - inside[0] / total:.1%}")
 
 
 def matmul_rate(size: int = 1024, repeats: int = 5) -> float:
