@@ -185,8 +185,9 @@ def scatter_add(target, indices, values) -> None:
     xp = get_xp(target, indices, values)
     if xp is np:
         row_size = math.prod(target.shape[1:])
-        if target.ndim > 1 and target.flags.c_contiguous:  # flat view: element (i, c) at i * row_size + c
-            flat_indices = indices.reshape(-1, 1) * row_size + np.arange(row_size)  # (N, row_size)
+        whole_rows = tuple(values.shape) == (*indices.shape, *target.shape[1:])  # no broadcasting
+        if target.ndim > 1 and target.flags.c_contiguous and whole_rows:  # flat view: (i, c) at i * row_size + c
+            flat_indices = indices.reshape(-1, 1).astype(np.intp) * row_size + np.arange(row_size)  # (N, row_size)
             np.add.at(target.reshape(-1), flat_indices.reshape(-1), values.reshape(-1))
         else:
             np.add.at(target, indices, values)

@@ -117,3 +117,9 @@ def test_check_positive_int_names_the_value(value):
 
 def test_check_positive_int_returns_a_good_value():
     assert backend.check_positive_int(7, "width") == 7
+
+
+def test_scatter_add_broadcasts_values_over_rows_and_takes_int32_ids():
+    table = np.zeros((4, 3))
+    backend.scatter_add(table, np.array([1, 3, 1], dtype=np.int32), np.ones((3, 1)))  # values broadcast on a row
+    np.testing.assert_array_equal(table, [[0, 0, 0], [2, 2, 2], [0, 0, 0], [1, 1, 1]])

@@ -99,7 +99,8 @@ def test_gelu_tails_keep_relative_precision(x):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_far_tails_give_exact_limits_without_warnings(dtype):
-    # exp overflows past x ~ -9 (float32) or -20 (float64) in the sigmoid; the results are the limits
+    # exp overflows in the sigmoid past x ~ -10.1 (float32) or -21.2 (float64) for GELU, -88.7 or -709.8 for
+    # SiLU; the results are the limits
     x = backend.asarray([-1e4, -50.0, 50.0, 1e4], dtype=dtype)
     dy = backend.asarray([1.0, 1.0, 1.0, 1.0], dtype=dtype)
     with warnings.catch_warnings():
@@ -128,16 +129,6 @@ def test_swiglu_at_known_points():
     expected = [g / (1.0 + math.exp(-g)) * u for g, u in zip([0.0, 1.0, -1.0, 2.0], [3.0, 2.0, 2.0, -1.0])]
     y, _ = swiglu_forward(gate, up)
     np.testing.assert_allclose(backend.to_numpy(y), expected, rtol=1e-14)
-
-
-def test_swiglu_far_tails_do_not_overflow():
-    gate = backend.asarray([-1000.0, 1000.0], dtype="float32")
-    up = backend.asarray([1.0, 1.0], dtype="float32")
-    with np.errstate(over="raise", invalid="raise", divide="raise"):  # underflow to 0 is the right answer
-        y, cache = swiglu_forward(gate, up)
-        dgate, dup = swiglu_backward(backend.asarray([1.0, 1.0], dtype="float32"), cache)
-    np.testing.assert_array_equal(backend.to_numpy(y), [0.0, 1000.0])
-    np.testing.assert_array_equal(backend.to_numpy(dgate), [0.0, 1.0])
 
 
 

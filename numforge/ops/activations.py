@@ -60,7 +60,8 @@ def gelu_forward(x, approximate: str = "tanh"):
     approximate="tanh":  Phi(x) ~ (1 + tanh(u)) / 2 = sigma(2u),  u = sqrt(2/pi) (x + 0.044715 x^3)   (GPT-2)
 
     Both smooth steps are computed so that they keep full relative precision
-    in the left tail (``1 + tanh(u)`` or ``1 + erf(.)`` would cancel there).
+    in the left tail (``1 + tanh(u)`` or ``1 + erf(.)`` would cancel there),
+    down to the subnormal range (``_one_over_one_plus_exp``).
     Example: gelu(0) = 0, gelu(1) = 0.8413447 ("none") and 0.8411920 ("tanh").
     The cache keeps the smooth step: one extra array of x's size spares the
     backward the sigmoid or erfc (exact GELU's backward still needs exp for phi).
@@ -112,10 +113,12 @@ def _one_over_one_plus_exp(t):
     """``1 / (1 + exp(t)) = sigma(-t)``, computed in place in ``t``; accurate in both tails.
 
     For t >> 0 the result is ~exp(-t) with every digit kept (no ``1 - ...``
-    cancels); past the dtype's range exp(t) overflows to inf and the result
-    is 0, the true value rounded (it is below the smallest subnormal), so
-    that overflow is intended and silent. For t << 0 it is 1 - exp(t), as
-    rounded. (The shortcut (1 - tanh(t/2)) / 2 cancels to ~1e-16 absolute
+    cancels), down to 1 / (largest float): 2.9e-39 in float32 (t = 88.7),
+    5.6e-309 in float64 (t = 709.8), both in the subnormal range where
+    a number has few digits left anyway. Past that exp(t) overflows to inf
+    and the result is 0: that overflow is intended and silent. (GELU and
+    SiLU multiply it by x, so there a few values of order 1e-37 or 1e-306
+    become 0.) For t << 0 it is 1 - exp(t), as rounded. (The shortcut (1 - tanh(t/2)) / 2 cancels to ~1e-16 absolute
     error for t >> 0, which no finite-difference check of a far-tail gradient
     survives.) Three passes and an exp: fewest passes matter, each NumPy call
     is one.

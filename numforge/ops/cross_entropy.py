@@ -109,13 +109,12 @@ def _subtract_onehot(dlogits, targets, weight) -> None:
     dlogits[xp.arange(dlogits.shape[0]), targets] -= weight
 
 
-def _softmax_minus_onehot(exp_shifted, total, targets, valid, coef: float, out=None):
+def _softmax_minus_onehot(exp_shifted, total, targets, valid, coef: float):
     """dlogits = (softmax(z) - onehot(t)) * coef on counted rows, 0 on ignored rows, from exp(z - max) and its
-    row sums; written to ``out`` (which may be exp_shifted itself) or to a new array."""
-    xp = get_xp(exp_shifted)
+    row sums, as a new array."""
     weight = _row_weights(valid, coef, exp_shifted.dtype)  # (n,)
     row_scale = weight[:, None] / total  # (n, 1)
-    dlogits = xp.multiply(exp_shifted, row_scale, out=out)  # softmax(z) * weight, (n, V)
+    dlogits = exp_shifted * row_scale  # softmax(z) * weight, (n, V)
     _subtract_onehot(dlogits, targets, weight)
     return dlogits
 

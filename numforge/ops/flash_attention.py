@@ -1,4 +1,5 @@
-"""Tiled attention (FlashAttention-style): exact softmax attention whose extra memory grows with T.
+"""Tiled attention (FlashAttention-style): exact softmax attention whose extra memory grows with T
+(unless ``keep_probs`` trades that for speed, at short sequences).
 
 Plain attention (``ops.attention``) builds the score matrix ``S = s Q K^T`` of
 shape ``(B, H, Tq, Tk)`` and keeps ``P = softmax(S)`` for the backward: memory
@@ -37,7 +38,7 @@ The row sum needs a whole row of ``P``, which a tile does not have; but::
 so ``D = rowsum(dO * O)`` is computed once from the saved output, before any
 tile. Then, for each tile pair (queries ``I``, keys ``J``)::
 
-    S = s Q_I K_J^T,   P = exp(S - L_I)           recomputed, never stored
+    S = s Q_I K_J^T,   P = exp(S - L_I)           recomputed (or kept, with keep_probs)
     dV_J += P^T dO_I
     dP    = dO_I V_J^T
     dS    = P * (dP - D_I)
@@ -98,8 +99,8 @@ DEFAULT_BLOCK_K = 256
 class FlashAttentionCache(NamedTuple):
     """Saved for the backward: inputs, output, per-row log-sum-exp L (B,H,Tq,1), settings.
 
-    No ``(Tq, Tk)`` array is kept: the backward recomputes each probability
-    tile from ``q, k`` and ``L``.
+    Unless ``keep_probs``, no ``(Tq, Tk)`` array is kept: the backward
+    recomputes each probability tile from ``q, k`` and ``L``.
     """
 
     q: object
@@ -211,7 +212,8 @@ def flash_attention_forward(
 
 
 def flash_attention_backward(dout, cache: FlashAttentionCache):
-    """``(dq, dk, dv)`` from ``dout (B,H,Tq,Dv)``, recomputing ``P`` tile by tile (module docstring)."""
+    """``(dq, dk, dv)`` from ``dout (B,H,Tq,Dv)``, recomputing ``P`` tile by tile (module docstring),
+    or reading the tiles the forward kept (``keep_probs``)."""
     q, k, v, out, lse, scale, causal, block_q, block_k, kept = cache
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
