@@ -16,16 +16,16 @@ import time
 import numpy as np
 
 from numforge.backend import asarray, to_numpy
-from numforge.data import load_documents
+from numforge.data import load_documents, load_or_train_tokenizer
 from numforge.generate import generate, generate_ids, next_token_probs
-from numforge.train import TrainSettings, load_or_train_tokenizer, new_run, train
+from numforge.training import TrainSettings, new_run, train
 
 with tempfile.TemporaryDirectory() as scratch:
     documents = load_documents(None)
     tokenizer = load_or_train_tokenizer(documents, 2048, cache_dir=scratch)
     settings = TrainSettings(max_steps=300, batch_size=16, seq_len=64, lr=3e-3, min_lr=3e-4, warmup_steps=30,
                              schedule_steps=300, eval_every=100, eval_batches=4, save_every=300, seed=0)
-    model_shape = {"num_layers": 3, "d_model": 96, "num_heads": 4, "ffn": "gelu"}
+    model_shape = {"num_layers": 3, "d_model": 96, "num_heads": 4, "activation": "gelu"}
     run = new_run(f"{scratch}/run", settings, model_shape, tokenizer, documents=documents, cache_dir=scratch)
     train(run, progress=True)
 model = run.model

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from numforge.backend import asarray
-from numforge.config import GPTConfig
+from numforge.model import GPTConfig
 from numforge.gradcheck import check_gradients, format_table
 from numforge.model import GPT
 from numforge.optim import AdamW, clip_grad_norm, warmup_cosine_lr

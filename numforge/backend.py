@@ -34,7 +34,6 @@ from typing import Iterator
 import numpy as np
 
 BACKENDS = ("numpy", "cupy")
-DEFAULT_DTYPE = "float32"
 FLOAT_DTYPES = ("float32", "float64")
 CUDA_INSTALL_HINT = 'pip install "numforge[cuda]"'
 
@@ -213,42 +212,3 @@ def default_rng(seed: int | tuple[int, ...] | None = None):
     ``SeedSequence``), so ``(run_seed, stream, step)`` names an independent stream.
     """
     return array_module().random.default_rng(seed)
-
-
-def check_positive_int(value: object, name: str) -> int:
-    """``value`` if it is an int >= 1 (``True`` is not), else a ``ValueError`` naming it.
-
-    Example: ``check_positive_int(0, "batch_size")`` raises
-    "batch_size must be a positive integer, got 0".
-    """
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
-
-
-def check_array(a: object, name: str, ndim: int | tuple[int, ...] | None = None):
-    """Raise ``TypeError`` unless ``a`` is a NumPy or CuPy array of the expected rank."""
-    if not (isinstance(a, np.ndarray) or is_cupy_array(a)):
-        raise TypeError(f"{name} must be a numpy or cupy array, got {type(a).__name__}")
-    if ndim is not None:
-        allowed = (ndim,) if isinstance(ndim, int) else ndim
-        if a.ndim not in allowed:
-            want = " or ".join(str(n) for n in allowed)
-            raise ValueError(f"{name} must have {want} dimensions, got shape {tuple(a.shape)}")
-    return a
-
-
-def check_float(a: object, name: str, ndim: int | tuple[int, ...] | None = None):
-    """``check_array`` plus: the dtype is float32 or float64."""
-    check_array(a, name, ndim)
-    if a.dtype.name not in FLOAT_DTYPES:
-        raise TypeError(f"{name} must be float32 or float64, got {a.dtype}")
-    return a
-
-
-def check_int(a: object, name: str, ndim: int | tuple[int, ...] | None = None):
-    """``check_array`` plus: the dtype is an integer type (token ids, targets)."""
-    check_array(a, name, ndim)
-    if a.dtype.kind not in "iu":
-        raise TypeError(f"{name} must be an integer array, got dtype {a.dtype}")
-    return a

@@ -35,8 +35,7 @@ import numpy as np
 
 from .atomic import write_text_atomic
 from .backend import asarray, to_numpy
-from .config import GPTConfig
-from .model import GPT
+from .model import GPT, GPTConfig
 
 LATEST = "LATEST"
 PREFIX = "ckpt-"

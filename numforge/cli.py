@@ -1,23 +1,27 @@
-"""The ``numforge`` command. Each sub-command is a module in ``numforge.commands``."""
+"""The ``numforge`` command: a table of sub-commands and one error handler.
+
+Each sub-command is a module in ``numforge.commands`` with ``HELP``,
+``add_arguments(parser)`` and ``run(args) -> int``. A command reports a bad
+input by raising ``ValueError`` / ``TypeError`` (or letting an ``OSError``
+through); ``main`` prints it as ``numforge <command>: <message>`` on stderr.
+
+Exit status: 0 done; 1 the job ran and failed (a gradient check off, a
+training run that diverged); 2 bad input (a flag, a file, a path), as
+argparse's usage errors; 130 interrupted (Ctrl-C). A traceback is printed
+only with ``--debug`` or ``NUMFORGE_DEBUG=1``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from importlib import import_module
 
 from .allocator import retain_freed_memory
+from .commands import EXIT_BAD_INPUT, EXIT_INTERRUPTED
 
-# sub-command name -> module in numforge.commands (each has HELP, add_arguments, run)
-COMMANDS = {
-    "train": "train",
-    "sample": "sample",
-    "tokenize": "tokenize",
-    "tokenizer": "tokenizer",
-    "trace": "trace",
-    "gradcheck": "gradcheck",
-    "bench": "bench",
-}
+COMMANDS = ("train", "sample", "tokenizer", "trace", "gradcheck", "bench")  # modules in numforge.commands
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,9 +29,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="numforge",
         description="A GPT engine from first principles: hand-derived forward and backward passes.",
     )
+    parser.add_argument("--debug", action="store_true",
+                        help="print the full traceback of an error (also: NUMFORGE_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, module_name in COMMANDS.items():
-        module = import_module(f"numforge.commands.{module_name}")
+    for name in COMMANDS:
+        module = import_module(f"numforge.commands.{name}")
         command_parser = sub.add_parser(name, help=module.HELP, description=module.HELP)
         command_parser.set_defaults(run=module.run)
         module.add_arguments(command_parser)
@@ -36,12 +42,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    debug = args.debug or os.environ.get("NUMFORGE_DEBUG", "") not in ("", "0")
     retain_freed_memory()  # training steps reuse their freed temporaries instead of faulting in new pages
     try:
         return args.run(args)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        if debug:
+            raise
+        print(f"numforge {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (ValueError, TypeError, OSError) as error:
+        if debug:
+            raise
+        print(f"numforge {args.command}: {describe(error)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def describe(error: Exception) -> str:
+    """The message of ``error``; an ``OSError`` with its file name (``"No such file or directory: 'x'"``)."""
+    if isinstance(error, OSError) and error.strerror and error.filename is not None:
+        return f"{error.strerror}: {error.filename}"
+    return str(error) or type(error).__name__
 
 
 if __name__ == "__main__":

@@ -25,14 +25,15 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .backend import check_positive_int
 from .atomic import atomic_path
+from .checks import check_positive_int
+from .tokenizer import EOT, BPETokenizer
 
-EOT = "<|endoftext|>"
+DEFAULT_VOCAB_SIZE = 2048  # the tokenizer trained when none is given
 DEFAULT_CORPUS = "python-docs"  # how the default corpus is named in logs and checkpoints
 CACHE_FORMAT = 1  # bump when the cached token layout changes
 
@@ -151,6 +152,36 @@ def load_tokens(documents: Sequence[str], tokenizer, cache_dir: str | os.PathLik
         with open(temp, "wb") as f:
             np.save(f, tokens, allow_pickle=False)
     return tokens
+
+
+# ---------------------------------------------------------------- tokenizer
+
+
+def load_or_train_tokenizer(documents, vocab_size: int, tokenizer_path=None, cache_dir=None,
+                            say: Callable[[str], None] = print) -> BPETokenizer:
+    """The tokenizer in ``tokenizer_path``, or a BPE of ``vocab_size`` trained on the documents.
+
+    A trained tokenizer is cached under a hash of the documents and the
+    vocabulary size, so the next run on the same text skips training.
+    """
+    if tokenizer_path is not None:
+        return BPETokenizer.load(tokenizer_path)
+    key = hashlib.sha256(f"{documents_hash(documents)}:{vocab_size}:{EOT}".encode()).hexdigest()
+    cached = Path(cache_dir or default_cache_dir()) / "tokenizers" / f"{key[:32]}.json"
+    if cached.is_file():
+        return BPETokenizer.load(cached)
+    say(f"training a BPE tokenizer with {vocab_size} tokens on {sum(map(len, documents)):,} characters")
+    tokenizer = BPETokenizer.train(documents, vocab_size, special_tokens=(EOT,))
+    tokenizer.save(cached)
+    return tokenizer
+
+
+def default_tokenizer(cache_dir=None, say: Callable[[str], None] = print) -> BPETokenizer:
+    """The ``DEFAULT_VOCAB_SIZE`` tokenizer of the embedded corpus: trained once, then read from the cache."""
+    return load_or_train_tokenizer(default_documents(), DEFAULT_VOCAB_SIZE, cache_dir=cache_dir, say=say)
+
+
+# ---------------------------------------------------------------- windows
 
 
 def split_tokens(tokens: np.ndarray, seq_len: int, val_fraction: float = 0.1) -> tuple[np.ndarray, np.ndarray]:

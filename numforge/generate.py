@@ -27,8 +27,9 @@ from typing import Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from .backend import asarray, check_positive_int, to_numpy
-from .data import EOT
+from .backend import asarray, to_numpy
+from .checks import check_positive_int
+from .tokenizer import EOT
 
 
 class Generation(NamedTuple):

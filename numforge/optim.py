@@ -23,7 +23,8 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-from .backend import check_float, get_xp
+from .backend import get_xp
+from .checks import check_float
 
 
 class AdamW:

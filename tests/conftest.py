@@ -7,12 +7,10 @@ NumPy or, on a GPU machine, on CuPy.
 
 import os
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
 from numforge import backend
-from numforge.gradcheck import format_table
 
 # Locally each run draws new examples; under CI (CI=true) the draws are fixed, so a
 # landing is judged on the same examples every time (new ones are found by local runs,
@@ -31,14 +29,3 @@ settings.load_profile("default")
 def xp():
     """The selected backend's array module."""
     return backend.array_module()
-
-
-def randn(*shape, dtype="float64", seed=0):
-    """A standard-normal array of the selected backend (drawn with NumPy, so identical on both)."""
-    values = np.random.default_rng(seed).standard_normal(shape)
-    return backend.asarray(values, dtype=dtype)
-
-
-def assert_gradients_pass(rows):
-    """Every gradient-check row passed; on failure the message is the whole table."""
-    assert all(r.passed for r in rows), format_table(rows)

@@ -12,7 +12,7 @@ from numforge.backend import to_numpy
 from numforge.gradcheck import check_op
 from numforge.ops.attention import attention_backward, attention_forward
 
-from conftest import assert_gradients_pass, randn
+from helpers import assert_gradients_pass, randn
 
 
 def literal_attention(q, k, v, causal, mask, scale):

@@ -98,27 +98,6 @@ def test_resolve_dtype_accepts_only_float32_and_float64(bad):
     assert backend.resolve_dtype(np.float64) == np.float64
 
 
-def test_check_helpers_name_the_argument():
-    with pytest.raises(TypeError, match="ids must be a numpy or cupy array, got list"):
-        backend.check_int([1, 2], "ids")
-    with pytest.raises(ValueError, match=r"x must have 2 or 3 dimensions, got shape \(4,\)"):
-        backend.check_float(np.zeros(4), "x", ndim=(2, 3))
-    with pytest.raises(TypeError, match="ids must be an integer array, got dtype float64"):
-        backend.check_int(np.zeros(4), "ids")
-    with pytest.raises(TypeError, match="x must be float32 or float64, got int64"):
-        backend.check_float(np.zeros(4, dtype=np.int64), "x")
-
-
-@pytest.mark.parametrize("value", [0, -3, 2.0, True, "4", None])
-def test_check_positive_int_names_the_value(value):
-    with pytest.raises(ValueError, match=r"^width must be a positive integer, got "):
-        backend.check_positive_int(value, "width")
-
-
-def test_check_positive_int_returns_a_good_value():
-    assert backend.check_positive_int(7, "width") == 7
-
-
 def test_scatter_add_broadcasts_values_over_rows_and_takes_int32_ids():
     table = np.zeros((4, 3))
     backend.scatter_add(table, np.array([1, 3, 1], dtype=np.int32), np.ones((3, 1)))  # values broadcast on a row

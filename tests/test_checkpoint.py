@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from numforge import atomic, backend, checkpoint
-from tests.conftest import randn
+from helpers import randn
 
 
 def fake_run_state(seed=0):
@@ -116,7 +116,7 @@ def test_atomic_path_leaves_old_file_when_the_write_fails(tmp_path):
 
 
 def test_restore_model_round_trip_and_config_mismatch(tmp_path):
-    from numforge.config import GPTConfig
+    from numforge.model import GPTConfig
     from numforge.model import GPT
 
     config = GPTConfig(vocab_size=50, max_seq_len=8, d_model=8, num_heads=2, num_layers=1)

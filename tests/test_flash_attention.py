@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 from numforge import backend
 from numforge.backend import to_numpy
 from numforge.gradcheck import check_op
-from numforge.gradchecks.attention import CASES
+from numforge.gradcheck.attention import CASES
 from numforge.ops import flash_attention as flash
 from numforge.ops.attention import attention_backward, attention_forward
 from numforge.ops.flash_attention import flash_attention_backward, flash_attention_forward
 
-from conftest import assert_gradients_pass, randn
+from helpers import assert_gradients_pass, randn
 
 
 def qkv(B, H, Tq, Tk, D, Dv, dtype="float64", seed=0):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from numforge.config import GPTConfig
+from numforge.model import GPTConfig
 from numforge.generate import generate, generate_ids, next_token_probs, sample_next
 from numforge.model import GPT
 

@@ -7,7 +7,7 @@ import pytest
 
 from numforge.gradcheck import check_op, format_table, numeric_gradient, relative_error
 
-from conftest import randn
+from helpers import randn
 
 
 class CubeCache(NamedTuple):

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from numforge.backend import asarray, default_rng, to_numpy
-from numforge.config import GPTConfig
-from numforge.gradchecks.model import OPTIONS, TINY, check_model, randomized_model, tiny_batch
+from numforge.model import GPTConfig
+from numforge.gradcheck.model import OPTIONS, TINY, check_model, randomized_model, tiny_batch
 from numforge.model import GPT
 from numforge.optim import AdamW
 
-from conftest import assert_gradients_pass
+from helpers import assert_gradients_pass
 
 SMALL = dict(vocab_size=29, max_seq_len=12, d_model=16, num_heads=4, num_layers=2)
 
@@ -45,7 +45,7 @@ def test_parameter_names_and_shapes_follow_the_architecture():
         "layers.0.mlp.down_proj.weight": (8, 4), "layers.0.mlp.down_proj.bias": (4,),
         "final_norm.weight": (4,), "final_norm.bias": (4,),
     }
-    other = GPTConfig(**{**config.to_dict(), "ffn": "swiglu", "use_bias": False, "tie_weights": False,
+    other = GPTConfig(**{**config.to_dict(), "activation": "swiglu", "use_bias": False, "tie_weights": False,
                          "position": "sinusoidal"})
     shapes = {n: tuple(p.shape) for n, p in GPT(other).params.items()}
     assert shapes == {
@@ -75,16 +75,16 @@ def test_gpt2_initialisation():
     assert not np.array_equal(to_numpy(GPT(config, seed=4).params["token_embedding"]), params["token_embedding"])
 
 
-def test_tiled_and_naive_attention_give_the_same_loss_and_gradients():
+def test_tiled_and_plain_attention_give_the_same_loss_and_gradients():
     tiled = randomized_model({})
-    naive = randomized_model({"attention": "naive"})
+    plain = randomized_model({"attention": "plain"})
     ids, targets = tiny_batch(TINY["vocab_size"])
     loss_tiled, cache_tiled = tiled.forward(ids, targets)
-    loss_naive, cache_naive = naive.forward(ids, targets)
-    assert float(loss_tiled) == pytest.approx(float(loss_naive), rel=1e-13)
-    grads_tiled, grads_naive = tiled.backward(cache_tiled), naive.backward(cache_naive)
+    loss_plain, cache_plain = plain.forward(ids, targets)
+    assert float(loss_tiled) == pytest.approx(float(loss_plain), rel=1e-13)
+    grads_tiled, grads_plain = tiled.backward(cache_tiled), plain.backward(cache_plain)
     for name in tiled.params:
-        np.testing.assert_allclose(to_numpy(grads_tiled[name]), to_numpy(grads_naive[name]),
+        np.testing.assert_allclose(to_numpy(grads_tiled[name]), to_numpy(grads_plain[name]),
                                    rtol=1e-10, atol=1e-13, err_msg=name)
 
 
@@ -99,7 +99,7 @@ def test_training_keeps_attention_probabilities_under_the_limit_with_the_same_gr
     assert all(kept(cache))
     grads_kept = model.backward(cache)
     assert not any(kept(model.forward(ids, targets, training=False)[1]))  # evaluation keeps nothing
-    monkeypatch.setattr("numforge.model_blocks.KEEP_PROBS_LIMIT", 0)
+    monkeypatch.setattr("numforge.model.blocks.KEEP_PROBS_LIMIT", 0)
     _, cache = model.forward(ids, targets)
     assert not any(kept(cache))
     for name, g in model.backward(cache).items():
@@ -118,7 +118,7 @@ def test_loss_is_the_cross_entropy_of_the_logits(option):
 
 
 def test_float32_model_stays_float32_and_matches_float64():
-    config = GPTConfig(**SMALL, ffn="swiglu", position="sinusoidal", scale_embeddings=True)
+    config = GPTConfig(**SMALL, activation="swiglu", position="sinusoidal", scale_embeddings=True)
     model32, model64 = GPT(config, seed=1), GPT(config, seed=1, dtype="float64")
     ids = asarray(np.random.default_rng(0).integers(0, 29, size=(3, 12)))
     loss32, cache32 = model32.forward(ids, ids)
@@ -134,7 +134,7 @@ def test_float32_model_stays_float32_and_matches_float64():
     assert model32.logits(ids).dtype == np.float32
 
 
-@pytest.mark.parametrize("options", [{}, {"ffn": "relu", "position": "sinusoidal", "attention": "naive"}])
+@pytest.mark.parametrize("options", [{}, {"activation": "relu", "position": "sinusoidal", "attention": "plain"}])
 def test_greedy_decoding_with_and_without_kv_cache_is_identical(options):
     model = GPT(GPTConfig(**SMALL, **options), seed=2)
     prompt = asarray(np.array([[3, 1, 4], [2, 7, 1]]))
@@ -237,14 +237,14 @@ def test_fused_chunked_and_materialized_logits_give_the_same_loss_and_gradients(
     ids, targets = tiny_batch(TINY["vocab_size"])
     model = randomized_model(OPTIONS[option])
     loss_fused, cache = model.forward(ids, targets)  # the default: loss and gradients fused
-    assert cache.loss.fused is not None
+    assert cache.loss.route == "fused"
     grads_fused = model.backward(cache)
     loss_materialized, cache = model.forward(ids, targets, training=False)  # evaluation, tiny logits: materialized
-    assert cache.loss.cross_entropy is not None
+    assert cache.loss.route == "materialized"
     grads_materialized = model.backward(cache)
-    monkeypatch.setattr("numforge.model_blocks.MATERIALIZED_LOGITS_LIMIT", 0)  # force the chunked loss
+    monkeypatch.setattr("numforge.model.unembedding.MATERIALIZED_LOGITS_LIMIT", 0)  # force the chunked loss
     loss_chunked, cache = model.forward(ids, targets, training=False)
-    assert cache.loss.tied_cross_entropy is not None
+    assert cache.loss.route == "chunked"
     grads_chunked = model.backward(cache)
     for loss, grads in ((loss_chunked, grads_chunked), (loss_fused, grads_fused)):
         assert float(loss) == pytest.approx(float(loss_materialized), rel=1e-14)

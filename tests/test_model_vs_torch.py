@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from numforge.backend import asarray, to_numpy  # noqa: E402
 from numforge.bench.train_torch import torch_loss, torch_params  # noqa: E402
-from numforge.gradchecks.model import OPTIONS, randomized_model, tiny_batch  # noqa: E402
+from numforge.gradcheck.model import OPTIONS, randomized_model, tiny_batch  # noqa: E402
 from numforge.optim import AdamW  # noqa: E402
 
 NO_DROPOUT = [option for option, settings in OPTIONS.items() if "drop_prob" not in settings]
@@ -47,7 +47,7 @@ def test_loss_and_every_gradient_match_torch(option):
 
 
 def test_adamw_training_follows_torch():
-    model = randomized_model({"ffn": "swiglu", "tie_weights": True}, seed=3)
+    model = randomized_model({"activation": "swiglu", "tie_weights": True}, seed=3)
     ids, targets = tiny_batch(model.config.vocab_size, seed=4)
     params = torch_params(model.params)
     decay = [t for t in params.values() if t.ndim >= 2]
@@ -76,7 +76,7 @@ def test_adamw_training_follows_torch():
 
 
 def test_larger_float32_model_matches_torch():
-    from numforge.config import GPTConfig
+    from numforge.model import GPTConfig
     from numforge.model import GPT
 
     model = GPT(GPTConfig(vocab_size=97, max_seq_len=40, d_model=48, num_heads=6, num_layers=3), seed=0)

@@ -13,7 +13,7 @@ from numforge.gradcheck import check_op
 from numforge.ops._erf import erf, erf_numpy, normal_cdf
 from numforge.ops.activations import gelu_backward, gelu_forward, relu_backward, relu_forward, swiglu_backward, swiglu_forward
 
-from conftest import assert_gradients_pass, randn
+from helpers import assert_gradients_pass, randn
 
 GELU_GRAD_ROOT = -0.7518  # Phi(x) + x phi(x) = 0 (the tanh form's root differs by < 1e-3)
 SILU_GRAD_ROOT = -1.2785  # sigma(g) (1 + g (1 - sigma(g))) = 0

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from numforge import backend
-from numforge.gradchecks.ops import CASES
+from numforge.gradcheck.ops import CASES
 from numforge.ops.activations import gelu_backward, gelu_forward, relu_backward, relu_forward, swiglu_backward, swiglu_forward
 from numforge.ops.cross_entropy import (
     cross_entropy_backward,
     cross_entropy_forward,
-    tied_cross_entropy_and_grads_backward,
-    tied_cross_entropy_and_grads_forward,
+    scale_tied_cross_entropy_grads,
+    tied_cross_entropy_with_grads,
     tied_cross_entropy_backward,
     tied_cross_entropy_forward,
 )
@@ -24,7 +24,7 @@ from numforge.ops.embedding import embedding_backward, embedding_forward
 from numforge.ops.layernorm import layer_norm_backward, layer_norm_forward
 from numforge.ops.linear import linear_backward, linear_forward
 
-from conftest import assert_gradients_pass, randn
+from helpers import assert_gradients_pass, randn
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -61,8 +61,8 @@ OPS = {
         {"chunk_rows": 4},
     ),
     "tied_cross_entropy_and_grads": lambda d: (
-        tied_cross_entropy_and_grads_forward,
-        tied_cross_entropy_and_grads_backward,
+        tied_cross_entropy_with_grads,
+        scale_tied_cross_entropy_grads,
         (randn(2, 3, 5, dtype=d), randn(7, 5, dtype=d, seed=1), _targets()),
         {"chunk_rows": 4},
     ),

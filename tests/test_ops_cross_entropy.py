@@ -12,13 +12,13 @@ from numforge.gradcheck import check_op
 from numforge.ops.cross_entropy import (
     cross_entropy_backward,
     cross_entropy_forward,
-    tied_cross_entropy_and_grads_backward,
-    tied_cross_entropy_and_grads_forward,
+    scale_tied_cross_entropy_grads,
+    tied_cross_entropy_with_grads,
     tied_cross_entropy_backward,
     tied_cross_entropy_forward,
 )
 
-from conftest import assert_gradients_pass, randn
+from helpers import assert_gradients_pass, randn
 
 
 def _ints(values):
@@ -62,7 +62,7 @@ def test_huge_logits_do_not_overflow():
 
 TIED_OPS = {
     "tied": (tied_cross_entropy_forward, tied_cross_entropy_backward),
-    "fused": (tied_cross_entropy_and_grads_forward, tied_cross_entropy_and_grads_backward),
+    "fused": (tied_cross_entropy_with_grads, scale_tied_cross_entropy_grads),
 }
 
 
@@ -138,12 +138,12 @@ def test_fused_equals_the_chunked_tied_op_and_scales_by_dloss_without_touching_i
     h, table = randn(2, 9, 6), randn(11, 6, seed=1)
     targets = _targets(np.random.default_rng(3), (2, 9), 11, 0.3)
     tied_loss, tied_cache = tied_cross_entropy_forward(h, table, targets, chunk_rows=4)
-    loss, cache = tied_cross_entropy_and_grads_forward(h, table, targets, chunk_rows=chunk_rows)
+    loss, cache = tied_cross_entropy_with_grads(h, table, targets, chunk_rows=chunk_rows)
     assert abs(float(loss) - float(tied_loss)) <= 1e-12 * abs(float(tied_loss))
     kept = [backend.to_numpy(a).copy() for a in (cache.dh_of_sum, cache.dtable_of_sum)]
     for dloss in (1.0, -2.5, 0.0):
         expected = tied_cross_entropy_backward(dloss, tied_cache)
-        for got, want in zip(tied_cross_entropy_and_grads_backward(dloss, cache), expected):
+        for got, want in zip(scale_tied_cross_entropy_grads(dloss, cache), expected):
             want = backend.to_numpy(want)
             np.testing.assert_allclose(backend.to_numpy(got), want, rtol=0, atol=1e-12 * max(np.abs(want).max(), 1e-300))
     for before, after in zip(kept, (cache.dh_of_sum, cache.dtable_of_sum)):
@@ -153,12 +153,12 @@ def test_fused_equals_the_chunked_tied_op_and_scales_by_dloss_without_touching_i
 def test_fused_bad_input_is_named():
     h, table, targets = randn(2, 3, 4), randn(5, 4), _ints(np.zeros((2, 3)))
     with pytest.raises(ValueError, match="h's last axis and dtype must match table"):
-        tied_cross_entropy_and_grads_forward(h, randn(5, 3), targets)
+        tied_cross_entropy_with_grads(h, randn(5, 3), targets)
     with pytest.raises(ValueError, match="chunk_rows must be a positive integer, got 0"):
-        tied_cross_entropy_and_grads_forward(h, table, targets, chunk_rows=0)
-    _, cache = tied_cross_entropy_and_grads_forward(h, table, targets)
+        tied_cross_entropy_with_grads(h, table, targets, chunk_rows=0)
+    _, cache = tied_cross_entropy_with_grads(h, table, targets)
     with pytest.raises(ValueError, match=r"dloss must be a scalar \(0-d\), got shape \(2,\)"):
-        tied_cross_entropy_and_grads_backward(backend.asarray([1.0, 1.0]), cache)
+        scale_tied_cross_entropy_grads(backend.asarray([1.0, 1.0]), cache)
 
 
 def test_plain_bad_input_is_named():

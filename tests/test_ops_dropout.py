@@ -9,7 +9,7 @@ from numforge import backend
 from numforge.gradcheck import check_op
 from numforge.ops.dropout import dropout_backward, dropout_forward
 
-from conftest import assert_gradients_pass, randn
+from helpers import assert_gradients_pass, randn
 
 
 @pytest.mark.parametrize("p, training", [(0.0, True), (0.5, False)])

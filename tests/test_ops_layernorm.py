@@ -11,7 +11,7 @@ from numforge import backend
 from numforge.gradcheck import check_op
 from numforge.ops.layernorm import layer_norm_backward, layer_norm_forward
 
-from conftest import assert_gradients_pass, randn
+from helpers import assert_gradients_pass, randn
 
 
 def test_row_by_hand():

@@ -10,7 +10,7 @@ from numforge.gradcheck import check_op
 from numforge.ops.embedding import embedding_backward, embedding_forward
 from numforge.ops.linear import linear_backward, linear_forward
 
-from conftest import assert_gradients_pass, randn
+from helpers import assert_gradients_pass, randn
 
 
 

@@ -8,7 +8,7 @@ import pytest
 from numforge.backend import to_numpy
 from numforge.optim import AdamW, clip_grad_norm, warmup_cosine_lr
 
-from conftest import randn
+from helpers import randn
 
 
 def make_params(dtype="float64"):

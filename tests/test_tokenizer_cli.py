@@ -1,4 +1,4 @@
-"""`numforge tokenize` and `numforge tokenizer train`."""
+"""`numforge tokenizer show` and `numforge tokenizer train`; errors through the one handler of `numforge`."""
 
 from pydoc_data.topics import topics
 
@@ -19,7 +19,7 @@ def test_tokenizer_train_then_tokenize(tmp_path, capsys):
     tok = BPETokenizer.load(out)
     assert tok.vocab_size == 300
 
-    assert main(["tokenize", "the cat 世<|endoftext|>", "--tokenizer", str(out), "--color", "never"]) == 0
+    assert main(["tokenizer", "show", "the cat 世<|endoftext|>", "--tokenizer", str(out), "--color", "never"]) == 0
     lines = capsys.readouterr().out.splitlines()
     ids = tok.encode("the cat 世<|endoftext|>", allowed_special="all")
     pieces = "".join(f"[{tok.token_bytes(i).decode('utf-8', 'backslashreplace')}]" for i in ids)
@@ -33,25 +33,29 @@ def test_tokenizer_train_then_tokenize(tmp_path, capsys):
 def test_tokenize_colours_boundaries_when_asked(tmp_path, capsys):
     path = tmp_path / "tok.json"
     BPETokenizer.train("ab ab ab", 259).save(path)  # merges (97, 98), (32, 256)
-    assert main(["tokenize", "ab ab", "--tokenizer", str(path), "--color", "always"]) == 0
+    assert main(["tokenizer", "show", "ab ab", "--tokenizer", str(path), "--color", "always"]) == 0
     first_line = capsys.readouterr().out.splitlines()[0]
     assert first_line == "\x1b[48;5;153mab\x1b[0m\x1b[48;5;223m ab\x1b[0m"  # two tokens, two colours
 
 
-def test_tokenize_without_a_tokenizer_trains_a_small_one(capsys):
-    assert main(["tokenize", "Hello world, 世界 🙂", "--color", "never"]) == 0
+def test_show_without_a_tokenizer_trains_the_default_once_then_reads_its_cache(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("NUMFORGE_CACHE", str(tmp_path))
+    assert main(["tokenizer", "show", "Hello world, 世界 🙂", "--color", "never"]) == 0
     captured = capsys.readouterr()
-    assert "trained a 2048-token tokenizer on Python's pydoc topics" in captured.err
+    assert "training a BPE tokenizer with 2048 tokens" in captured.err
     assert captured.out.splitlines()[0].startswith("[H")
+    assert main(["tokenizer", "show", "Hello world, 世界 🙂", "--color", "never"]) == 0
+    again = capsys.readouterr()
+    assert again.err == "" and again.out == captured.out  # read from the cache: no second training
 
 
 def test_errors_are_reported_not_raised(tmp_path, capsys):
     missing = tmp_path / "missing.json"
-    assert main(["tokenize", "x", "--tokenizer", str(missing)]) == 1
-    assert "cannot load the tokenizer" in capsys.readouterr().err
+    assert main(["tokenizer", "show", "x", "--tokenizer", str(missing)]) == 2
+    assert capsys.readouterr().err == f"numforge tokenizer: No such file or directory: {missing}\n"
     data = tmp_path / "corpus.txt"
     data.write_text("abc")
-    assert main(["tokenizer", "train", "--data", str(data), "--vocab-size", "10", "--out", str(tmp_path / "t")]) == 1
+    assert main(["tokenizer", "train", "--data", str(data), "--vocab-size", "10", "--out", str(tmp_path / "t")]) == 2
     assert "vocab_size=10 is too small" in capsys.readouterr().err
 
 
@@ -59,5 +63,12 @@ def test_tokenizer_train_refuses_a_missing_output_directory_before_training(tmp_
     data = tmp_path / "d.txt"
     data.write_text("hello hello world", encoding="utf-8")
     out = tmp_path / "missing" / "tok.json"
-    assert main(["tokenizer", "train", "--data", str(data), "--vocab-size", "300", "--out", str(out)]) == 1
+    assert main(["tokenizer", "train", "--data", str(data), "--vocab-size", "300", "--out", str(out)]) == 2
     assert "no directory" in capsys.readouterr().err
+
+
+def test_debug_prints_the_traceback(tmp_path):
+    import pytest
+
+    with pytest.raises(FileNotFoundError):
+        main(["--debug", "tokenizer", "show", "x", "--tokenizer", str(tmp_path / "missing.json")])

@@ -7,13 +7,12 @@ import pytest
 from pydoc_data.topics import topics
 
 from numforge.tokenizer import BPETokenizer
-from numforge.tokenizer.formats import (
+from numforge.tokenizer.interop import (
     byte_to_unicode,
     export_gpt2,
     export_tiktoken,
     load_gpt2,
     load_tiktoken,
-    ordinary_token_bytes,
 )
 
 DOCS = "".join(topics[key] for key in sorted(topics))
@@ -41,10 +40,10 @@ def _same(a: BPETokenizer, b: BPETokenizer) -> bool:
 
 def test_ordinary_token_bytes_follow_the_byte_ids_and_the_merges():
     tok = BPETokenizer([(97, 97), (256, 98)], special_tokens=("<|endoftext|>",))
-    assert ordinary_token_bytes(tok) == [bytes([b]) for b in range(256)] + [b"aa", b"aab"]
+    assert tok.ordinary_token_bytes() == [bytes([b]) for b in range(256)] + [b"aa", b"aab"]
     permuted = BPETokenizer([(0, 1)], byte_ids=[*range(1, 256), 0])  # byte b has id b + 1, byte 255 id 0
-    assert ordinary_token_bytes(permuted)[:2] == [b"\xff", b"\x00"]
-    assert ordinary_token_bytes(permuted)[256] == b"\xff\x00"
+    assert permuted.ordinary_token_bytes()[:2] == [b"\xff", b"\x00"]
+    assert permuted.ordinary_token_bytes()[256] == b"\xff\x00"
 
 
 # ---------------------------------------------------------------- numforge's own file

@@ -7,7 +7,6 @@ import pytest
 from pydoc_data.topics import topics
 
 from numforge.tokenizer import BPETokenizer
-from numforge.tokenizer.formats import ordinary_token_bytes
 
 tiktoken = pytest.importorskip("tiktoken")
 
@@ -15,7 +14,7 @@ DOCS = "".join(topics[key] for key in sorted(topics))
 
 
 def _as_tiktoken(tok: BPETokenizer):
-    ranks = {data: i for i, data in enumerate(ordinary_token_bytes(tok))}
+    ranks = {data: i for i, data in enumerate(tok.ordinary_token_bytes())}
     return tiktoken.Encoding(
         "numforge-test", pat_str=tok.pattern, mergeable_ranks=ranks, special_tokens=tok.special_tokens
     )

@@ -5,10 +5,10 @@ import pytest
 
 from numforge.backend import asarray, to_numpy
 from numforge.cli import main
-from numforge.config import GPTConfig
+from numforge.model import GPTConfig
 from numforge.model import GPT
 from numforge.tokenizer import BPETokenizer
-from numforge.trace import format_trace, trace
+from numforge.study.trace import format_trace, trace
 
 TEXT = "the cat sat on the mat. the dog sat on the log. " * 5
 PROMPT = "the cat sat on"
@@ -19,9 +19,9 @@ def tokenizer():
     return BPETokenizer.train(TEXT, 256 + 12)
 
 
-def tiny_model(tokenizer, ffn="gelu", num_layers=2):
+def tiny_model(tokenizer, activation="gelu", num_layers=2):
     config = GPTConfig(vocab_size=tokenizer.vocab_size, max_seq_len=16, d_model=8, num_heads=2,
-                       num_layers=num_layers, ffn=ffn)
+                       num_layers=num_layers, activation=activation)
     return GPT(config, seed=0)
 
 

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from numforge import checkpoint, cli
-from numforge.config import GPTConfig
-from numforge.data import load_documents
-from numforge.train import (LOSS_CSV, TrainingDiverged, TrainSettings, dropout_rng, load_or_train_tokenizer,
-                            new_run, read_loss_csv, resume_run, train)
+from numforge.model import GPTConfig
+from numforge.data import load_documents, load_or_train_tokenizer
+from numforge.training import LOSS_CSV, TrainingDiverged, TrainSettings, dropout_rng, new_run, resume_run, train
+from numforge.training.logs import read_loss_csv
 
-MODEL = {"num_layers": 1, "d_model": 16, "num_heads": 2, "ffn": "gelu"}
+MODEL = {"num_layers": 1, "d_model": 16, "num_heads": 2, "activation": "gelu"}
 VOCAB = 280  # 256 bytes + <|endoftext|> + 23 merges
 WORDS = "the cat sat on a mat while one dog ran to the old red barn and back".split()
 
@@ -206,7 +206,7 @@ def test_command_line_train_resume_and_sample(tmp_path, corpus, capsys):
 
 def test_command_line_reads_the_corpus_once(tmp_path, corpus, monkeypatch):
     import numforge.commands.train as command
-    import numforge.train as training
+    import numforge.training.run as training
 
     reads = []
 

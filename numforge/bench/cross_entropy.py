@@ -32,8 +32,8 @@ from ..ops.cross_entropy import (
     FUSED_CHUNK_ROWS,
     cross_entropy_backward,
     cross_entropy_forward,
-    tied_cross_entropy_and_grads_backward,
-    tied_cross_entropy_and_grads_forward,
+    scale_tied_cross_entropy_grads,
+    tied_cross_entropy_with_grads,
     tied_cross_entropy_backward,
     tied_cross_entropy_forward,
 )
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         steps[f"tied, chunk_rows={r}"] = _chunked_step(
             tied_cross_entropy_forward, tied_cross_entropy_backward, h, table, targets, r)
         steps[f"fused, chunk_rows={r}"] = _chunked_step(
-            tied_cross_entropy_and_grads_forward, tied_cross_entropy_and_grads_backward, h, table, targets, r)
+            tied_cross_entropy_with_grads, scale_tied_cross_entropy_grads, h, table, targets, r)
     steps["materialized (N, V) logits"] = _materialized_step(h, table, targets)
     torch_step = None if args.no_torch or xp is not np else _torch_step(h, table, targets)
 

@@ -28,8 +28,7 @@ import time
 import warnings
 from pathlib import Path
 
-from ..tokenizer import BPETokenizer, reference
-from ..tokenizer.formats import ordinary_token_bytes
+from ..tokenizer import EOT, BPETokenizer, reference
 from .measure import positive_float, positive_int
 
 TRAIN_RATIO_TARGET = 3.0
@@ -169,7 +168,7 @@ def _hf_trainer(texts: list[str], vocab_size: int):
         hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
         trainer = trainers.BpeTrainer(
             vocab_size=vocab_size,
-            special_tokens=["<|endoftext|>"],
+            special_tokens=[EOT],
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
             show_progress=False,
         )
@@ -185,7 +184,7 @@ def _tiktoken_encoder(tok: BPETokenizer):
     except ImportError:
         print("(tiktoken not importable: skipped)")
         return None
-    ranks = {data: i for i, data in enumerate(ordinary_token_bytes(tok))}
+    ranks = {data: i for i, data in enumerate(tok.ordinary_token_bytes())}
     encoding = tiktoken.Encoding("numforge-bench", pat_str=tok.pattern, mergeable_ranks=ranks, special_tokens={})
     return encoding.encode_ordinary
 

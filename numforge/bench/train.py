@@ -26,8 +26,7 @@ import time
 import numpy as np
 
 from ..backend import asarray
-from ..config import GPTConfig
-from ..model import GPT
+from ..model import ATTENTION_KINDS, GPT, GPTConfig
 from ..optim import AdamW
 from .measure import non_negative_int, positive_int
 
@@ -45,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=non_negative_int, default=2, help="untimed steps first")
     parser.add_argument("--threads", type=positive_int, default=1,
                         help="BLAS threads for NumPy's OpenBLAS and for torch alike (default 1)")
-    parser.add_argument("--attention", choices=["tiled", "naive"], default="tiled",
+    parser.add_argument("--attention", choices=ATTENTION_KINDS, default="tiled",
                         help="numforge's attention kernel (same math; the config default, tiled, is faster here)")
     parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch side even if installed")
     parser.add_argument("--profile", action="store_true",
@@ -105,7 +104,7 @@ def build(name: str, attention: str):
 
 def flops_per_token(config: GPTConfig) -> int:
     C, F, L = config.d_model, config.d_ff, config.num_layers
-    projections = 3 * C * C + C * C + (3 if config.ffn == "swiglu" else 2) * C * F
+    projections = 3 * C * C + C * C + (3 if config.gated else 2) * C * F
     matmul_weights = L * projections + config.vocab_size * C
     return 6 * matmul_weights + 12 * L * config.max_seq_len * C
 

@@ -39,9 +39,9 @@ def torch_loss(p: dict, config, ids, targets, sinusoidal_table=None):
         x = x + _linear(o.transpose(1, 2).reshape(B, T, C), layer, "attn.out_proj")
         h = F.layer_norm(x, (C,), layer["pre_mlp_norm.weight"], layer.get("pre_mlp_norm.bias"), config.ln_eps)
         up = _linear(h, layer, "mlp.up_proj")  # (B,T,C) -> (B,T,F)
-        if config.ffn == "swiglu":
+        if config.activation == "swiglu":
             act = F.silu(_linear(h, layer, "mlp.gate_proj")) * up
-        elif config.ffn == "relu":
+        elif config.activation == "relu":
             act = F.relu(up)
         else:
             act = F.gelu(up, approximate=config.gelu_approximate)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import fnmatch
 
-from ..gradcheck import DEFAULT_TOL, format_table
-from ..gradchecks import all_cases
+from . import EXIT_FAILED
+from ..gradcheck import DEFAULT_TOL, all_cases, format_table
 
 HELP = "check every hand-written backward against finite differences (float64)"
 
@@ -27,8 +27,7 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(c.name for c in cases))
         return 0
     if not cases:
-        print(f"no gradient-check case matches {args.only!r} (see: numforge gradcheck --list)")
-        return 1
+        raise ValueError(f"no gradient-check case matches {args.only!r} (see: numforge gradcheck --list)")
     results = [row for case in cases for row in case.run()]
     print(format_table(results))
     failed = [r for r in results if not r.passed]
@@ -37,4 +36,4 @@ def run(args: argparse.Namespace) -> int:
         f"\n{len(results) - len(failed)}/{len(results)} gradients within {DEFAULT_TOL:g} "
         f"(worst relative error {worst:.2e})"
     )
-    return 1 if failed else 0
+    return EXIT_FAILED if failed else 0

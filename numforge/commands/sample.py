@@ -7,7 +7,7 @@ import sys
 
 from ..checkpoint import load_checkpoint, restore_model
 from ..generate import generate
-from ..tokenizer import BPETokenizer
+from ..tokenizer import EOT, BPETokenizer
 
 HELP = "generate text from a checkpoint (greedy at --temperature 0; top-k, top-p; KV cache)"
 
@@ -25,22 +25,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        checkpoint = load_checkpoint(args.checkpoint)
-        model = restore_model(checkpoint)
-        tokenizer = BPETokenizer.from_dict(checkpoint.tokenizer)
-        sys.stdout.write(args.prompt)
-        sys.stdout.flush()
-        result = generate(
-            model, tokenizer, args.prompt, args.max_new_tokens, temperature=args.temperature,
-            top_k=args.top_k, top_p=args.top_p, seed=args.seed, use_kv_cache=not args.no_kv_cache,
-            on_text=lambda piece: (sys.stdout.write(piece), sys.stdout.flush()),
-            on_notice=lambda text: print(f"note: {text}", file=sys.stderr),
-        )
-    except (ValueError, FileNotFoundError) as err:
-        print(f"numforge sample: {err}", file=sys.stderr)
-        return 2
+    checkpoint = load_checkpoint(args.checkpoint)
+    model = restore_model(checkpoint)
+    tokenizer = BPETokenizer.from_dict(checkpoint.tokenizer)
+    sys.stdout.write(args.prompt)
+    sys.stdout.flush()
+    result = generate(
+        model, tokenizer, args.prompt, args.max_new_tokens, temperature=args.temperature,
+        top_k=args.top_k, top_p=args.top_p, seed=args.seed, use_kv_cache=not args.no_kv_cache,
+        on_text=lambda piece: (sys.stdout.write(piece), sys.stdout.flush()),
+        on_notice=lambda text: print(f"note: {text}", file=sys.stderr),
+    )
     print()
     if result.stopped_at_end_of_text:
-        print(f"[{len(result.ids)} tokens, stopped at <|endoftext|>]", file=sys.stderr)
+        print(f"[{len(result.ids)} tokens, stopped at {EOT}]", file=sys.stderr)
     return 0

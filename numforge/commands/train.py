@@ -8,18 +8,18 @@ import sys
 import time
 from pathlib import Path
 
-from ..data import DEFAULT_CORPUS, load_documents
+from . import EXIT_FAILED, EXIT_INTERRUPTED
+from ..data import DEFAULT_CORPUS, DEFAULT_VOCAB_SIZE, load_documents, load_or_train_tokenizer
 from ..generate import generate
-from ..train import (LOSS_CSV, LOSS_PNG, RESUMABLE, TrainingDiverged, TrainSettings, load_or_train_tokenizer, new_run,
-                     resume_run, train)
+from ..ops.activations import ACTIVATIONS
+from ..training import LOSS_CSV, LOSS_PNG, RESUMABLE, TrainingDiverged, TrainSettings, new_run, resume_run, train
 
 HELP = "train a GPT on text (default: this Python's own documentation), with checkpoints and exact resume"
 
 RUNS_DIR = "runs"  # default --out: the first free runs/run-N
-DEFAULT_VOCAB_SIZE = 2048
 # GPTConfig fields a fresh run takes from the flags: flag dest -> (config field, default)
 MODEL_FLAGS = {"layers": ("num_layers", 3), "d_model": ("d_model", 96), "heads": ("num_heads", 4),
-               "ffn": ("ffn", "gelu"), "dropout": ("drop_prob", 0.0)}
+               "activation": ("activation", "gelu"), "dropout": ("drop_prob", 0.0)}
 # TrainSettings fields a flag sets; on --resume only RESUMABLE ones may be given
 SETTINGS_FLAGS = ("max_steps", "batch_size", "seq_len", "lr", "warmup_steps", "schedule_steps", "seed",
                   "eval_every", "save_every")
@@ -58,7 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--layers", type=int, help=f"transformer blocks (default {MODEL_FLAGS['layers'][1]})")
     model.add_argument("--d-model", type=int, help=f"model width (default {MODEL_FLAGS['d_model'][1]})")
     model.add_argument("--heads", type=int, help=f"attention heads (default {MODEL_FLAGS['heads'][1]})")
-    model.add_argument("--ffn", choices=("gelu", "swiglu", "relu"), help=f"feed-forward kind (default {MODEL_FLAGS['ffn'][1]})")
+    model.add_argument("--activation", choices=tuple(ACTIVATIONS),
+                       help=f"the feed-forward activation (default {MODEL_FLAGS['activation'][1]})")
     model.add_argument("--seq-len", type=int, help=f"context length T (default {defaults.seq_len})")
     model.add_argument("--dropout", type=probability, metavar="P", help="zero activations with probability P "
                        f"while training, 0 <= P < 1 (default {MODEL_FLAGS['dropout'][1]:g}: off)")
@@ -113,11 +114,7 @@ def run(args: argparse.Namespace) -> int:
         print(text, file=sys.stderr, flush=True)
 
     started = time.perf_counter()
-    try:
-        session = _start(args, say)
-    except (ValueError, FileNotFoundError) as err:
-        say(f"numforge train: {err}")
-        return 2
+    session = _start(args, say)
     model, settings = session.model, session.settings
     say(f"corpus: {session.data_info['source'] or DEFAULT_CORPUS}, {session.data_info['num_tokens']:,} tokens "
         f"(vocabulary {session.tokenizer.vocab_size}); model: {model.num_params():,} parameters, "
@@ -127,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         outcome = train(session, progress=not args.no_progress, say=say)
     except TrainingDiverged as err:
         say(f"numforge train: {err}")
-        return 1
+        return EXIT_FAILED
     minutes = (time.perf_counter() - started) / 60
     last_val = next((r for r in reversed(session.log) if r["val_loss"]), None)
     if last_val is not None:
@@ -137,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         + (f", {session.run_dir / LOSS_PNG}" if (session.run_dir / LOSS_PNG).is_file() else ""))
     if outcome == "interrupted":
         say(f"resume with: numforge train --resume {session.run_dir}")
-        return 130
+        return EXIT_INTERRUPTED
     sample = generate(model, session.tokenizer, "", 60, temperature=0.8, seed=0)
     say(f"a sample (temperature 0.8):\n{sample.text}\n"
         f"more with: numforge sample --checkpoint {session.run_dir} --prompt \"The\"")

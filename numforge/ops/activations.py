@@ -6,9 +6,10 @@ Every function keeps its input's shape and dtype: ``(..., F) -> (..., F)``.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
-from ..backend import check_float, get_xp, overflow_to_inf_allowed
+from ..backend import get_xp, overflow_to_inf_allowed
+from ..checks import check_float
 from ._erf import normal_cdf
 
 GELU_APPROXIMATIONS = ("tanh", "none")
@@ -167,3 +168,28 @@ def swiglu_backward(dy, cache: SwigluCache):
     dup = gate * s  # silu(g)
     dup *= dy
     return dgate, dup
+
+
+# ---------------------------------------------------------------- the registry
+
+
+class Activation(NamedTuple):
+    """One feed-forward activation, as the model uses it.
+
+    ``gated`` activations (SwiGLU) take two pre-activations, ``forward(gate, up)``,
+    and their backward returns ``(dgate, dup)``; the others take one,
+    ``forward(u, **options)``, and return ``du``. ``options`` names the keyword
+    options the forward takes (GELU's ``approximate``).
+    """
+
+    forward: Callable
+    backward: Callable
+    gated: bool
+    options: tuple[str, ...] = ()
+
+
+ACTIVATIONS = {  # name -> Activation: the one list the config, the model, the checks and the benches read
+    "gelu": Activation(gelu_forward, gelu_backward, gated=False, options=("approximate",)),
+    "swiglu": Activation(swiglu_forward, swiglu_backward, gated=True),
+    "relu": Activation(relu_forward, relu_backward, gated=False),
+}

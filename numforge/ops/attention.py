@@ -37,7 +37,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from ..backend import check_array, check_float, get_xp
+from ..backend import get_xp
+from ..checks import check_array, check_bool, check_float
 
 
 class AttentionCache(NamedTuple):
@@ -83,9 +84,7 @@ def resolve_scale(scale: object, head_dim: int) -> float:
 
 
 def check_causal(causal: object) -> bool:
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be True or False, got {causal!r}")
-    return causal
+    return check_bool(causal, "causal")
 
 
 def check_grad_out(dout, like_shape: tuple, like_dtype) -> None:
@@ -155,7 +154,7 @@ def attention_forward(q, k, v, causal: bool = True, mask=None, scale: float | No
 
 def attention_backward(dout, cache: AttentionCache):
     """``(dq, dk, dv)`` from ``dout (B,H,Tq,Dv)``; formulas in the module docstring."""
-    q, k, v, probs, scale = cache
+    q, k, v, probs, scale = cache.q, cache.k, cache.v, cache.probs, cache.scale
     B, H, Tq, Tk = probs.shape
     check_grad_out(dout, (B, H, Tq, v.shape[3]), q.dtype)
     xp = get_xp(dout, probs)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..backend import check_float, check_int, check_positive_int, get_xp
+from ..backend import get_xp
+from ..checks import check_float, check_int, check_positive_int
 from ._sums import row_sums
+from ._tiles import tiles
 
 DEFAULT_CHUNK_ROWS = 256  # rows of logits alive at once in the tied loss; chosen by `numforge bench cross_entropy`
 # rows per chunk of the fused loss-and-gradients: 512 ran 1.1-1.25x faster than materialized logits at
@@ -46,7 +48,7 @@ class TiedCrossEntropyCache(NamedTuple):
     chunk_rows: int
 
 
-class FusedTiedCrossEntropyCache(NamedTuple):
+class TiedCrossEntropyGrads(NamedTuple):
     """The gradients of the summed (not yet averaged) loss, computed by the forward; the backward scales them."""
 
     dh_of_sum: object  # (N, C) d(sum of counted nll) / dh
@@ -169,7 +171,8 @@ def tied_cross_entropy_forward(h, table, targets, ignore_index: int = -1, chunk_
     xp = get_xp(h, table)
     logsumexp = xp.empty(h_rows.shape[0], dtype=h.dtype)  # (N,)
     total = 0.0
-    for rows in _chunks(h_rows.shape[0], chunk_rows):
+    for start, stop in tiles(h_rows.shape[0], chunk_rows):
+        rows = slice(start, stop)
         z = h_rows[rows] @ table.T  # (n, C) @ (C, V) -> (n, V)
         logsumexp[rows] = _exp_and_logsumexp(z)[2]  # (n, V) -> (n,)
         total += _nll_sum(z, logsumexp[rows], targets[rows], valid[rows])
@@ -193,7 +196,8 @@ def tied_cross_entropy_backward(dloss, cache: TiedCrossEntropyCache):
     dh = xp.empty_like(h_rows)  # (N, C)
     dtable = xp.zeros_like(table)  # (V, C)
     table_part = xp.empty_like(table)  # (V, C) one chunk's share, reused
-    for rows in _chunks(h_rows.shape[0], cache.chunk_rows):
+    for start, stop in tiles(h_rows.shape[0], cache.chunk_rows):
+        rows = slice(start, stop)
         z = h_rows[rows] @ table.T  # recomputed: (n, C) @ (C, V) -> (n, V)
         z -= cache.logsumexp[rows, None]
         dlogits = xp.exp(z, out=z)  # softmax rows, (n, V), turned into dlogits in place:
@@ -206,7 +210,7 @@ def tied_cross_entropy_backward(dloss, cache: TiedCrossEntropyCache):
     return dh.reshape(cache.h_shape), dtable  # (N, C) -> (B, T, C)
 
 
-def tied_cross_entropy_and_grads_forward(h, table, targets, ignore_index: int = -1,
+def tied_cross_entropy_with_grads(h, table, targets, ignore_index: int = -1,
                                         chunk_rows: int = FUSED_CHUNK_ROWS):
     """The tied cross-entropy and its gradients in one pass over chunks of rows, for training.
 
@@ -228,7 +232,8 @@ def tied_cross_entropy_and_grads_forward(h, table, targets, ignore_index: int = 
     dtable_transposed = xp.zeros((table.shape[1], table.shape[0]), dtype=table.dtype)  # (C, V)
     chunk_part = xp.empty_like(dtable_transposed)  # (C, V) one chunk's share, reused
     total = 0.0
-    for rows in _chunks(h_rows.shape[0], chunk_rows):
+    for start, stop in tiles(h_rows.shape[0], chunk_rows):
+        rows = slice(start, stop)
         h_chunk, t, counted = h_rows[rows], targets[rows], valid[rows]  # (n, C), (n,), (n,)
         pick = (xp.arange(t.shape[0]), t)
         z = xp.matmul(h_chunk, table.T)  # (n, C) @ (C, V) -> (n, V)
@@ -253,10 +258,10 @@ def tied_cross_entropy_and_grads_forward(h, table, targets, ignore_index: int = 
         dtable_transposed += chunk_part  # (C, n) @ (n, V) -> (C, V)
     loss = _loss_array(total, count, h.dtype, xp)
     dtable_of_sum = xp.ascontiguousarray(dtable_transposed.T)  # (C, V) -> (V, C)
-    return loss, FusedTiedCrossEntropyCache(dh_of_sum, dtable_of_sum, count, tuple(h.shape))
+    return loss, TiedCrossEntropyGrads(dh_of_sum, dtable_of_sum, count, tuple(h.shape))
 
 
-def tied_cross_entropy_and_grads_backward(dloss, cache: FusedTiedCrossEntropyCache):
+def scale_tied_cross_entropy_grads(dloss, cache: TiedCrossEntropyGrads):
     """(dh, dtable) = (dh_of_sum, dtable_of_sum) * dloss / count: new arrays, the cache is left as it is."""
     coef = _coef(dloss, cache.count)
     return (cache.dh_of_sum * coef).reshape(cache.h_shape), cache.dtable_of_sum * coef  # (N, C) -> (B, T, C)
@@ -275,7 +280,3 @@ def _check_tied_inputs(h, table, targets, ignore_index: int, chunk_rows: int):
     check_positive_int(chunk_rows, "chunk_rows")
     targets, valid, count = _check_targets(targets, h.shape[:-1], table.shape[0], ignore_index)
     return h.reshape(-1, width), targets, valid, count  # (B, T, C) -> (N, C)
-
-
-def _chunks(n_rows: int, chunk_rows: int):
-    return [slice(start, min(start + chunk_rows, n_rows)) for start in range(0, n_rows, chunk_rows)]

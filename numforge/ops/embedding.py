@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..backend import check_float, check_int, get_xp, scatter_add
+from ..backend import get_xp, scatter_add
+from ..checks import check_float, check_int
 
 
 class EmbeddingCache(NamedTuple):

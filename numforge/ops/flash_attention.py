@@ -89,7 +89,9 @@ from __future__ import annotations
 
 from typing import Iterator, NamedTuple
 
-from ..backend import check_positive_int, get_xp
+from ..backend import get_xp
+from ..checks import check_bool, check_positive_int
+from ._tiles import tiles
 from .attention import causal_allowed, check_causal, check_grad_out, check_qkv, resolve_scale
 
 DEFAULT_BLOCK_Q = 128
@@ -115,17 +117,11 @@ class FlashAttentionCache(NamedTuple):
     probs: dict | None  # keep_probs: (q_start, k_start) -> normalized P tile (B,H,nq,nk); else None
 
 
-def _tiles(length: int, block: int) -> Iterator[tuple[int, int]]:
-    """``[start, stop)`` ranges of ``block`` rows covering ``range(length)``; the last may be short."""
-    for start in range(0, length, block):
-        yield start, min(start + block, length)
-
-
 def _key_tiles(q_start, q_stop, Tq, Tk, causal, block_k) -> Iterator[tuple[int, int, bool]]:
     """The key tiles that queries ``[q_start, q_stop)`` can see, each with "needs a mask"."""
     offset = Tk - Tq  # query i sees keys j <= i + offset
     last_visible = q_stop - 1 + offset if causal else Tk - 1  # the last query's last key
-    for k_start, k_stop in _tiles(min(Tk, last_visible + 1), block_k):
+    for k_start, k_stop in tiles(min(Tk, last_visible + 1), block_k):
         yield k_start, k_stop, causal and k_stop - 1 > q_start + offset
 
 
@@ -168,15 +164,14 @@ def flash_attention_forward(
     causal = check_causal(causal)
     scale = resolve_scale(scale, D)
     block_q, block_k = check_positive_int(block_q, "block_q"), check_positive_int(block_k, "block_k")
-    if not isinstance(keep_probs, bool):
-        raise TypeError(f"keep_probs must be True or False, got {keep_probs!r}")
+    check_bool(keep_probs, "keep_probs")
     dtype = q.dtype
 
     k_t = k.swapaxes(-1, -2)  # (B,H,Tk,D) -> (B,H,D,Tk), a view
     out = xp.empty((B, H, Tq, Dv), dtype=dtype)
     lse = xp.empty((B, H, Tq, 1), dtype=dtype)
     kept = {} if keep_probs else None
-    for q_start, q_stop in _tiles(Tq, block_q):
+    for q_start, q_stop in tiles(Tq, block_q):
         q_tile = q[:, :, q_start:q_stop] * scale  # (B,H,nq,D), scaled once per tile
         row_max = xp.full((B, H, q_stop - q_start, 1), -xp.inf, dtype=dtype)  # m
         row_sum = xp.zeros((B, H, q_stop - q_start, 1), dtype=dtype)  # l
@@ -214,7 +209,7 @@ def flash_attention_forward(
 def flash_attention_backward(dout, cache: FlashAttentionCache):
     """``(dq, dk, dv)`` from ``dout (B,H,Tq,Dv)``, recomputing ``P`` tile by tile (module docstring),
     or reading the tiles the forward kept (``keep_probs``)."""
-    q, k, v, out, lse, scale, causal, block_q, block_k, kept = cache
+    q, k, v, out, scale = cache.q, cache.k, cache.v, cache.out, cache.scale
     B, H, Tq, D = q.shape
     Tk = k.shape[2]
     check_grad_out(dout, out.shape, out.dtype)
@@ -222,20 +217,20 @@ def flash_attention_backward(dout, cache: FlashAttentionCache):
     dtype = q.dtype
 
     delta = (dout * out).sum(axis=-1, keepdims=True)  # D = rowsum(dO * O), (B,H,Tq,Dv) -> (B,H,Tq,1)
-    lse = xp.where(xp.isneginf(lse), xp.inf, lse).astype(dtype, copy=False)  # empty rows: P = exp(S - inf) = 0
+    lse = xp.where(xp.isneginf(cache.lse), xp.inf, cache.lse).astype(dtype, copy=False)  # empty rows: P = exp(S - inf) = 0
     k_t = k.swapaxes(-1, -2)  # (B,H,Tk,D) -> (B,H,D,Tk), a view
     v_t = v.swapaxes(-1, -2)  # (B,H,Tk,Dv) -> (B,H,Dv,Tk), a view
     dq = xp.zeros((B, H, Tq, D), dtype=dtype)
     dk = xp.zeros((B, H, Tk, D), dtype=dtype)
     dv = xp.zeros((B, H, Tk, v.shape[3]), dtype=dtype)
-    for q_start, q_stop in _tiles(Tq, block_q):
+    for q_start, q_stop in tiles(Tq, cache.block_q):
         q_tile = q[:, :, q_start:q_stop] * scale  # (B,H,nq,D), scaled once per tile
         dout_tile = dout[:, :, q_start:q_stop]  # (B,H,nq,Dv)
         dq_tile = dq[:, :, q_start:q_stop]  # (B,H,nq,D), a view: updated in place
-        for k_start, k_stop, masked in _key_tiles(q_start, q_stop, Tq, Tk, causal, block_k):
+        for k_start, k_stop, masked in _key_tiles(q_start, q_stop, Tq, Tk, cache.causal, cache.block_k):
             keys = slice(k_start, k_stop)
-            if kept is not None:
-                probs = kept[q_start, k_start]  # P, kept by the forward (keep_probs)
+            if cache.probs is not None:
+                probs = cache.probs[q_start, k_start]  # P, kept by the forward (keep_probs)
             else:
                 # forward: S = s Q K^T, P = exp(S - L)
                 scores = xp.matmul(q_tile, k_t[..., keys])  # (B,H,nq,D) @ (B,H,D,nk) -> (B,H,nq,nk)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..backend import check_float, get_xp
+from ..backend import get_xp
+from ..checks import check_float
 from ._sums import column_sums
 
 

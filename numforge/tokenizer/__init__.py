@@ -1,6 +1,7 @@
-"""Byte-level BPE: the textbook algorithms (``reference``), the fast tokenizer (``bpe``), file formats."""
+"""Byte-level BPE: the split pattern (``pretokenize``), the textbook algorithms (``reference``),
+the fast tokenizer with its own file format (``bpe``), and other tokenizers' files (``interop``)."""
 
-from .bpe import BPETokenizer, IncrementalDecoder
+from .bpe import EOT, BPETokenizer, IncrementalDecoder
 from .pretokenize import GPT2_SPLIT_PATTERN
 
-__all__ = ["BPETokenizer", "IncrementalDecoder", "GPT2_SPLIT_PATTERN"]
+__all__ = ["EOT", "BPETokenizer", "IncrementalDecoder", "GPT2_SPLIT_PATTERN"]

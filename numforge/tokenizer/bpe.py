@@ -10,18 +10,39 @@ Encoding: split the text with the pattern, then merge each chunk by rank
 (``_merge.merge_chunk``), remembering each distinct chunk's ids in a bounded
 cache; code and prose repeat their chunks, so most chunks are a dict lookup.
 It gives the same ids as ``reference.encode``, which the tests check.
+
+numforge's own file (``save`` / ``load``; ``to_dict`` is the same content)::
+
+    {"format": "numforge-bpe", "version": 1,
+     "pattern": "<split regex>",
+     "byte_ids": [id of byte 0, ..., id of byte 255],
+     "merges": [[p, q], ...],                     merge i makes id 256 + i
+     "special_tokens": {"<|endoftext|>": 8191},
+     "tokens": ["<base64 of token 0's bytes>", ...]}   every non-special id, in order
+
+The merges are the model; ``tokens`` stores every token's bytes losslessly for
+other readers and is checked against the merges on load. Other tokenizers'
+files (GPT-2, tiktoken) are read and written by ``interop.py``.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import codecs
+import json
 from collections import Counter
 from itertools import chain
 
+from ..atomic import write_text_atomic
+from ._files import read_json
 from ._merge import merge_chunk
 from ._train import learn_merges
 from .pretokenize import GPT2_SPLIT_PATTERN, chunker, special_tokens_regex, split_on_specials
 
+EOT = "<|endoftext|>"  # GPT-2's end-of-text special token: closes every training document
+FORMAT_NAME = "numforge-bpe"
+FORMAT_VERSION = 1
 CACHE_ENTRIES = 1 << 16  # distinct chunks remembered before the cache starts over
 CACHE_CHUNK_CHARS = 256  # longer chunks are encoded each time, not remembered
 
@@ -57,7 +78,7 @@ class BPETokenizer:
         cls,
         text_or_texts,
         vocab_size: int,
-        special_tokens=("<|endoftext|>",),
+        special_tokens=(EOT,),
         pattern: str = GPT2_SPLIT_PATTERN,
         progress: bool = False,
     ) -> "BPETokenizer":
@@ -179,29 +200,72 @@ class BPETokenizer:
 
     # ---------------------------------------------------------------- files
 
-    def to_dict(self) -> dict:
-        """A JSON-serialisable dict with the same content as the saved file."""
-        from .formats import tokenizer_to_dict
+    def ordinary_token_bytes(self) -> list[bytes]:
+        """The bytes of every non-special token, by id: ``256 + len(merges)`` entries.
 
-        return tokenizer_to_dict(self)
+        What every file format stores (special tokens are kept by name, or not
+        at all). Example: ``BPETokenizer([(97, 97), (256, 98)])`` ->
+        ``[b"\\x00", ..., b"\\xff", b"aa", b"aab"]``.
+        """
+        return self._token_bytes[: 256 + len(self.merges)]
+
+    def to_dict(self) -> dict:
+        """The tokenizer as a JSON-serialisable dict: the content of the saved file."""
+        return {
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "pattern": self.pattern,
+            "byte_ids": list(self.byte_ids),
+            "merges": [list(pair) for pair in self.merges],
+            "special_tokens": dict(self.special_tokens),
+            "tokens": [base64.b64encode(data).decode("ascii") for data in self.ordinary_token_bytes()],
+        }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "BPETokenizer":
-        from .formats import tokenizer_from_dict
-
-        return tokenizer_from_dict(d)
+    def from_dict(cls, d: dict, source: str = "tokenizer dict") -> "BPETokenizer":
+        """The inverse of ``to_dict``; ``source`` names the dict in error messages."""
+        if not isinstance(d, dict):
+            raise ValueError(f"{source}: expected a JSON object, got {type(d).__name__}")
+        if d.get("format") != FORMAT_NAME or d.get("version") != FORMAT_VERSION:
+            raise ValueError(
+                f"{source}: not a numforge tokenizer (format {d.get('format')!r} version {d.get('version')!r}; "
+                f"expected {FORMAT_NAME!r} version {FORMAT_VERSION})"
+            )
+        missing = [key for key in ("pattern", "byte_ids", "merges", "special_tokens", "tokens") if key not in d]
+        if missing:
+            raise ValueError(f"{source}: missing keys {missing}")
+        specials = d["special_tokens"]
+        if not isinstance(specials, dict) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                     for i in specials.values()):
+            raise ValueError(f"{source}: 'special_tokens' must map strings to int ids, got {specials!r}")
+        names = sorted(specials, key=lambda name: specials[name])
+        try:
+            tok = cls(d["merges"], special_tokens=names, pattern=d["pattern"], byte_ids=d["byte_ids"])
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"{source}: {error}") from None
+        if tok.special_tokens != specials:
+            raise ValueError(f"{source}: special token ids {specials} must be consecutive after the merges, "
+                             f"from {256 + len(tok.merges)}")
+        tokens, made = d["tokens"], tok.ordinary_token_bytes()
+        if not isinstance(tokens, list) or len(tokens) != len(made):
+            raise ValueError(f"{source}: 'tokens' must list {len(made)} base64 strings")
+        for i, (encoded, data) in enumerate(zip(tokens, made)):
+            try:
+                stored = base64.b64decode(encoded, validate=True)
+            except (binascii.Error, TypeError):
+                raise ValueError(f"{source}: tokens[{i}] is not base64: {encoded!r}") from None
+            if stored != data:
+                raise ValueError(f"{source}: tokens[{i}] is {stored!r} but the merges make {data!r}")
+        return tok
 
     def save(self, path) -> None:
         """Write numforge's JSON tokenizer file atomically (temporary name, then rename)."""
-        from .formats import save_tokenizer
-
-        save_tokenizer(self, path)
+        write_text_atomic(path, json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n")
 
     @classmethod
     def load(cls, path) -> "BPETokenizer":
-        from .formats import load_tokenizer
-
-        return load_tokenizer(path)
+        """Read numforge's JSON tokenizer file."""
+        return cls.from_dict(read_json(path), source=str(path))
 
     def __repr__(self) -> str:
         return (

@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import backend
-from ..gradcheck import check_op
+from .check import check_op
 from ..ops.attention import attention_backward, attention_forward
 from ..ops.flash_attention import flash_attention_backward, flash_attention_forward
-from . import Case
+from .cases import Case
 
 
 def _qkv(B: int, H: int, Tq: int, Tk: int, D: int, Dv: int, seed: int) -> dict:

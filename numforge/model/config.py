@@ -6,10 +6,14 @@ Example::
     config.d_ff                                   # 128 = 4 * d_model
     GPTConfig.from_dict(config.to_dict()) == config   # True
 
-``d_ff=None`` picks the usual width: ``4 * d_model``, or for SwiGLU (whose
-two input projections would otherwise cost 1.5x the parameters)
-``8/3 * d_model`` rounded up to a multiple of 64. Every invalid value or
-combination is a ``ValueError`` that names the field.
+``d_ff=None`` picks the usual width: ``4 * d_model``, or for a gated
+activation (SwiGLU, whose two input projections would otherwise cost 1.5x the
+parameters) ``8/3 * d_model`` rounded up to a multiple of 64. Every invalid
+value or combination is a ``ValueError`` (a wrong type: ``TypeError``) that
+names the field.
+
+Older checkpoints wrote ``ffn`` for ``activation`` and ``"naive"`` for the
+``"plain"`` attention; ``from_dict`` still reads them.
 """
 
 from __future__ import annotations
@@ -17,19 +21,20 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 
-from .backend import check_positive_int
+from ..checks import check_bool, check_positive_int, is_real
+from ..ops.activations import ACTIVATIONS, GELU_APPROXIMATIONS
 
-FFN_KINDS = ("gelu", "swiglu", "relu")
-GELU_APPROXIMATIONS = ("tanh", "none")
 POSITION_KINDS = ("learned", "sinusoidal")
-ATTENTION_KINDS = ("tiled", "naive")
-SWIGLU_MULTIPLE = 64
+ATTENTION_KINDS = ("tiled", "plain")  # the tiled kernel, or the plain one that holds (B,H,T,T): the oracle
+GATED_MULTIPLE = 64
+LEGACY_NAMES = {"ffn": "activation"}  # field names of older checkpoints -> today's
+LEGACY_VALUES = {("attention", "naive"): "plain"}
 
 
-def default_d_ff(d_model: int, ffn: str) -> int:
-    """``4 * d_model``; for SwiGLU ``ceil(8/3 * d_model / 64) * 64`` (e.g. 96 -> 256)."""
-    if ffn == "swiglu":
-        return -(-8 * d_model // (3 * SWIGLU_MULTIPLE)) * SWIGLU_MULTIPLE
+def default_d_ff(d_model: int, activation: str) -> int:
+    """``4 * d_model``; for a gated activation ``ceil(8/3 * d_model / 64) * 64`` (e.g. 96 -> 256)."""
+    if ACTIVATIONS[activation].gated:
+        return -(-8 * d_model // (3 * GATED_MULTIPLE)) * GATED_MULTIPLE
     return 4 * d_model
 
 
@@ -43,7 +48,7 @@ class GPTConfig:
     num_heads: int
     num_layers: int
     d_ff: int | None = None
-    ffn: str = "gelu"
+    activation: str = "gelu"  # the feed-forward sub-layer's activation: a name in ops.activations.ACTIVATIONS
     gelu_approximate: str = "tanh"
     use_bias: bool = True
     tie_weights: bool = True
@@ -60,19 +65,18 @@ class GPTConfig:
             raise ValueError(
                 f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})"
             )
-        _check_choice("ffn", self.ffn, FFN_KINDS)
+        _check_choice("activation", self.activation, tuple(ACTIVATIONS))
         _check_choice("gelu_approximate", self.gelu_approximate, GELU_APPROXIMATIONS)
         _check_choice("position", self.position, POSITION_KINDS)
         _check_choice("attention", self.attention, ATTENTION_KINDS)
         if self.d_ff is None:
-            self.d_ff = default_d_ff(self.d_model, self.ffn)
+            self.d_ff = default_d_ff(self.d_model, self.activation)
         check_positive_int(self.d_ff, "d_ff")
         for name in ("use_bias", "tie_weights", "scale_embeddings"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        if not _is_real(self.drop_prob) or not 0.0 <= self.drop_prob < 1.0:
+            check_bool(getattr(self, name), name)
+        if not is_real(self.drop_prob) or not 0.0 <= self.drop_prob < 1.0:
             raise ValueError(f"drop_prob must be a number in [0, 1), got {self.drop_prob!r}")
-        if not _is_real(self.ln_eps) or not (self.ln_eps > 0 and math.isfinite(self.ln_eps)):
+        if not is_real(self.ln_eps) or not (self.ln_eps > 0 and math.isfinite(self.ln_eps)):
             raise ValueError(f"ln_eps must be a positive finite number, got {self.ln_eps!r}")
         self.drop_prob = float(self.drop_prob)
         self.ln_eps = float(self.ln_eps)
@@ -82,15 +86,28 @@ class GPTConfig:
         """``D = d_model / num_heads``."""
         return self.d_model // self.num_heads
 
+    @property
+    def gated(self) -> bool:
+        """Whether the activation takes two projections (gate and up), as SwiGLU does."""
+        return ACTIVATIONS[self.activation].gated
+
+    def activation_options(self) -> dict:
+        """The keyword options of the activation's forward: ``{"approximate": ...}`` for GELU, else none."""
+        options = {"approximate": self.gelu_approximate}
+        return {name: options[name] for name in ACTIVATIONS[self.activation].options}
+
     def to_dict(self) -> dict:
         """A JSON-able dict of every field (``d_ff`` resolved)."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "GPTConfig":
-        """The inverse of ``to_dict``; unknown or missing keys are a ``ValueError``."""
+        """The inverse of ``to_dict`` (older names read too); unknown or missing keys are a ``ValueError``."""
         if not isinstance(d, dict):
-            raise ValueError(f"a GPTConfig dict must be a dict, got {type(d).__name__}")
+            raise TypeError(f"a GPTConfig dict must be a dict, got {type(d).__name__}")
+        d = {LEGACY_NAMES.get(key, key): value for key, value in d.items()}
+        d = {key: LEGACY_VALUES.get((key, value), value) if isinstance(value, str) else value
+             for key, value in d.items()}
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
@@ -99,10 +116,6 @@ class GPTConfig:
             return cls(**d)
         except TypeError as err:  # a required field is missing
             raise ValueError(f"incomplete GPTConfig dict: {err}") from err
-
-
-def _is_real(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:

@@ -1,17 +1,7 @@
-"""Tokenizer files: numforge's own JSON, GPT-2's encoder.json + vocab.bpe, tiktoken rank files.
+"""Other tokenizers' files, in and out: GPT-2's encoder.json + vocab.bpe, tiktoken rank files.
 
-numforge's file (``save_tokenizer`` / ``load_tokenizer``, the same content as
-``tokenizer_to_dict``)::
-
-    {"format": "numforge-bpe", "version": 1,
-     "pattern": "<split regex>",
-     "byte_ids": [id of byte 0, ..., id of byte 255],
-     "merges": [[p, q], ...],                     merge i makes id 256 + i
-     "special_tokens": {"<|endoftext|>": 8191},
-     "tokens": ["<base64 of token 0's bytes>", ...]}   every non-special id, in order
-
-The merges are the model; ``tokens`` stores every token's bytes losslessly for
-other readers and is checked against the merges on load.
+numforge's own file belongs to ``BPETokenizer`` (``save`` / ``load``); this
+module imports the class, never the reverse.
 
 GPT-2's files write bytes as printable characters (``byte_to_unicode``): byte
 0x20 (space) is "Ġ", so " the" is "Ġthe". encoder.json maps those strings to
@@ -27,93 +17,16 @@ and the line (or JSON key). Every file is written atomically.
 from __future__ import annotations
 
 import base64
-import binascii
 import json
+import binascii
 from functools import lru_cache
 from pathlib import Path
 
 from ..atomic import write_text_atomic
+from ._files import read_json, read_text
 from ._merge import merge_chunk
 from .bpe import BPETokenizer
 from .pretokenize import GPT2_SPLIT_PATTERN
-
-FORMAT_NAME = "numforge-bpe"
-FORMAT_VERSION = 1
-
-
-def ordinary_token_bytes(tok: BPETokenizer) -> list[bytes]:
-    """The bytes of every non-special token, by id: ``256 + len(merges)`` entries.
-
-    What every file format stores (special tokens are kept by name, or not
-    at all). Example: ``BPETokenizer([(97, 97), (256, 98)])`` ->
-    ``[b"\\x00", ..., b"\\xff", b"aa", b"aab"]``.
-    """
-    return [tok.token_bytes(i) for i in range(256 + len(tok.merges))]
-
-
-# ------------------------------------------------------------------ numforge's own file
-
-
-def tokenizer_to_dict(tok: BPETokenizer) -> dict:
-    """The tokenizer as a JSON-serialisable dict (see the module docstring)."""
-    return {
-        "format": FORMAT_NAME,
-        "version": FORMAT_VERSION,
-        "pattern": tok.pattern,
-        "byte_ids": list(tok.byte_ids),
-        "merges": [list(pair) for pair in tok.merges],
-        "special_tokens": dict(tok.special_tokens),
-        "tokens": [base64.b64encode(data).decode("ascii") for data in ordinary_token_bytes(tok)],
-    }
-
-
-def tokenizer_from_dict(d: dict, source: str = "tokenizer dict") -> BPETokenizer:
-    """Rebuild a tokenizer from ``tokenizer_to_dict``'s dict; `source` names it in error messages."""
-    if not isinstance(d, dict):
-        raise ValueError(f"{source}: expected a JSON object, got {type(d).__name__}")
-    if d.get("format") != FORMAT_NAME or d.get("version") != FORMAT_VERSION:
-        raise ValueError(
-            f"{source}: not a numforge tokenizer (format {d.get('format')!r} version {d.get('version')!r}; "
-            f"expected {FORMAT_NAME!r} version {FORMAT_VERSION})"
-        )
-    missing = [key for key in ("pattern", "byte_ids", "merges", "special_tokens", "tokens") if key not in d]
-    if missing:
-        raise ValueError(f"{source}: missing keys {missing}")
-    specials = d["special_tokens"]
-    if not isinstance(specials, dict) or not all(isinstance(i, int) and not isinstance(i, bool)
-                                                 for i in specials.values()):
-        raise ValueError(f"{source}: 'special_tokens' must map strings to int ids, got {specials!r}")
-    names = sorted(specials, key=lambda name: specials[name])
-    try:
-        tok = BPETokenizer(d["merges"], special_tokens=names, pattern=d["pattern"], byte_ids=d["byte_ids"])
-    except (ValueError, TypeError) as error:
-        raise ValueError(f"{source}: {error}") from None
-    if tok.special_tokens != specials:
-        raise ValueError(
-            f"{source}: special token ids {specials} must be consecutive after the merges, from {256 + len(tok.merges)}"
-        )
-    tokens, made = d["tokens"], ordinary_token_bytes(tok)
-    if not isinstance(tokens, list) or len(tokens) != len(made):
-        raise ValueError(f"{source}: 'tokens' must list {len(made)} base64 strings")
-    for i, (encoded, data) in enumerate(zip(tokens, made)):
-        try:
-            stored = base64.b64decode(encoded, validate=True)
-        except (binascii.Error, TypeError):
-            raise ValueError(f"{source}: tokens[{i}] is not base64: {encoded!r}") from None
-        if stored != data:
-            raise ValueError(f"{source}: tokens[{i}] is {stored!r} but the merges make {data!r}")
-    return tok
-
-
-def save_tokenizer(tok: BPETokenizer, path) -> None:
-    """Write numforge's JSON file atomically."""
-    write_text_atomic(path, json.dumps(tokenizer_to_dict(tok), ensure_ascii=False, indent=1) + "\n")
-
-
-def load_tokenizer(path) -> BPETokenizer:
-    """Read numforge's JSON file."""
-    return tokenizer_from_dict(_read_json(path), source=str(path))
-
 
 # ------------------------------------------------------------------ GPT-2: encoder.json + vocab.bpe
 
@@ -157,7 +70,7 @@ def load_gpt2(encoder_json_path, vocab_bpe_path, pattern: str = GPT2_SPLIT_PATTE
     vocab.bpe) id 256 + i, and any further entries (GPT-2: "<|endoftext|>" = 50256)
     the ids after that; those become the special tokens.
     """
-    encoder = _read_json(encoder_json_path)
+    encoder = read_json(encoder_json_path)
     if not isinstance(encoder, dict) or not all(type(i) is int for i in encoder.values()):
         raise ValueError(f"{encoder_json_path}: expected a JSON object mapping token strings to int ids")
     for b, char in byte_to_unicode().items():
@@ -202,7 +115,7 @@ def load_gpt2(encoder_json_path, vocab_bpe_path, pattern: str = GPT2_SPLIT_PATTE
 
 def _merge_lines(path):
     """(line number, line) for each merge line of vocab.bpe: skips a first "#version" line and blank lines."""
-    for line_number, line in enumerate(_read_text(path).split("\n"), start=1):
+    for line_number, line in enumerate(read_text(path).split("\n"), start=1):
         line = line.rstrip("\r")
         if (line_number == 1 and line.startswith("#version")) or not line:
             continue
@@ -211,7 +124,7 @@ def _merge_lines(path):
 
 def export_gpt2(tok: BPETokenizer, encoder_json_path, vocab_bpe_path) -> None:
     """Write GPT-2's encoder.json and vocab.bpe for `tok` (atomically, each)."""
-    strings = [_gpt2_string(data) for data in ordinary_token_bytes(tok)]
+    strings = [_gpt2_string(data) for data in tok.ordinary_token_bytes()]
     _check_distinct(strings, "GPT-2 files")
     encoder = {string: i for i, string in enumerate(strings)} | dict(tok.special_tokens)
     merge_lines = [f"{strings[p]} {strings[q]}\n" for p, q in tok.merges]
@@ -229,7 +142,7 @@ def load_tiktoken(path, special_tokens=(), pattern: str = GPT2_SPLIT_PATTERN) ->
     (strings) get the ids after N, in order.
     """
     rank_bytes: dict[int, bytes] = {}
-    for line_number, line in enumerate(_read_text(path).split("\n"), start=1):
+    for line_number, line in enumerate(read_text(path).split("\n"), start=1):
         if not line.strip():
             continue
         where = f"{path}: line {line_number}"
@@ -268,7 +181,7 @@ def load_tiktoken(path, special_tokens=(), pattern: str = GPT2_SPLIT_PATTERN) ->
 
 def export_tiktoken(tok: BPETokenizer, path) -> None:
     """Write a tiktoken rank file for `tok`'s non-special tokens (rank = id), atomically."""
-    tokens = ordinary_token_bytes(tok)
+    tokens = tok.ordinary_token_bytes()
     _check_distinct(tokens, "a tiktoken rank file")
     lines = [f"{base64.b64encode(data).decode('ascii')} {i}\n" for i, data in enumerate(tokens)]
     write_text_atomic(path, "".join(lines))
@@ -284,19 +197,3 @@ def _check_distinct(tokens: list, target: str) -> None:
         if token in seen:
             raise ValueError(f"{target}: ids {seen[token]} and {i} have the same bytes {token!r}")
         seen[token] = i
-
-
-def _read_text(path) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-
-
-def _read_json(path):
-    try:
-        return json.loads(_read_text(path))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: line {error.lineno} column {error.colno}: {error.msg}") from None
-
-

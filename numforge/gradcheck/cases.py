@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from importlib import import_module
 from typing import Callable
 
-from ..gradcheck import GradResult
+from .check import GradResult
 
-SUITES: tuple[str, ...] = ("ops", "attention", "model")  # module names in numforge.gradchecks, in run order
+SUITES: tuple[str, ...] = ("ops", "attention", "model")  # module names in numforge.gradcheck, in run order
 
 
 @dataclass(frozen=True)
@@ -27,5 +27,5 @@ def all_cases() -> list[Case]:
     """Every registered case, suite by suite, in order."""
     cases = []
     for suite in SUITES:
-        cases.extend(import_module(f"{__name__}.{suite}").CASES)
+        cases.extend(import_module(f"numforge.gradcheck.{suite}").CASES)
     return cases

@@ -12,10 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import asarray, default_rng
-from ..config import GPTConfig
-from ..gradcheck import GradResult, check_gradients
-from ..model import GPT
-from . import Case
+from ..model import GPT, GPTConfig
+from .cases import Case
+from .check import GradResult, check_gradients
 
 TINY = dict(vocab_size=13, max_seq_len=8, d_model=8, num_heads=2, num_layers=2, d_ff=12)
 BATCH, SEQ = 2, 7
@@ -25,11 +24,11 @@ DROPOUT_SEED = 5
 OPTIONS = {
     "gelu": {},
     "gelu_exact": {"gelu_approximate": "none"},
-    "swiglu": {"ffn": "swiglu"},
-    "relu": {"ffn": "relu"},
+    "swiglu": {"activation": "swiglu"},
+    "relu": {"activation": "relu"},
     "untied": {"tie_weights": False},
     "no_bias": {"use_bias": False},
-    "naive_attention": {"attention": "naive"},
+    "plain_attention": {"attention": "plain"},
     "sinusoidal_scaled": {"position": "sinusoidal", "scale_embeddings": True},
     "dropout": {"drop_prob": 0.2},
 }

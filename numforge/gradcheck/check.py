@@ -32,7 +32,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from .backend import get_xp, to_numpy
+from ..backend import get_xp, to_numpy
 
 DEFAULT_EPS = 1e-6
 DEFAULT_TOL = 1e-7

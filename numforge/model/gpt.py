@@ -1,49 +1,54 @@
 """GPT: a decoder-only transformer, its forward pass and its backward pass, by hand.
 
-The network (pre-norm blocks, GPT-2 style), on token ids ``(B,T)``::
+The network (pre-norm blocks, GPT-2 style), on token ids ``(B,T)``, with the
+parameters by name::
 
-    x = tok_emb[ids] * (sqrt(C) if scale_embeddings) + pos[:T]       (B,T,C)
+    x = token_embedding[ids] * (sqrt(C) if scale_embeddings) + position_embedding[:T]   (B,T,C)
     x = Drop(x)
-    for each block:   x = x + Drop(Attn(LN1(x)))
-                      x = x + Drop(FFN(LN2(x)))
-    h = LN_f(x)
-    logits = h @ W_out^T        W_out = tok_emb (tied) or lm_head.weight   (B,T,V)
-    loss = mean cross-entropy(logits, targets) over targets != -1
+    for each layer i:  x = x + Drop(attn(pre_attn_norm(x)))          layers.{i}.*, blocks.py
+                       x = x + Drop(mlp(pre_mlp_norm(x)))
+    h = final_norm(x)
+    logits = h @ unembedding^T      unembedding = token_embedding (tied) or lm_head.weight    (B,T,V)
+    loss = mean cross-entropy(logits, targets) over targets != -1                          unembedding.py
 
 ``forward`` and ``backward`` below are mirror images: ``backward`` walks the
 same lines bottom-up, each gradient step reversing the forward line it names.
-The two sub-layers of a block live in ``model_blocks.py``. With tied weights
-the token table gets one gradient, the visible sum of its input-side
+``forward`` (training and evaluation) and ``logits`` (inference, with or
+without a KV cache) walk the layers through one loop, ``_blocks``. With tied
+weights the token table gets one gradient, the visible sum of its input-side
 (scatter-add) and output-side (``dlogits^T h``) parts.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
 
-from .backend import array_module, check_int, check_positive_int, get_xp, resolve_dtype, to_numpy
+from ..backend import array_module, get_xp, resolve_dtype, to_numpy
+from ..checks import check_bool, check_int, check_positive_int
+from ..ops.embedding import embedding_backward, embedding_forward
+from ..ops.layernorm import layer_norm_backward, layer_norm_forward
+from .blocks import BlockCache, block_backward, block_forward, dropout_if, dropout_if_backward
 from .config import GPTConfig
-from .model_blocks import (KVCache, attention_branch_backward, attention_branch_forward,
-                           dropout_if, dropout_if_backward, mlp_branch_backward, mlp_branch_forward,
-                           sinusoidal_positions, unembedding_loss_backward, unembedding_loss_forward)
-from .ops.embedding import embedding_backward, embedding_forward
-from .ops.layernorm import layer_norm_backward, layer_norm_forward
+from .kv_cache import KVCache
+from .positions import sinusoidal_positions
+from .unembedding import unembedding_loss_backward, unembedding_loss_forward
 
 INIT_STD = 0.02
 IGNORE_INDEX = -1
 
 
 def parameter_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
-    """Every parameter's name and shape, in a fixed order (names as in ARCHITECTURE.md)."""
+    """Every parameter's name and shape, in a fixed order (the names the README's map lists)."""
     V, C, F = config.vocab_size, config.d_model, config.d_ff
     shapes = {"token_embedding": (V, C)}
     if config.position == "learned":
         shapes["position_embedding"] = (config.max_seq_len, C)
     linears = {"attn.qkv_proj": (C, 3 * C), "attn.out_proj": (C, C), "mlp.up_proj": (C, F)}
-    if config.ffn == "swiglu":
+    if config.gated:
         linears["mlp.gate_proj"] = (C, F)
     linears["mlp.down_proj"] = (F, C)
     for i in range(config.num_layers):
@@ -83,7 +88,7 @@ class ModelCache(NamedTuple):
     ids_shape: tuple
     embedding: object
     embedding_dropout: object
-    blocks: list  # (attention branch cache, mlp branch cache) per layer
+    blocks: list[BlockCache]  # per layer: BlockCache(attention, mlp)
     final_norm: object
     loss: object
 
@@ -104,15 +109,11 @@ class GPT:
         if config.position == "sinusoidal":
             table = sinusoidal_positions(config.max_seq_len, config.d_model, self.dtype)
             self.sinusoidal_table = xp.asarray(table)  # (T_max, C), fixed, not a parameter
+        self.layers = [LayerParams(self.params, f"layers.{i}.") for i in range(config.num_layers)]
 
     def num_params(self) -> int:
         """Number of trainable scalars (a tied table counts once)."""
         return sum(int(p.size) for p in self.params.values())
-
-    def _layer(self, i: int) -> dict:
-        """Layer ``i``'s parameters by short name (``"attn.qkv_proj.weight"``)."""
-        prefix = f"layers.{i}."
-        return {name[len(prefix):]: p for name, p in self.params.items() if name.startswith(prefix)}
 
     def _unembedding(self):
         return self.params["token_embedding" if self.config.tie_weights else "lm_head.weight"]
@@ -131,14 +132,7 @@ class GPT:
         p, config = self.params, self.config
         x, embedding_cache = self._embed(token_ids, start=0)  # (B,T) -> (B,T,C)
         x, embedding_dropout = dropout_if(x, config, rng)
-        blocks = []
-        for i in range(config.num_layers):
-            layer = self._layer(i)
-            a, attention_cache = attention_branch_forward(x, layer, config, rng, training=training)
-            x = x + a  # (B,T,C)
-            m, mlp_cache = mlp_branch_forward(x, layer, config, rng)
-            x = x + m  # (B,T,C)
-            blocks.append((attention_cache, mlp_cache))
+        x, blocks = self._blocks(x, rng, training)  # (B,T,C)
         h, final_norm_cache = layer_norm_forward(x, p["final_norm.weight"], p.get("final_norm.bias"),
                                                  eps=config.ln_eps)
         loss, loss_cache = unembedding_loss_forward(h, self._unembedding(), targets, IGNORE_INDEX,
@@ -154,23 +148,17 @@ class GPT:
         config = self.config
         xp = get_xp(*self.params.values())
         grads = {}
-        # forward: loss = cross_entropy(h @ W_out^T, targets)
+        # forward: loss = cross_entropy(h @ unembedding^T, targets)
         dh, dunembedding = unembedding_loss_backward(xp.ones((), dtype=self.dtype), cache.loss)
-        # forward: h = LN_f(x)
+        # forward: h = final_norm(x)
         dx, grads["final_norm.weight"], grads["final_norm.bias"] = layer_norm_backward(dh, cache.final_norm)
+        # forward: x, blocks = self._blocks(x), layer by layer
         for i in reversed(range(config.num_layers)):
-            attention_cache, mlp_cache = cache.blocks[i]
-            # forward: x = x + m, m = mlp_branch(x)
-            dx_mlp, layer_grads = mlp_branch_backward(dx, mlp_cache, config)
-            dx = dx + dx_mlp
-            # forward: x = x + a, a = attention_branch(x)
-            dx_attention, attention_grads = attention_branch_backward(dx, attention_cache, config)
-            dx = dx + dx_attention
-            layer_grads.update(attention_grads)
+            dx, layer_grads = block_backward(dx, cache.blocks[i], config)
             grads.update({f"layers.{i}.{name}": g for name, g in layer_grads.items()})
         # forward: x = Drop(x)
         dx = dropout_if_backward(dx, cache.embedding_dropout)
-        # forward: x = tok_emb[ids] * scale + pos[:T]
+        # forward: x = token_embedding[ids] * scale + position_embedding[:T]
         dtoken_embedding, dposition_embedding = self._embed_backward(dx, cache.embedding)
         if config.tie_weights:
             grads["token_embedding"] = dtoken_embedding + dunembedding  # input side + output side
@@ -181,10 +169,18 @@ class GPT:
             grads["position_embedding"] = dposition_embedding
         return {name: grads[name] for name in self.params}  # params' order; drops absent biases
 
+    def _blocks(self, x, rng, training: bool, kv_cache: KVCache | None = None):
+        """Every layer in turn on ``x (B,T,C)``: ``(x, [BlockCache per layer])``."""
+        caches = []
+        for i, layer in enumerate(self.layers):
+            x, block_cache = block_forward(x, layer, self.config, rng, training, kv_cache, i)  # (B,T,C)
+            caches.append(block_cache)
+        return x, caches
+
     # -------------------------------------------------------------- embeddings
 
     def _embed(self, token_ids, start: int):
-        """``tok_emb[ids] * s + pos[start:start+T]``, ``(B,T) -> (B,T,C)``."""
+        """``token_embedding[ids] * s + positions[start:start+T]``, ``(B,T) -> (B,T,C)``."""
         T = token_ids.shape[1]
         tokens, embedding_cache = embedding_forward(token_ids, self.params["token_embedding"])  # (B,T) -> (B,T,C)
         if self.config.scale_embeddings:
@@ -219,10 +215,7 @@ class GPT:
         start = 0 if kv_cache is None else self._check_kv_cache(kv_cache, token_ids.shape)
         p, config = self.params, self.config
         x, _ = self._embed(token_ids, start)  # (B,T) -> (B,T,C)
-        for i in range(config.num_layers):
-            layer = self._layer(i)
-            x = x + attention_branch_forward(x, layer, config, None, kv_cache, i)[0]  # (B,T,C)
-            x = x + mlp_branch_forward(x, layer, config, None)[0]  # (B,T,C)
+        x, _ = self._blocks(x, None, training=False, kv_cache=kv_cache)  # (B,T,C)
         if kv_cache is not None:
             kv_cache.advance(token_ids.shape[1])
         if last_only:
@@ -241,7 +234,7 @@ class GPT:
         """Copy ``params`` (name -> array) into the model's arrays, which stay the same objects
         (so an optimizer built on ``model.params`` keeps working)."""
         if not isinstance(params, dict):
-            raise ValueError(f"params must be a dict of name -> array, got {type(params).__name__}")
+            raise TypeError(f"params must be a dict of name -> array, got {type(params).__name__}")
         missing, extra = sorted(set(self.params) - set(params)), sorted(set(params) - set(self.params))
         if missing or extra:
             raise ValueError(f"params names differ from the model's: missing {missing}, extra {extra}")
@@ -292,11 +285,31 @@ class GPT:
 
     def _dropout_rng(self, training: bool, rng):
         """The generator to draw dropout masks from, or None when dropout is off."""
-        if not isinstance(training, bool):
-            raise TypeError(f"training must be True or False, got {training!r}")
+        check_bool(training, "training")
         if not (training and self.config.drop_prob > 0):
             return None
         if rng is None:
             raise ValueError(f"drop_prob={self.config.drop_prob} with training=True needs rng, "
                              "a generator (numforge.backend.default_rng(seed))")
         return rng
+
+
+class LayerParams(Mapping):
+    """Layer ``i``'s parameters by short name (``"attn.qkv_proj.weight"``), read through to ``params``.
+
+    A view, not a copy: built once per model, it never goes stale when a
+    caller rebinds ``model.params[name]``. An absent name (a bias under
+    ``use_bias=False``) reads as ``None`` through ``.get``.
+    """
+
+    def __init__(self, params: dict, prefix: str):
+        self._params, self._prefix = params, prefix
+
+    def __getitem__(self, name: str):
+        return self._params[self._prefix + name]
+
+    def __iter__(self):
+        return (name[len(self._prefix):] for name in self._params if name.startswith(self._prefix))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)

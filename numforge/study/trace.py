@@ -41,8 +41,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .backend import asarray, to_numpy
-from .generate import next_token_probs
+from ..backend import asarray, to_numpy
+from ..generate import next_token_probs
 
 FIRST_VALUES = 4
 TOP_K = 5

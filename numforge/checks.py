@@ -1,0 +1,65 @@
+"""Argument checks shared by every layer: one message style, ``TypeError`` for a wrong type, ``ValueError`` for a wrong value.
+
+Example: ``check_positive_int(0, "batch_size")`` raises
+``ValueError("batch_size must be a positive integer, got 0")``;
+``check_float(ids, "x")`` on an integer array raises ``TypeError``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .backend import FLOAT_DTYPES, is_cupy_array
+
+
+def is_real(value: object) -> bool:
+    """A Python or NumPy real number that is not a bool (``True`` is an int in Python)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_bool(value: object, name: str) -> bool:
+    """``value`` if it is ``True`` or ``False``, else a ``TypeError`` naming it."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def check_positive_int(value: object, name: str) -> int:
+    """``value`` if it is an int >= 1 (``True`` is not), else a ``ValueError`` naming it.
+
+    Example: ``check_positive_int(0, "batch_size")`` raises
+    "batch_size must be a positive integer, got 0". A non-int is a wrong
+    value here too (an argument given as ``2.0`` or ``"2"``), so the flag or
+    field is named with one message.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def check_array(a: object, name: str, ndim: int | tuple[int, ...] | None = None):
+    """Raise ``TypeError`` unless ``a`` is a NumPy or CuPy array of the expected rank."""
+    if not (isinstance(a, np.ndarray) or is_cupy_array(a)):
+        raise TypeError(f"{name} must be a numpy or cupy array, got {type(a).__name__}")
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else ndim
+        if a.ndim not in allowed:
+            want = " or ".join(str(n) for n in allowed)
+            raise ValueError(f"{name} must have {want} dimensions, got shape {tuple(a.shape)}")
+    return a
+
+
+def check_float(a: object, name: str, ndim: int | tuple[int, ...] | None = None):
+    """``check_array`` plus: the dtype is float32 or float64."""
+    check_array(a, name, ndim)
+    if a.dtype.name not in FLOAT_DTYPES:
+        raise TypeError(f"{name} must be float32 or float64, got {a.dtype}")
+    return a
+
+
+def check_int(a: object, name: str, ndim: int | tuple[int, ...] | None = None):
+    """``check_array`` plus: the dtype is an integer type (token ids, targets)."""
+    check_array(a, name, ndim)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an integer array, got dtype {a.dtype}")
+    return a

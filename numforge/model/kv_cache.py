@@ -1,0 +1,30 @@
+"""``KVCache``: the keys and values already computed, per layer, so decoding a token costs one position."""
+
+from __future__ import annotations
+
+
+class KVCache:
+    """Keys and values of the positions already processed, per layer, for fast decoding.
+
+    ``keys[layer]`` and ``values[layer]`` are preallocated ``(B, H, T_max, D)``;
+    positions ``[0, length)`` are filled. ``GPT.logits(new_ids, kv_cache=kv)``
+    extends every layer, then advances ``length``.
+    """
+
+    def __init__(self, xp, batch_size: int, config, dtype):
+        shape = (batch_size, config.num_heads, config.max_seq_len, config.head_dim)
+        self.keys = [xp.zeros(shape, dtype=dtype) for _ in range(config.num_layers)]
+        self.values = [xp.zeros(shape, dtype=dtype) for _ in range(config.num_layers)]
+        self.batch_size = batch_size
+        self.max_seq_len = config.max_seq_len
+        self.length = 0
+
+    def extend(self, layer: int, k, v):
+        """Write ``k, v (B,H,T_new,D)`` after the cached positions; return all ``(B,H,length+T_new,D)``."""
+        stop = self.length + k.shape[2]
+        self.keys[layer][:, :, self.length:stop] = k
+        self.values[layer][:, :, self.length:stop] = v
+        return self.keys[layer][:, :, :stop], self.values[layer][:, :, :stop]
+
+    def advance(self, num_new: int) -> None:
+        self.length += num_new

@@ -1,0 +1,68 @@
+"""The loss head: ``loss = cross_entropy(h @ table^T, targets)``, by one of three routes.
+
+``table (V,C)`` is the token embedding (tied) or ``lm_head.weight``. The
+three routes give the same loss and gradients; they differ in what they hold:
+
+- ``"fused"`` (training): the loss and both gradients in one pass over row
+  chunks (three matrix products, no ``(N,V)`` array); the backward only
+  scales them by ``dloss``.
+- ``"materialized"`` (evaluation, small): the ``(N,V)`` logits, then the
+  plain cross-entropy.
+- ``"chunked"`` (evaluation, large): logits recomputed chunk by chunk in the
+  backward, never more than a chunk of rows at once.
+
+The cache names its route in ``route``; ``op_cache`` is that route's op cache.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..backend import get_xp
+from ..ops.cross_entropy import (cross_entropy_backward, cross_entropy_forward, tied_cross_entropy_backward,
+                                 tied_cross_entropy_forward, tied_cross_entropy_with_grads,
+                                 scale_tied_cross_entropy_grads)
+
+MATERIALIZED_LOGITS_LIMIT = 2**25  # (N, V) logits elements held at once: 128 MiB in float32
+
+
+class UnembeddingLossCache(NamedTuple):
+    route: str  # "fused", "materialized" or "chunked" (see the module docstring)
+    op_cache: object  # the route's op cache
+    rows: object  # h as (N,C) rows, by reference
+    table: object  # (V,C), by reference
+    h_shape: tuple
+
+
+def unembedding_loss_forward(h, table, targets, ignore_index: int, with_gradients: bool = True):
+    """``(loss, cache)`` for ``h (B,T,C)``, ``table (V,C)``, ``targets (B,T)``.
+
+    ``with_gradients`` chooses the fused route; otherwise logits of at most
+    ``MATERIALIZED_LOGITS_LIMIT`` elements are materialized and larger ones
+    chunked. Every route has a backward.
+    """
+    B, T, C = h.shape
+    rows, flat_targets = h.reshape(B * T, C), targets.reshape(B * T)  # (B,T,C) -> (N,C)
+    if with_gradients:
+        route, (loss, op_cache) = "fused", tied_cross_entropy_with_grads(rows, table, flat_targets, ignore_index)
+    elif B * T * table.shape[0] > MATERIALIZED_LOGITS_LIMIT:
+        route, (loss, op_cache) = "chunked", tied_cross_entropy_forward(rows, table, flat_targets, ignore_index)
+    else:
+        logits = rows @ table.T  # (N,C) @ (C,V) -> (N,V)
+        route, (loss, op_cache) = "materialized", cross_entropy_forward(logits, flat_targets, ignore_index)
+    return loss, UnembeddingLossCache(route, op_cache, rows, table, tuple(h.shape))
+
+
+def unembedding_loss_backward(dloss, cache: UnembeddingLossCache):
+    """``(dh, dtable)``: ``dlogits = (softmax - onehot) dloss / count``, ``dh = dlogits table``,
+    ``dtable = dlogits^T h``."""
+    if cache.route == "fused":
+        dh, dtable = scale_tied_cross_entropy_grads(dloss, cache.op_cache)
+    elif cache.route == "chunked":
+        dh, dtable = tied_cross_entropy_backward(dloss, cache.op_cache)
+    else:
+        dlogits = cross_entropy_backward(dloss, cache.op_cache)  # (N,V)
+        dh = dlogits @ cache.table  # forward: logits = h table^T, so dh = dlogits table; (N,V) @ (V,C) -> (N,C)
+        # ... and dtable = dlogits^T h, computed as (h^T dlogits)^T (the faster order: `numforge bench cross_entropy`)
+        dtable = get_xp(dh).ascontiguousarray((cache.rows.T @ dlogits).T)  # (C,N) @ (N,V) -> (C,V) -> (V,C)
+    return dh.reshape(cache.h_shape), dtable  # (N,C) -> (B,T,C)
