@@ -23,8 +23,19 @@ from numforge.training import TrainSettings, new_run, train
 with tempfile.TemporaryDirectory() as scratch:
     documents = load_documents(None)
     tokenizer = load_or_train_tokenizer(documents, 2048, cache_dir=scratch)
-    settings = TrainSettings(max_steps=300, batch_size=16, seq_len=64, lr=3e-3, min_lr=3e-4, warmup_steps=30,
-                             schedule_steps=300, eval_every=100, eval_batches=4, save_every=300, seed=0)
+    settings = TrainSettings(
+        max_steps=300,
+        batch_size=16,
+        seq_len=64,
+        lr=3e-3,
+        min_lr=3e-4,
+        warmup_steps=30,
+        schedule_steps=300,
+        eval_every=100,
+        eval_batches=4,
+        save_every=300,
+        seed=0,
+    )
     model_shape = {"num_layers": 3, "d_model": 96, "num_heads": 4, "activation": "gelu"}
     run = new_run(f"{scratch}/run", settings, model_shape, tokenizer, documents=documents, cache_dir=scratch)
     train(run, progress=True)
@@ -34,9 +45,13 @@ prompt = "The"
 ids = tokenizer.encode(prompt)
 logits = to_numpy(model.logits(asarray(np.asarray([ids])), last_only=True))[0]  # (1,T) -> (1,V) -> (V,)
 print(f"\nnext token after {prompt!r}: the five most likely, under each setting")
-for label, kwargs in [("temperature 1.0", dict(temperature=1.0)), ("temperature 0.5", dict(temperature=0.5)),
-                      ("temperature 1.5", dict(temperature=1.5)), ("top-k 3", dict(temperature=1.0, top_k=3)),
-                      ("top-p 0.5", dict(temperature=1.0, top_p=0.5))]:
+for label, kwargs in [
+    ("temperature 1.0", dict(temperature=1.0)),
+    ("temperature 0.5", dict(temperature=0.5)),
+    ("temperature 1.5", dict(temperature=1.5)),
+    ("top-k 3", dict(temperature=1.0, top_k=3)),
+    ("top-p 0.5", dict(temperature=1.0, top_p=0.5)),
+]:
     probs = next_token_probs(logits, **kwargs)
     top = [t for t in np.argsort(-probs)[:5] if probs[t] > 0]
     shown = "  ".join(f"{tokenizer.decode([int(t)])!r} {probs[t]:.2f}" for t in top)

@@ -13,9 +13,8 @@ import math
 import numpy as np
 
 from numforge.backend import asarray
-from numforge.model import GPTConfig
 from numforge.gradcheck import check_gradients, format_table
-from numforge.model import GPT
+from numforge.model import GPT, GPTConfig
 from numforge.optim import AdamW, clip_grad_norm, warmup_cosine_lr
 
 CONFIG = GPTConfig(vocab_size=10, max_seq_len=9, d_model=16, num_heads=2, num_layers=2)
@@ -37,8 +36,10 @@ def main():
 
     picked = ("token_embedding", "layers.1.attn.qkv_proj.weight", "final_norm.weight")
     rows = check_gradients(
-        "gpt", lambda: float(model.forward(ids, targets)[0]),
-        {name: model.params[name] for name in picked}, {name: grads[name] for name in picked},
+        "gpt",
+        lambda: float(model.forward(ids, targets)[0]),
+        {name: model.params[name] for name in picked},
+        {name: grads[name] for name in picked},
         max_coords=20,
     )
     print("\nbackward vs finite differences (float64, 20 coordinates each):")

@@ -28,8 +28,8 @@ import contextlib
 import math
 import os
 import sys
+from collections.abc import Iterator
 from types import ModuleType
-from typing import Iterator
 
 import numpy as np
 
@@ -67,9 +67,7 @@ def _import_cupy() -> ModuleType:
             f"Install a CuPy that matches your CUDA: {CUDA_INSTALL_HINT}"
         ) from err
     if count < 1:
-        raise BackendUnavailableError(
-            f"the cupy backend needs a CUDA GPU and none was found ({CUDA_INSTALL_HINT})"
-        )
+        raise BackendUnavailableError(f"the cupy backend needs a CUDA GPU and none was found ({CUDA_INSTALL_HINT})")
     return cupy
 
 

@@ -80,9 +80,7 @@ def _save_arrays(path: Path, arrays: dict[str, Any]) -> None:
         np.savez(f, **{name: to_numpy(a) for name, a in arrays.items()})
 
 
-def _write_checkpoint_files(
-    directory: Path, params, optimizer_state, config, tokenizer, state
-) -> None:
+def _write_checkpoint_files(directory: Path, params, optimizer_state, config, tokenizer, state) -> None:
     _save_arrays(directory / "params.npz", params)
     moments = {f"m/{k}": a for k, a in optimizer_state["m"].items()}
     moments.update({f"v/{k}": a for k, a in optimizer_state["v"].items()})
@@ -204,8 +202,7 @@ def _check_same_arrays(params: dict, other: dict, what: str, directory: Path) ->
     if set(other) != set(params):
         extra, lacking = sorted(set(other) - set(params)), sorted(set(params) - set(other))
         raise ValueError(
-            f"checkpoint {directory}: {what} names differ from the parameters "
-            f"(extra: {extra}, missing: {lacking})"
+            f"checkpoint {directory}: {what} names differ from the parameters (extra: {extra}, missing: {lacking})"
         )
     for name, array in params.items():
         if other[name].shape != array.shape:

@@ -1,4 +1,4 @@
-"""Argument checks shared by every layer: one message style, ``TypeError`` for a wrong type, ``ValueError`` for a wrong value.
+"""Argument checks for every layer: one message style; ``TypeError`` for a wrong type, ``ValueError`` for a value.
 
 Example: ``check_positive_int(0, "batch_size")`` raises
 ``ValueError("batch_size must be a positive integer, got 0")``;

@@ -29,8 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="numforge",
         description="A GPT engine from first principles: hand-derived forward and backward passes.",
     )
-    parser.add_argument("--debug", action="store_true",
-                        help="print the full traceback of an error (also: NUMFORGE_DEBUG=1)")
+    parser.add_argument(
+        "--debug", action="store_true", help="print the full traceback of an error (also: NUMFORGE_DEBUG=1)"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         module = import_module(f"numforge.commands.{name}")

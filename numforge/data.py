@@ -24,8 +24,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +54,7 @@ def _read_utf8(path: Path) -> str:
         return path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as err:
         raise ValueError(
-            f"{path} is not UTF-8 text: byte {err.start} is {err.object[err.start:err.start + 1]!r}"
+            f"{path} is not UTF-8 text: byte {err.start} is {err.object[err.start : err.start + 1]!r}"
         ) from err
 
 
@@ -132,9 +133,7 @@ def default_cache_dir() -> Path:
 
 def tokens_cache_path(documents: Sequence[str], tokenizer, cache_dir: str | os.PathLike) -> Path:
     """Where the token array of these documents under this tokenizer is cached."""
-    key = hashlib.sha256(
-        f"{CACHE_FORMAT}:{documents_hash(documents)}:{tokenizer_hash(tokenizer)}".encode()
-    ).hexdigest()
+    key = hashlib.sha256(f"{CACHE_FORMAT}:{documents_hash(documents)}:{tokenizer_hash(tokenizer)}".encode()).hexdigest()
     return Path(cache_dir) / "tokens" / f"{key[:32]}.npy"
 
 
@@ -157,8 +156,9 @@ def load_tokens(documents: Sequence[str], tokenizer, cache_dir: str | os.PathLik
 # ---------------------------------------------------------------- tokenizer
 
 
-def load_or_train_tokenizer(documents, vocab_size: int, tokenizer_path=None, cache_dir=None,
-                            say: Callable[[str], None] = print) -> BPETokenizer:
+def load_or_train_tokenizer(
+    documents, vocab_size: int, tokenizer_path=None, cache_dir=None, say: Callable[[str], None] = print
+) -> BPETokenizer:
     """The tokenizer in ``tokenizer_path``, or a BPE of ``vocab_size`` trained on the documents.
 
     A trained tokenizer is cached under a hash of the documents and the
@@ -223,8 +223,7 @@ class BatchSampler:
         check_positive_int(seq_len, "seq_len")
         if tokens.ndim != 1 or len(tokens) < seq_len + 1:
             raise ValueError(
-                f"tokens must be a 1-D array of at least seq_len + 1 = {seq_len + 1} ids, "
-                f"got shape {tokens.shape}"
+                f"tokens must be a 1-D array of at least seq_len + 1 = {seq_len + 1} ids, got shape {tokens.shape}"
             )
         self.tokens = tokens
         self.batch_size = batch_size

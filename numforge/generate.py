@@ -23,7 +23,8 @@ NumPy and CuPy up to floating-point differences in the logits.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, NamedTuple, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -51,8 +52,9 @@ def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
 
 
-def next_token_probs(logits: np.ndarray, temperature: float, top_k: int | None = None,
-                     top_p: float | None = None) -> np.ndarray:
+def next_token_probs(
+    logits: np.ndarray, temperature: float, top_k: int | None = None, top_p: float | None = None
+) -> np.ndarray:
     """The sampling distribution over the vocabulary after temperature, top-k, top-p; ``(V,) -> (V,)``.
 
     Example: logits log([0.5, 0.3, 0.15, 0.05]) at temperature 1 with top_p 0.75
@@ -74,8 +76,13 @@ def next_token_probs(logits: np.ndarray, temperature: float, top_k: int | None =
     return probs
 
 
-def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature: float,
-                top_k: int | None = None, top_p: float | None = None) -> int:
+def sample_next(
+    logits: np.ndarray,
+    rng: np.random.Generator,
+    temperature: float,
+    top_k: int | None = None,
+    top_p: float | None = None,
+) -> int:
     """One token id from a ``(V,)`` logits row (greedy when temperature is 0)."""
     if temperature == 0:
         return int(np.argmax(logits))
@@ -83,9 +90,18 @@ def sample_next(logits: np.ndarray, rng: np.random.Generator, temperature: float
     return int(rng.choice(probs.size, p=probs))
 
 
-def generate_ids(model, prompt_ids: Sequence[int], max_new_tokens: int, *, temperature: float = 1.0,
-                 top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-                 stop_id: int | None = None, use_kv_cache: bool = True) -> Iterator[int]:
+def generate_ids(
+    model,
+    prompt_ids: Sequence[int],
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    stop_id: int | None = None,
+    use_kv_cache: bool = True,
+) -> Iterator[int]:
     """Yield up to ``max_new_tokens`` new ids after ``prompt_ids``, stopping after ``stop_id``.
 
     ``prompt_ids`` must be non-empty and at most ``max_seq_len`` long
@@ -117,10 +133,20 @@ def generate_ids(model, prompt_ids: Sequence[int], max_new_tokens: int, *, tempe
             return
 
 
-def generate(model, tokenizer, prompt: str, max_new_tokens: int = 200, *, temperature: float = 0.8,
-             top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-             use_kv_cache: bool = True, on_text: Callable[[str], None] | None = None,
-             on_notice: Callable[[str], None] | None = None) -> Generation:
+def generate(
+    model,
+    tokenizer,
+    prompt: str,
+    max_new_tokens: int = 200,
+    *,
+    temperature: float = 0.8,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    use_kv_cache: bool = True,
+    on_text: Callable[[str], None] | None = None,
+    on_notice: Callable[[str], None] | None = None,
+) -> Generation:
     """Continue ``prompt``; ``on_text`` receives the new text piece by piece as it is decoded.
 
     The prompt is encoded with special tokens allowed (so it may contain
@@ -140,13 +166,24 @@ def generate(model, tokenizer, prompt: str, max_new_tokens: int = 200, *, temper
     context = model.config.max_seq_len
     if len(prompt_ids) > context:
         if on_notice is not None:
-            on_notice(f"the prompt is {len(prompt_ids)} tokens and the model's context is {context}: "
-                      f"keeping the last {context} tokens")
+            on_notice(
+                f"the prompt is {len(prompt_ids)} tokens and the model's context is {context}: "
+                f"keeping the last {context} tokens"
+            )
         prompt_ids = prompt_ids[-context:]
     decoder = tokenizer.incremental_decoder()
     pieces, new_ids, stopped = [], [], False
-    for token in generate_ids(model, prompt_ids, max_new_tokens, temperature=temperature, top_k=top_k,
-                              top_p=top_p, seed=seed, stop_id=stop_id, use_kv_cache=use_kv_cache):
+    for token in generate_ids(
+        model,
+        prompt_ids,
+        max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        stop_id=stop_id,
+        use_kv_cache=use_kv_cache,
+    ):
         if token == stop_id:
             stopped = True
             break

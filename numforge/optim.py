@@ -21,7 +21,7 @@ enter the array math).
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 from .backend import get_xp
 from .checks import check_float
@@ -34,8 +34,9 @@ class AdamW:
     the schedule).
     """
 
-    def __init__(self, params: Mapping[str, object], lr: float, betas=(0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0):
+    def __init__(
+        self, params: Mapping[str, object], lr: float, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0
+    ):
         if not isinstance(params, Mapping) or not params:
             raise ValueError("params must be a non-empty dict of name -> array")
         for name, p in params.items():
@@ -56,8 +57,11 @@ class AdamW:
         lr, betas, eps, wd = self.lr, self.betas, self.eps, self.weight_decay
         if not _is_real(lr) or not lr >= 0:
             raise ValueError(f"lr must be a number >= 0, got {lr!r}")
-        if (not isinstance(betas, (tuple, list)) or len(betas) != 2
-                or not all(_is_real(b) and 0.0 <= b < 1.0 for b in betas)):
+        if (
+            not isinstance(betas, (tuple, list))
+            or len(betas) != 2
+            or not all(_is_real(b) and 0.0 <= b < 1.0 for b in betas)
+        ):
             raise ValueError(f"betas must be two numbers in [0, 1), got {betas!r}")
         if not _is_real(eps) or not eps > 0:
             raise ValueError(f"eps must be a number > 0, got {eps!r}")
@@ -73,8 +77,10 @@ class AdamW:
         for name, p in self.params.items():  # all checked before anything changes: no half-done step
             g = grads[name]
             if getattr(g, "shape", None) != p.shape or getattr(g, "dtype", None) != p.dtype:
-                raise ValueError(f"grads[{name!r}] is {getattr(g, 'dtype', type(g).__name__)}"
-                                 f"{tuple(getattr(g, 'shape', ()))}, but the parameter is {p.dtype}{tuple(p.shape)}")
+                raise ValueError(
+                    f"grads[{name!r}] is {getattr(g, 'dtype', type(g).__name__)}"
+                    f"{tuple(getattr(g, 'shape', ()))}, but the parameter is {p.dtype}{tuple(p.shape)}"
+                )
         self.step_count += 1
         lr, eps = float(self.lr), float(self.eps)
         beta1, beta2 = float(self.betas[0]), float(self.betas[1])
@@ -86,18 +92,18 @@ class AdamW:
             g, m, v, buf = grads[name], self.m[name], self.v[name], self._scratch[name]
             xp = get_xp(p, g)
             if p.ndim >= 2 and decay != 1.0:
-                p *= decay                                  # p <- p - lr * wd * p
-            m *= beta1                                      # m <- beta1 m + (1 - beta1) g
+                p *= decay  # p <- p - lr * wd * p
+            m *= beta1  # m <- beta1 m + (1 - beta1) g
             xp.multiply(g, 1.0 - beta1, out=buf)
             m += buf
-            v *= beta2                                      # v <- beta2 v + (1 - beta2) g^2
+            v *= beta2  # v <- beta2 v + (1 - beta2) g^2
             xp.multiply(g, g, out=buf)
             buf *= 1.0 - beta2
             v += buf
-            xp.sqrt(v, out=buf)                             # sqrt(v / c2) + eps
+            xp.sqrt(v, out=buf)  # sqrt(v / c2) + eps
             buf *= 1.0 / math.sqrt(correction2)
             buf += eps
-            xp.divide(m, buf, out=buf)                      # p <- p - (lr / c1) m / (...)
+            xp.divide(m, buf, out=buf)  # p <- p - (lr / c1) m / (...)
             buf *= step_size
             p -= buf
 
@@ -105,8 +111,12 @@ class AdamW:
         """``{"step", "hyper", "m", "v"}``: copies, JSON-able apart from the arrays."""
         return {
             "step": self.step_count,
-            "hyper": {"lr": float(self.lr), "betas": [float(b) for b in self.betas],
-                      "eps": float(self.eps), "weight_decay": float(self.weight_decay)},
+            "hyper": {
+                "lr": float(self.lr),
+                "betas": [float(b) for b in self.betas],
+                "eps": float(self.eps),
+                "weight_decay": float(self.weight_decay),
+            },
             "m": {name: a.copy() for name, a in self.m.items()},
             "v": {name: a.copy() for name, a in self.v.items()},
         }
@@ -125,14 +135,17 @@ class AdamW:
         for moment in ("m", "v"):
             arrays = state[moment]
             if set(arrays) != set(self.params):
-                raise ValueError(f"state[{moment!r}] names differ from the params: "
-                                 f"missing {sorted(set(self.params) - set(arrays))}, "
-                                 f"extra {sorted(set(arrays) - set(self.params))}")
+                raise ValueError(
+                    f"state[{moment!r}] names differ from the params: "
+                    f"missing {sorted(set(self.params) - set(arrays))}, "
+                    f"extra {sorted(set(arrays) - set(self.params))}"
+                )
             for name, a in arrays.items():
                 p = self.params[name]
                 if tuple(a.shape) != tuple(p.shape) or a.dtype != p.dtype:
-                    raise ValueError(f"state[{moment!r}][{name!r}] is {a.dtype}{tuple(a.shape)}, "
-                                     f"expected {p.dtype}{tuple(p.shape)}")
+                    raise ValueError(
+                        f"state[{moment!r}][{name!r}] is {a.dtype}{tuple(a.shape)}, expected {p.dtype}{tuple(p.shape)}"
+                    )
         previous = (self.lr, self.betas, self.eps, self.weight_decay)
         self.lr, self.betas, self.eps = hyper["lr"], tuple(hyper["betas"]), hyper["eps"]
         self.weight_decay = hyper["weight_decay"]
@@ -169,8 +182,7 @@ def clip_grad_norm(grads: Mapping[str, object], max_norm: float) -> float:
     return norm
 
 
-def warmup_cosine_lr(step: int, *, max_lr: float, min_lr: float, warmup_steps: int,
-                     total_steps: int) -> float:
+def warmup_cosine_lr(step: int, *, max_lr: float, min_lr: float, warmup_steps: int, total_steps: int) -> float:
     """Linear warmup to ``max_lr``, then cosine decay to ``min_lr`` at ``total_steps``.
 
     ``step < warmup_steps``:  ``max_lr * (step + 1) / warmup_steps``

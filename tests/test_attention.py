@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers import assert_gradients_pass, randn
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -11,8 +12,6 @@ from numforge import backend
 from numforge.backend import to_numpy
 from numforge.gradcheck import check_op
 from numforge.ops.attention import attention_backward, attention_forward
-
-from helpers import assert_gradients_pass, randn
 
 
 def literal_attention(q, k, v, causal, mask, scale):
@@ -44,8 +43,10 @@ shapes = st.tuples(
 
 
 def qkv(B, H, Tq, Tk, D, Dv, dtype="float64", seed=0):
-    return randn(B, H, Tq, D, dtype=dtype, seed=seed), randn(B, H, Tk, D, dtype=dtype, seed=seed + 1), randn(
-        B, H, Tk, Dv, dtype=dtype, seed=seed + 2
+    return (
+        randn(B, H, Tq, D, dtype=dtype, seed=seed),
+        randn(B, H, Tk, D, dtype=dtype, seed=seed + 1),
+        randn(B, H, Tk, Dv, dtype=dtype, seed=seed + 2),
     )
 
 

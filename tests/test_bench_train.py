@@ -10,8 +10,10 @@ from numforge import backend, cli
 def test_one_step_of_the_small_config_prints_its_row_and_profile(capsys):
     if backend.backend_name() != "numpy":
         pytest.skip("the bench sets NumPy's OpenBLAS threads")
-    assert cli.main(["bench", "train", "--config", "small", "--steps", "1", "--warmup", "0", "--no-torch",
-                     "--profile"]) == 0
+    assert (
+        cli.main(["bench", "train", "--config", "small", "--steps", "1", "--warmup", "0", "--no-torch", "--profile"])
+        == 0
+    )
     out = capsys.readouterr().out
     rate = re.search(r"float32 matmul rate .*: ([0-9.]+) GFLOP/s", out)
     assert rate and float(rate.group(1)) > 0

@@ -4,13 +4,16 @@ import json
 
 import numpy as np
 import pytest
+from helpers import randn
 
 from numforge import atomic, backend, checkpoint
-from helpers import randn
 
 
 def fake_run_state(seed=0):
-    params = {"token_embedding": randn(5, 3, dtype="float32", seed=seed), "final_norm.weight": randn(3, dtype="float32", seed=seed + 1)}
+    params = {
+        "token_embedding": randn(5, 3, dtype="float32", seed=seed),
+        "final_norm.weight": randn(3, dtype="float32", seed=seed + 1),
+    }
     optimizer_state = {
         "step": 4,
         "hyper": {"lr": 0.001, "betas": [0.9, 0.999]},
@@ -34,8 +37,12 @@ def test_round_trip_is_exact(tmp_path):
     for name, a in saved["params"].items():
         assert loaded.params[name].dtype == np.float32
         np.testing.assert_array_equal(loaded.params[name], backend.to_numpy(a))
-        np.testing.assert_array_equal(loaded.optimizer_state["m"][name], backend.to_numpy(saved["optimizer_state"]["m"][name]))
-        np.testing.assert_array_equal(loaded.optimizer_state["v"][name], backend.to_numpy(saved["optimizer_state"]["v"][name]))
+        np.testing.assert_array_equal(
+            loaded.optimizer_state["m"][name], backend.to_numpy(saved["optimizer_state"]["m"][name])
+        )
+        np.testing.assert_array_equal(
+            loaded.optimizer_state["v"][name], backend.to_numpy(saved["optimizer_state"]["v"][name])
+        )
     assert loaded.optimizer_state["step"] == 4 and loaded.optimizer_state["hyper"]["lr"] == 0.001
     assert loaded.config == {"d_model": 3} and loaded.tokenizer == {"kind": "test"}
     assert loaded.state == saved["state"]
@@ -48,14 +55,18 @@ def test_newer_checkpoint_replaces_older(tmp_path):
     assert (tmp_path / "LATEST").read_text().strip() == "ckpt-00000002"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["LATEST", "ckpt-00000002"]
     loaded = checkpoint.load_checkpoint(tmp_path)
-    np.testing.assert_array_equal(loaded.params["token_embedding"], backend.to_numpy(fake_run_state(5)["params"]["token_embedding"]))
+    np.testing.assert_array_equal(
+        loaded.params["token_embedding"], backend.to_numpy(fake_run_state(5)["params"]["token_embedding"])
+    )
 
 
 def test_saving_the_same_step_twice_keeps_a_valid_checkpoint(tmp_path):
     checkpoint.save_checkpoint(tmp_path, step=3, **fake_run_state(0))
     checkpoint.save_checkpoint(tmp_path, step=3, **fake_run_state(9))
     loaded = checkpoint.load_checkpoint(tmp_path)
-    np.testing.assert_array_equal(loaded.params["token_embedding"], backend.to_numpy(fake_run_state(9)["params"]["token_embedding"]))
+    np.testing.assert_array_equal(
+        loaded.params["token_embedding"], backend.to_numpy(fake_run_state(9)["params"]["token_embedding"])
+    )
     assert len([p for p in tmp_path.iterdir() if p.name.startswith("ckpt-")]) == 1
 
 
@@ -78,7 +89,9 @@ def test_crash_mid_write_leaves_previous_checkpoint_intact(tmp_path, monkeypatch
     after = {p.name: p.read_bytes() for p in (tmp_path / "ckpt-00000001").iterdir()}
     assert after == before
     loaded = checkpoint.load_checkpoint(tmp_path)
-    np.testing.assert_array_equal(loaded.params["token_embedding"], backend.to_numpy(fake_run_state(0)["params"]["token_embedding"]))
+    np.testing.assert_array_equal(
+        loaded.params["token_embedding"], backend.to_numpy(fake_run_state(0)["params"]["token_embedding"])
+    )
 
 
 def test_pickled_arrays_are_refused(tmp_path):
@@ -90,8 +103,18 @@ def test_pickled_arrays_are_refused(tmp_path):
 
 def test_optimizer_moments_that_disagree_with_params_are_named(tmp_path):
     where = checkpoint.save_checkpoint(tmp_path, step=1, **fake_run_state())
-    np.savez(where / "optimizer.npz", **{"m/token_embedding": np.zeros((5, 4)), "m/final_norm.weight": np.zeros(3), "v/token_embedding": np.zeros((5, 3)), "v/final_norm.weight": np.zeros(3)})
-    with pytest.raises(ValueError, match=r"optimizer 'm'\['token_embedding'\] has shape \(5, 4\), the parameter has \(5, 3\)"):
+    np.savez(
+        where / "optimizer.npz",
+        **{
+            "m/token_embedding": np.zeros((5, 4)),
+            "m/final_norm.weight": np.zeros(3),
+            "v/token_embedding": np.zeros((5, 3)),
+            "v/final_norm.weight": np.zeros(3),
+        },
+    )
+    with pytest.raises(
+        ValueError, match=r"optimizer 'm'\['token_embedding'\] has shape \(5, 4\), the parameter has \(5, 3\)"
+    ):
         checkpoint.load_checkpoint(tmp_path)
 
 
@@ -116,8 +139,7 @@ def test_atomic_path_leaves_old_file_when_the_write_fails(tmp_path):
 
 
 def test_restore_model_round_trip_and_config_mismatch(tmp_path):
-    from numforge.model import GPTConfig
-    from numforge.model import GPT
+    from numforge.model import GPT, GPTConfig
 
     config = GPTConfig(vocab_size=50, max_seq_len=8, d_model=8, num_heads=2, num_layers=1)
     model = GPT(config, seed=4)

@@ -35,8 +35,17 @@ def test_explicit_d_ff_is_kept():
 
 
 def test_json_round_trip():
-    config = GPTConfig(**TINY, activation="swiglu", use_bias=False, tie_weights=False, drop_prob=0.1,
-                       position="sinusoidal", scale_embeddings=True, attention="plain", ln_eps=1e-6)
+    config = GPTConfig(
+        **TINY,
+        activation="swiglu",
+        use_bias=False,
+        tie_weights=False,
+        drop_prob=0.1,
+        position="sinusoidal",
+        scale_embeddings=True,
+        attention="plain",
+        ln_eps=1e-6,
+    )
     restored = GPTConfig.from_dict(json.loads(json.dumps(config.to_dict())))
     assert restored == config
 

@@ -9,9 +9,7 @@ DEMOS = pathlib.Path(__file__).resolve().parent.parent / "demos"
 
 
 def run_demo(name: str, *args: str) -> str:
-    result = subprocess.run(
-        [sys.executable, str(DEMOS / name), *args], capture_output=True, text=True, timeout=120
-    )
+    result = subprocess.run([sys.executable, str(DEMOS / name), *args], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     return result.stdout
 

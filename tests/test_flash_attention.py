@@ -4,6 +4,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from helpers import assert_gradients_pass, randn
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -14,8 +15,6 @@ from numforge.gradcheck.attention import CASES
 from numforge.ops import flash_attention as flash
 from numforge.ops.attention import attention_backward, attention_forward
 from numforge.ops.flash_attention import flash_attention_backward, flash_attention_forward
-
-from helpers import assert_gradients_pass, randn
 
 
 def qkv(B, H, Tq, Tk, D, Dv, dtype="float64", seed=0):
@@ -102,9 +101,7 @@ def test_float32_error_is_no_worse_than_plain_float32(T, D, block_q, block_k):
     reference = forward_backward(attention_forward, attention_backward, q, k, v, dout)
     as32 = [a.astype("float32") for a in (q, k, v, dout)]
     plain = forward_backward(attention_forward, attention_backward, *as32)
-    tiled = forward_backward(
-        flash_attention_forward, flash_attention_backward, *as32, block_q=block_q, block_k=block_k
-    )
+    tiled = forward_backward(flash_attention_forward, flash_attention_backward, *as32, block_q=block_q, block_k=block_k)
     for name, t, p, r in zip(("out", "dq", "dk", "dv"), tiled, plain, reference):
         assert t.dtype.name == "float32"
         tiled_error, plain_error = error_vs(t, r), error_vs(p, r)
@@ -165,7 +162,7 @@ def test_kept_probabilities_are_the_plain_softmax_and_skip_the_backward_recomput
     expected = {(q0, k0) for q0 in (0, 3, 6) for k0 in range(0, q0 + 3, 2) if k0 < 7}
     assert set(cache.probs) == expected
     for (q0, k0), tile in cache.probs.items():
-        want = to_numpy(plain_cache.probs)[:, :, q0:q0 + 3, k0:k0 + 2][..., : tile.shape[-1]]
+        want = to_numpy(plain_cache.probs)[:, :, q0 : q0 + 3, k0 : k0 + 2][..., : tile.shape[-1]]
         np.testing.assert_allclose(to_numpy(tile), want, rtol=1e-13, atol=1e-15)
     monkeypatch.setattr(flash, "_mask_scores", None)  # the backward must not rebuild score tiles
     flash_attention_backward(randn(2, 2, 7, 3, seed=5), cache)

@@ -3,9 +3,8 @@
 import numpy as np
 import pytest
 
-from numforge.model import GPTConfig
 from numforge.generate import generate, generate_ids, next_token_probs, sample_next
-from numforge.model import GPT
+from numforge.model import GPT, GPTConfig
 
 
 def tiny_model(max_seq_len=8, dtype="float64", seed=3, vocab_size=300):
@@ -30,7 +29,9 @@ def test_temperature_scales_logits_before_softmax():
 def test_top_p_keeps_the_smallest_set_reaching_p():
     logits = np.log([0.5, 0.3, 0.15, 0.05])
     np.testing.assert_allclose(next_token_probs(logits, 1.0, top_p=0.75), [0.625, 0.375, 0, 0], atol=1e-12)
-    np.testing.assert_allclose(next_token_probs(logits, 1.0, top_p=0.85), [0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0], atol=1e-12)
+    np.testing.assert_allclose(
+        next_token_probs(logits, 1.0, top_p=0.85), [0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0], atol=1e-12
+    )
     np.testing.assert_allclose(next_token_probs(logits, 1.0, top_p=0.1), [1, 0, 0, 0], atol=1e-12)
 
 
@@ -55,12 +56,15 @@ def test_sampling_follows_the_distribution_and_greedy_is_argmax():
     assert sample_next(np.array([0.1, 5.0, 4.9]), rng, 0.0) == 1
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"temperature": -1.0}, "temperature must be a finite number >= 0"),
-    ({"top_k": 0}, "top_k must be a positive integer, got 0"),
-    ({"top_k": True}, "top_k must be a positive integer, got True"),
-    ({"top_p": 0.0}, r"top_p must be in \(0, 1\]"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"temperature": -1.0}, "temperature must be a finite number >= 0"),
+        ({"top_k": 0}, "top_k must be a positive integer, got 0"),
+        ({"top_k": True}, "top_k must be a positive integer, got True"),
+        ({"top_p": 0.0}, r"top_p must be in \(0, 1\]"),
+    ],
+)
 def test_bad_sampling_settings_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         list(generate_ids(tiny_model(), [1, 2], 3, **kwargs))
@@ -93,7 +97,7 @@ def test_greedy_tokens_identical_with_and_without_kv_cache(prompt):
     assert cached == plain and len(cached) == 14
     n_cached = 8 - len(prompt)  # steps that fit in the cache after the prompt fills it
     assert with_cache.lengths[: n_cached + 1] == [len(prompt)] + [1] * n_cached
-    assert with_cache.lengths[n_cached + 1:] == [8] * (14 - n_cached - 1)  # the sliding window
+    assert with_cache.lengths[n_cached + 1 :] == [8] * (14 - n_cached - 1)  # the sliding window
     assert without_cache.lengths == [min(len(prompt) + i, 8) for i in range(14)]
 
 
@@ -159,8 +163,9 @@ def test_multibyte_characters_stream_whole(tokenizer):
     wanted = tokenizer.encode_ordinary("日本語 ✓")  # several byte tokens per character
     eot = tokenizer.special_tokens["<|endoftext|>"]
     pieces = []
-    result = generate(ScriptedModel(wanted + [eot], tokenizer.vocab_size), tokenizer, "a", 50, temperature=0.0,
-                      on_text=pieces.append)
+    result = generate(
+        ScriptedModel(wanted + [eot], tokenizer.vocab_size), tokenizer, "a", 50, temperature=0.0, on_text=pieces.append
+    )
     assert result.text == "日本語 ✓" and result.stopped_at_end_of_text
     assert "\ufffd" not in "".join(pieces) and "".join(pieces) == "日本語 ✓"
     assert result.ids == wanted  # <|endoftext|> ends the text and is not part of it
@@ -171,7 +176,9 @@ def test_long_prompt_is_cropped_from_the_left_with_a_notice(tokenizer):
     ids = tokenizer.encode(prompt)
     assert len(ids) > 8
     notices = []
-    result = generate(tiny_model(vocab_size=tokenizer.vocab_size), tokenizer, prompt, 3, temperature=0.0, on_notice=notices.append)
+    result = generate(
+        tiny_model(vocab_size=tokenizer.vocab_size), tokenizer, prompt, 3, temperature=0.0, on_notice=notices.append
+    )
     assert result.prompt_ids == ids[-8:]
     assert notices == [f"the prompt is {len(ids)} tokens and the model's context is 8: keeping the last 8 tokens"]
 

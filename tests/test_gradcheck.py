@@ -4,10 +4,9 @@ from typing import NamedTuple
 
 import numpy as np
 import pytest
+from helpers import randn
 
 from numforge.gradcheck import check_op, format_table, numeric_gradient, relative_error
-
-from helpers import randn
 
 
 class CubeCache(NamedTuple):

@@ -4,14 +4,12 @@ import math
 
 import numpy as np
 import pytest
+from helpers import assert_gradients_pass
 
 from numforge.backend import asarray, default_rng, to_numpy
-from numforge.model import GPTConfig
 from numforge.gradcheck.model import OPTIONS, TINY, check_model, randomized_model, tiny_batch
-from numforge.model import GPT
+from numforge.model import GPT, GPTConfig
 from numforge.optim import AdamW
-
-from helpers import assert_gradients_pass
 
 SMALL = dict(vocab_size=29, max_seq_len=12, d_model=16, num_heads=4, num_layers=2)
 
@@ -36,24 +34,44 @@ def test_parameter_names_and_shapes_follow_the_architecture():
     config = GPTConfig(vocab_size=10, max_seq_len=6, d_model=4, num_heads=2, num_layers=1, d_ff=8)
     shapes = {n: tuple(p.shape) for n, p in GPT(config).params.items()}
     assert shapes == {
-        "token_embedding": (10, 4), "position_embedding": (6, 4),
-        "layers.0.pre_attn_norm.weight": (4,), "layers.0.pre_attn_norm.bias": (4,),
-        "layers.0.attn.qkv_proj.weight": (4, 12), "layers.0.attn.qkv_proj.bias": (12,),
-        "layers.0.attn.out_proj.weight": (4, 4), "layers.0.attn.out_proj.bias": (4,),
-        "layers.0.pre_mlp_norm.weight": (4,), "layers.0.pre_mlp_norm.bias": (4,),
-        "layers.0.mlp.up_proj.weight": (4, 8), "layers.0.mlp.up_proj.bias": (8,),
-        "layers.0.mlp.down_proj.weight": (8, 4), "layers.0.mlp.down_proj.bias": (4,),
-        "final_norm.weight": (4,), "final_norm.bias": (4,),
+        "token_embedding": (10, 4),
+        "position_embedding": (6, 4),
+        "layers.0.pre_attn_norm.weight": (4,),
+        "layers.0.pre_attn_norm.bias": (4,),
+        "layers.0.attn.qkv_proj.weight": (4, 12),
+        "layers.0.attn.qkv_proj.bias": (12,),
+        "layers.0.attn.out_proj.weight": (4, 4),
+        "layers.0.attn.out_proj.bias": (4,),
+        "layers.0.pre_mlp_norm.weight": (4,),
+        "layers.0.pre_mlp_norm.bias": (4,),
+        "layers.0.mlp.up_proj.weight": (4, 8),
+        "layers.0.mlp.up_proj.bias": (8,),
+        "layers.0.mlp.down_proj.weight": (8, 4),
+        "layers.0.mlp.down_proj.bias": (4,),
+        "final_norm.weight": (4,),
+        "final_norm.bias": (4,),
     }
-    other = GPTConfig(**{**config.to_dict(), "activation": "swiglu", "use_bias": False, "tie_weights": False,
-                         "position": "sinusoidal"})
+    other = GPTConfig(
+        **{
+            **config.to_dict(),
+            "activation": "swiglu",
+            "use_bias": False,
+            "tie_weights": False,
+            "position": "sinusoidal",
+        }
+    )
     shapes = {n: tuple(p.shape) for n, p in GPT(other).params.items()}
     assert shapes == {
         "token_embedding": (10, 4),
-        "layers.0.pre_attn_norm.weight": (4,), "layers.0.attn.qkv_proj.weight": (4, 12),
-        "layers.0.attn.out_proj.weight": (4, 4), "layers.0.pre_mlp_norm.weight": (4,),
-        "layers.0.mlp.up_proj.weight": (4, 8), "layers.0.mlp.gate_proj.weight": (4, 8),
-        "layers.0.mlp.down_proj.weight": (8, 4), "final_norm.weight": (4,), "lm_head.weight": (10, 4),
+        "layers.0.pre_attn_norm.weight": (4,),
+        "layers.0.attn.qkv_proj.weight": (4, 12),
+        "layers.0.attn.out_proj.weight": (4, 4),
+        "layers.0.pre_mlp_norm.weight": (4,),
+        "layers.0.mlp.up_proj.weight": (4, 8),
+        "layers.0.mlp.gate_proj.weight": (4, 8),
+        "layers.0.mlp.down_proj.weight": (8, 4),
+        "final_norm.weight": (4,),
+        "lm_head.weight": (10, 4),
     }
     # 10*4 + 6*4 + 4+4 + 4*12+12 + 16+4 + 4+4 + 32+8 + 32+4 + 4+4
     assert GPT(config).num_params() == 244
@@ -84,8 +102,9 @@ def test_tiled_and_plain_attention_give_the_same_loss_and_gradients():
     assert float(loss_tiled) == pytest.approx(float(loss_plain), rel=1e-13)
     grads_tiled, grads_plain = tiled.backward(cache_tiled), plain.backward(cache_plain)
     for name in tiled.params:
-        np.testing.assert_allclose(to_numpy(grads_tiled[name]), to_numpy(grads_plain[name]),
-                                   rtol=1e-10, atol=1e-13, err_msg=name)
+        np.testing.assert_allclose(
+            to_numpy(grads_tiled[name]), to_numpy(grads_plain[name]), rtol=1e-10, atol=1e-13, err_msg=name
+        )
 
 
 def test_training_keeps_attention_probabilities_under_the_limit_with_the_same_gradients(monkeypatch):
@@ -249,5 +268,6 @@ def test_fused_chunked_and_materialized_logits_give_the_same_loss_and_gradients(
     for loss, grads in ((loss_chunked, grads_chunked), (loss_fused, grads_fused)):
         assert float(loss) == pytest.approx(float(loss_materialized), rel=1e-14)
         for name, g in grads.items():
-            np.testing.assert_allclose(to_numpy(g), to_numpy(grads_materialized[name]), rtol=1e-12, atol=1e-14,
-                                       err_msg=name)
+            np.testing.assert_allclose(
+                to_numpy(g), to_numpy(grads_materialized[name]), rtol=1e-12, atol=1e-14, err_msg=name
+            )

@@ -52,8 +52,9 @@ def test_adamw_training_follows_torch():
     params = torch_params(model.params)
     decay = [t for t in params.values() if t.ndim >= 2]
     no_decay = [t for t in params.values() if t.ndim < 2]
-    torch_opt = torch.optim.AdamW([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=1e-2, weight_decay=0.1)
+    torch_opt = torch.optim.AdamW(
+        [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}], lr=1e-2, weight_decay=0.1
+    )
     opt = AdamW(model.params, lr=1e-2, weight_decay=0.1)
     ids_t, targets_t = torch.tensor(to_numpy(ids)), torch.tensor(to_numpy(targets))
     losses, torch_losses = [], []
@@ -71,13 +72,11 @@ def test_adamw_training_follows_torch():
     # each step moves a parameter by about lr = 1e-2; Adam's g / sqrt(v) magnifies the last-bit
     # differences of near-zero gradients, so the parameters agree to ~1e-9, not 1e-15
     for name, p in model.params.items():
-        np.testing.assert_allclose(to_numpy(p), params[name].detach().numpy(), rtol=0, atol=1e-9,
-                                   err_msg=name)
+        np.testing.assert_allclose(to_numpy(p), params[name].detach().numpy(), rtol=0, atol=1e-9, err_msg=name)
 
 
 def test_larger_float32_model_matches_torch():
-    from numforge.model import GPTConfig
-    from numforge.model import GPT
+    from numforge.model import GPT, GPTConfig
 
     model = GPT(GPTConfig(vocab_size=97, max_seq_len=40, d_model=48, num_heads=6, num_layers=3), seed=0)
     rng = np.random.default_rng(0)
@@ -89,4 +88,6 @@ def test_larger_float32_model_matches_torch():
     assert float(loss) == pytest.approx(torch_value, rel=1e-6)  # measured 1e-7: float32 rounding
     for name, g in grads.items():
         scale = np.abs(torch_grads[name]).max()
-        np.testing.assert_allclose(to_numpy(g), torch_grads[name], rtol=0, atol=2e-5 * scale, err_msg=name)  # measured 6e-7
+        np.testing.assert_allclose(
+            to_numpy(g), torch_grads[name], rtol=0, atol=2e-5 * scale, err_msg=name
+        )  # measured 6e-7

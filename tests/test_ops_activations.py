@@ -5,15 +5,21 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import assert_gradients_pass, randn
 from hypothesis import given
 from hypothesis import strategies as st
 
 from numforge import backend
 from numforge.gradcheck import check_op
 from numforge.ops._erf import erf, erf_numpy, normal_cdf
-from numforge.ops.activations import gelu_backward, gelu_forward, relu_backward, relu_forward, swiglu_backward, swiglu_forward
-
-from helpers import assert_gradients_pass, randn
+from numforge.ops.activations import (
+    gelu_backward,
+    gelu_forward,
+    relu_backward,
+    relu_forward,
+    swiglu_backward,
+    swiglu_forward,
+)
 
 GELU_GRAD_ROOT = -0.7518  # Phi(x) + x phi(x) = 0 (the tanh form's root differs by < 1e-3)
 SILU_GRAD_ROOT = -1.2785  # sigma(g) (1 + g (1 - sigma(g))) = 0
@@ -129,7 +135,6 @@ def test_swiglu_at_known_points():
     expected = [g / (1.0 + math.exp(-g)) * u for g, u in zip([0.0, 1.0, -1.0, 2.0], [3.0, 2.0, 2.0, -1.0])]
     y, _ = swiglu_forward(gate, up)
     np.testing.assert_allclose(backend.to_numpy(y), expected, rtol=1e-14)
-
 
 
 @given(shape=shapes_3d, seed=st.integers(0, 2**16))

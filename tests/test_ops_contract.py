@@ -7,24 +7,30 @@
 
 import numpy as np
 import pytest
+from helpers import assert_gradients_pass, randn
 
 from numforge import backend
 from numforge.gradcheck.ops import CASES
-from numforge.ops.activations import gelu_backward, gelu_forward, relu_backward, relu_forward, swiglu_backward, swiglu_forward
+from numforge.ops.activations import (
+    gelu_backward,
+    gelu_forward,
+    relu_backward,
+    relu_forward,
+    swiglu_backward,
+    swiglu_forward,
+)
 from numforge.ops.cross_entropy import (
     cross_entropy_backward,
     cross_entropy_forward,
     scale_tied_cross_entropy_grads,
-    tied_cross_entropy_with_grads,
     tied_cross_entropy_backward,
     tied_cross_entropy_forward,
+    tied_cross_entropy_with_grads,
 )
 from numforge.ops.dropout import dropout_backward, dropout_forward
 from numforge.ops.embedding import embedding_backward, embedding_forward
 from numforge.ops.layernorm import layer_norm_backward, layer_norm_forward
 from numforge.ops.linear import linear_backward, linear_forward
-
-from helpers import assert_gradients_pass, randn
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -44,16 +50,46 @@ def _targets():
 
 # name -> function(dtype) returning (forward, backward, positional args, keyword args)
 OPS = {
-    "linear": lambda d: (linear_forward, linear_backward, (randn(2, 3, 5, dtype=d), randn(5, 4, dtype=d, seed=1), randn(4, dtype=d, seed=2)), {}),
+    "linear": lambda d: (
+        linear_forward,
+        linear_backward,
+        (randn(2, 3, 5, dtype=d), randn(5, 4, dtype=d, seed=1), randn(4, dtype=d, seed=2)),
+        {},
+    ),
     "embedding": lambda d: (embedding_forward, embedding_backward, (_ids(), randn(7, 5, dtype=d)), {}),
-    "layer_norm": lambda d: (layer_norm_forward, layer_norm_backward, (randn(2, 3, 5, dtype=d), randn(5, dtype=d, seed=1), randn(5, dtype=d, seed=2)), {}),
+    "layer_norm": lambda d: (
+        layer_norm_forward,
+        layer_norm_backward,
+        (randn(2, 3, 5, dtype=d), randn(5, dtype=d, seed=1), randn(5, dtype=d, seed=2)),
+        {},
+    ),
     "relu": lambda d: (relu_forward, relu_backward, (randn(2, 3, 5, dtype=d),), {}),
     "gelu[tanh]": lambda d: (gelu_forward, gelu_backward, (randn(2, 3, 5, dtype=d),), {"approximate": "tanh"}),
     "gelu[none]": lambda d: (gelu_forward, gelu_backward, (randn(2, 3, 5, dtype=d),), {"approximate": "none"}),
-    "swiglu": lambda d: (swiglu_forward, swiglu_backward, (randn(2, 3, 5, dtype=d), randn(2, 3, 5, dtype=d, seed=1)), {}),
-    "dropout": lambda d: (dropout_forward, dropout_backward, (randn(2, 3, 5, dtype=d), 0.4, backend.default_rng(0)), {}),
-    "dropout[eval]": lambda d: (dropout_forward, dropout_backward, (randn(2, 3, 5, dtype=d), 0.4, backend.default_rng(0)), {"training": False}),
-    "cross_entropy": lambda d: (cross_entropy_forward, cross_entropy_backward, (randn(2, 3, 7, dtype=d), _targets()), {}),
+    "swiglu": lambda d: (
+        swiglu_forward,
+        swiglu_backward,
+        (randn(2, 3, 5, dtype=d), randn(2, 3, 5, dtype=d, seed=1)),
+        {},
+    ),
+    "dropout": lambda d: (
+        dropout_forward,
+        dropout_backward,
+        (randn(2, 3, 5, dtype=d), 0.4, backend.default_rng(0)),
+        {},
+    ),
+    "dropout[eval]": lambda d: (
+        dropout_forward,
+        dropout_backward,
+        (randn(2, 3, 5, dtype=d), 0.4, backend.default_rng(0)),
+        {"training": False},
+    ),
+    "cross_entropy": lambda d: (
+        cross_entropy_forward,
+        cross_entropy_backward,
+        (randn(2, 3, 7, dtype=d), _targets()),
+        {},
+    ),
     "tied_cross_entropy": lambda d: (
         tied_cross_entropy_forward,
         tied_cross_entropy_backward,

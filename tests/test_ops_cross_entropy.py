@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers import assert_gradients_pass, randn
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -13,17 +14,14 @@ from numforge.ops.cross_entropy import (
     cross_entropy_backward,
     cross_entropy_forward,
     scale_tied_cross_entropy_grads,
-    tied_cross_entropy_with_grads,
     tied_cross_entropy_backward,
     tied_cross_entropy_forward,
+    tied_cross_entropy_with_grads,
 )
-
-from helpers import assert_gradients_pass, randn
 
 
 def _ints(values):
     return backend.asarray(np.asarray(values, dtype=np.int64))
-
 
 
 def _targets(rng, shape, vocab, ignore_fraction):
@@ -104,7 +102,11 @@ def test_plain_gradient(lead, vocab, ignore_fraction, seed):
 )
 def test_tied_gradient(lead, vocab, width, chunk_rows, seed, kind):
     rng = np.random.default_rng(seed)
-    inputs = {"h": randn(*lead, width, seed=seed), "table": randn(vocab, width, seed=seed + 1), "targets": _targets(rng, lead, vocab, 0.3)}
+    inputs = {
+        "h": randn(*lead, width, seed=seed),
+        "table": randn(vocab, width, seed=seed + 1),
+        "targets": _targets(rng, lead, vocab, 0.3),
+    }
     rows = check_op(kind, *TIED_OPS[kind], inputs, {"chunk_rows": chunk_rows})
     assert_gradients_pass(rows)
 
@@ -145,7 +147,9 @@ def test_fused_equals_the_chunked_tied_op_and_scales_by_dloss_without_touching_i
         expected = tied_cross_entropy_backward(dloss, tied_cache)
         for got, want in zip(scale_tied_cross_entropy_grads(dloss, cache), expected):
             want = backend.to_numpy(want)
-            np.testing.assert_allclose(backend.to_numpy(got), want, rtol=0, atol=1e-12 * max(np.abs(want).max(), 1e-300))
+            np.testing.assert_allclose(
+                backend.to_numpy(got), want, rtol=0, atol=1e-12 * max(np.abs(want).max(), 1e-300)
+            )
     for before, after in zip(kept, (cache.dh_of_sum, cache.dtable_of_sum)):
         np.testing.assert_array_equal(backend.to_numpy(after), before)
 

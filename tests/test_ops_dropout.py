@@ -2,14 +2,13 @@
 
 import numpy as np
 import pytest
+from helpers import assert_gradients_pass, randn
 from hypothesis import given
 from hypothesis import strategies as st
 
 from numforge import backend
 from numforge.gradcheck import check_op
 from numforge.ops.dropout import dropout_backward, dropout_forward
-
-from helpers import assert_gradients_pass, randn
 
 
 @pytest.mark.parametrize("p, training", [(0.0, True), (0.5, False)])

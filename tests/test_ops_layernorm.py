@@ -4,14 +4,13 @@ import math
 
 import numpy as np
 import pytest
+from helpers import assert_gradients_pass, randn
 from hypothesis import given
 from hypothesis import strategies as st
 
 from numforge import backend
 from numforge.gradcheck import check_op
 from numforge.ops.layernorm import layer_norm_backward, layer_norm_forward
-
-from helpers import assert_gradients_pass, randn
 
 
 def test_row_by_hand():

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from helpers import assert_gradients_pass, randn
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -9,9 +10,6 @@ from numforge import backend
 from numforge.gradcheck import check_op
 from numforge.ops.embedding import embedding_backward, embedding_forward
 from numforge.ops.linear import linear_backward, linear_forward
-
-from helpers import assert_gradients_pass, randn
-
 
 
 def test_linear_by_hand():

@@ -4,11 +4,10 @@ import math
 
 import numpy as np
 import pytest
+from helpers import randn
 
 from numforge.backend import to_numpy
 from numforge.optim import AdamW, clip_grad_norm, warmup_cosine_lr
-
-from helpers import randn
 
 
 def make_params(dtype="float64"):
@@ -20,8 +19,7 @@ def make_params(dtype="float64"):
 
 
 def make_grads(step, dtype="float64"):
-    return {name: randn(*p.shape, dtype=dtype, seed=10 * step + i)
-            for i, (name, p) in enumerate(make_params().items())}
+    return {name: randn(*p.shape, dtype=dtype, seed=10 * step + i) for i, (name, p) in enumerate(make_params().items())}
 
 
 def adamw_by_hand(p, grads_per_step, lr, beta1, beta2, eps, wd, decays):
@@ -54,8 +52,9 @@ def test_steps_match_the_formulas(num_steps, weight_decay):
         opt.step(g)
     assert opt.step_count == num_steps
     for name, p in params.items():
-        expected = adamw_by_hand(start[name], [to_numpy(g[name]) for g in grads], lr, *betas, eps,
-                                 weight_decay, decays=start[name].ndim >= 2)
+        expected = adamw_by_hand(
+            start[name], [to_numpy(g[name]) for g in grads], lr, *betas, eps, weight_decay, decays=start[name].ndim >= 2
+        )
         np.testing.assert_allclose(to_numpy(p).reshape(-1), expected, rtol=1e-13, atol=1e-15)
         assert not np.allclose(to_numpy(p), start[name])
 
@@ -87,9 +86,12 @@ def test_matches_torch_adamw():
     opt = AdamW(params, lr=0.02, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1)
     # torch decays every tensor it is given; give it the bias in a no-decay group
     torch_opt = torch.optim.AdamW(
-        [{"params": [tensors["matrix"], tensors["table"]]},
-         {"params": [tensors["bias"]], "weight_decay": 0.0}],
-        lr=0.02, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1)
+        [{"params": [tensors["matrix"], tensors["table"]]}, {"params": [tensors["bias"]], "weight_decay": 0.0}],
+        lr=0.02,
+        betas=(0.9, 0.99),
+        eps=1e-8,
+        weight_decay=0.1,
+    )
     for step in range(3):
         grads = make_grads(step)
         opt.step(grads)
@@ -106,8 +108,12 @@ def test_state_dict_round_trip_continues_identically():
     for step in range(2):
         opt_a.step(make_grads(step))
     state = opt_a.state_dict()
-    assert state["step"] == 2 and state["hyper"] == {"lr": 0.01, "betas": [0.9, 0.999], "eps": 1e-8,
-                                                     "weight_decay": 0.1}
+    assert state["step"] == 2 and state["hyper"] == {
+        "lr": 0.01,
+        "betas": [0.9, 0.999],
+        "eps": 1e-8,
+        "weight_decay": 0.1,
+    }
     params_b = {name: p.copy() for name, p in params_a.items()}
     opt_b = AdamW(params_b, lr=0.5)
     opt_b.load_state_dict(state)
@@ -142,10 +148,15 @@ def test_load_state_dict_rejects_mismatches():
         opt.load_state_dict({**state, "step": -1})
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    ({"lr": -1.0}, "lr"), ({"lr": 1e-3, "betas": (0.9, 1.0)}, "betas"),
-    ({"lr": 1e-3, "eps": 0.0}, "eps"), ({"lr": 1e-3, "weight_decay": -0.1}, "weight_decay"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"lr": -1.0}, "lr"),
+        ({"lr": 1e-3, "betas": (0.9, 1.0)}, "betas"),
+        ({"lr": 1e-3, "eps": 0.0}, "eps"),
+        ({"lr": 1e-3, "weight_decay": -0.1}, "weight_decay"),
+    ],
+)
 def test_bad_hyper_parameters_are_named(kwargs, field):
     with pytest.raises(ValueError, match=field):
         AdamW(make_params(), **kwargs)
@@ -211,10 +222,15 @@ def test_warmup_cosine_schedule_values():
     assert mid == pytest.approx(3e-5 + (3e-4 - 3e-5) * 0.5)
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    (dict(step=-1), "step"), (dict(warmup_steps=20), "warmup_steps"),
-    (dict(min_lr=2.0), "min_lr"), (dict(total_steps=1.5), "total_steps"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(step=-1), "step"),
+        (dict(warmup_steps=20), "warmup_steps"),
+        (dict(min_lr=2.0), "min_lr"),
+        (dict(total_steps=1.5), "total_steps"),
+    ],
+)
 def test_schedule_rejects_bad_arguments(kwargs, field):
     args = dict(step=0, max_lr=1.0, min_lr=0.1, warmup_steps=2, total_steps=10)
     with pytest.raises(ValueError, match=field):

@@ -1,4 +1,4 @@
-"""`numforge bench tokenizer` runs end to end on a small corpus (its timings are not asserted); bad numbers are usage errors."""
+"""`numforge bench tokenizer` runs end to end on a small corpus (timings not asserted); bad numbers are usage errors."""
 
 import pytest
 
@@ -6,8 +6,21 @@ from numforge.cli import main
 
 
 def test_bench_runs_and_its_own_checks_agree(capsys):
-    argv = ["bench", "tokenizer", "--megabytes", "0.05", "--vocab-size", "300", "--repeats", "1",
-            "--reference-kb", "1", "--reference-merges", "10", "--no-peers"]
+    argv = [
+        "bench",
+        "tokenizer",
+        "--megabytes",
+        "0.05",
+        "--vocab-size",
+        "300",
+        "--repeats",
+        "1",
+        "--reference-kb",
+        "1",
+        "--reference-merges",
+        "10",
+        "--no-peers",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "corpus: 0.05 MB of Python" in out
@@ -15,11 +28,14 @@ def test_bench_runs_and_its_own_checks_agree(capsys):
     assert "100,000 copies of one character, slowest:" in out
 
 
-@pytest.mark.parametrize("option, value, wanted", [
-    ("--repeats", "0", "a positive int"),
-    ("--vocab-size", "3.5", "a positive int"),
-    ("--megabytes", "nan", "a positive float"),
-])
+@pytest.mark.parametrize(
+    "option, value, wanted",
+    [
+        ("--repeats", "0", "a positive int"),
+        ("--vocab-size", "3.5", "a positive int"),
+        ("--megabytes", "nan", "a positive float"),
+    ],
+)
 def test_bad_numbers_are_usage_errors_naming_the_option(capsys, option, value, wanted):
     with pytest.raises(SystemExit) as exit_info:
         main(["bench", "tokenizer", option, value])

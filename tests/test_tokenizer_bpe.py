@@ -3,12 +3,12 @@
 import inspect
 import json.decoder
 import warnings
+from pydoc_data.topics import topics
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pydoc_data.topics import topics
 
 from numforge.tokenizer import BPETokenizer, bpe, reference
 from numforge.tokenizer._merge import merge_long, merge_short
@@ -18,8 +18,26 @@ CODE = inspect.getsource(json.decoder)  # a real source file: indentation runs, 
 
 # pieces that stress the byte level: emoji (4 bytes, ZWJ sequence), CJK, a combining
 # accent, whitespace runs, \r\n, control characters, a zero-width space, a ligature
-PIECES = [" ", "   ", "\r\n", "\n\n", "\t", "🙂", "👩\u200d👩\u200d👧", "世界", "e\u0301", "\x00", "\x1b", "\u200b",
-          "ﬁ", "'s", "'ll", "123", " the", "<|endoftext|>"]
+PIECES = [
+    " ",
+    "   ",
+    "\r\n",
+    "\n\n",
+    "\t",
+    "🙂",
+    "👩\u200d👩\u200d👧",
+    "世界",
+    "e\u0301",
+    "\x00",
+    "\x1b",
+    "\u200b",
+    "ﬁ",
+    "'s",
+    "'ll",
+    "123",
+    " the",
+    "<|endoftext|>",
+]
 texts = st.lists(
     st.one_of(st.sampled_from(PIECES), st.text(st.characters(codec="utf-8"), max_size=6)), max_size=12
 ).map("".join)
@@ -216,7 +234,7 @@ def test_decode_accepts_numpy_ids_and_rejects_unknown_ones(tok):
 
 
 def test_invalid_utf8_is_replaced_or_raised(tok):
-    half_emoji = list("🙂".encode("utf-8")[:2])  # byte tokens 0xF0 0x9F, an incomplete sequence
+    half_emoji = list("🙂".encode()[:2])  # byte tokens 0xF0 0x9F, an incomplete sequence
     assert tok.decode(half_emoji) == "\ufffd"
     with pytest.raises(UnicodeDecodeError):
         tok.decode(half_emoji, errors="strict")
@@ -224,7 +242,7 @@ def test_invalid_utf8_is_replaced_or_raised(tok):
 
 def test_incremental_decoder_holds_back_incomplete_characters(tok):
     dec = tok.incremental_decoder()
-    emoji = list("🙂".encode("utf-8"))  # four byte tokens
+    emoji = list("🙂".encode())  # four byte tokens
     assert [dec.decode([t]) for t in emoji] == ["", "", "", "🙂"]
     assert dec.decode(tok.encode("ok")) == "ok"
     assert dec.decode(emoji[:2]) == ""

@@ -2,9 +2,9 @@
 
 import json
 import os
+from pydoc_data.topics import topics
 
 import pytest
-from pydoc_data.topics import topics
 
 from numforge.tokenizer import BPETokenizer
 from numforge.tokenizer.interop import (

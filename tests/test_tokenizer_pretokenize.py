@@ -2,10 +2,10 @@
 
 import inspect
 import json.decoder
+from pydoc_data.topics import topics
 
 from hypothesis import given
 from hypothesis import strategies as st
-from pydoc_data.topics import topics
 
 from numforge.tokenizer.pretokenize import GPT2_SPLIT_PATTERN, chunker, split_chunks
 

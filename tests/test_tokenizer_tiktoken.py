@@ -2,9 +2,9 @@
 
 import inspect
 import json.decoder
+from pydoc_data.topics import topics
 
 import pytest
-from pydoc_data.topics import topics
 
 from numforge.tokenizer import BPETokenizer
 

@@ -5,10 +5,9 @@ import pytest
 
 from numforge.backend import asarray, to_numpy
 from numforge.cli import main
-from numforge.model import GPTConfig
-from numforge.model import GPT
-from numforge.tokenizer import BPETokenizer
+from numforge.model import GPT, GPTConfig
 from numforge.study.trace import format_trace, trace
+from numforge.tokenizer import BPETokenizer
 
 TEXT = "the cat sat on the mat. the dog sat on the log. " * 5
 PROMPT = "the cat sat on"
@@ -20,8 +19,14 @@ def tokenizer():
 
 
 def tiny_model(tokenizer, activation="gelu", num_layers=2):
-    config = GPTConfig(vocab_size=tokenizer.vocab_size, max_seq_len=16, d_model=8, num_heads=2,
-                       num_layers=num_layers, activation=activation)
+    config = GPTConfig(
+        vocab_size=tokenizer.vocab_size,
+        max_seq_len=16,
+        d_model=8,
+        num_heads=2,
+        num_layers=num_layers,
+        activation=activation,
+    )
     return GPT(config, seed=0)
 
 
@@ -38,10 +43,15 @@ def test_stages_in_data_flow_order_with_their_shapes(tokenizer, ffn):
     T = len(tokenizer.encode(PROMPT))
     expected = [("token ids", (1, T)), ("embedding sum", (1, T, 8))]
     for i in range(2):
-        expected += [(f"layer {i} pre-attention norm", (1, T, 8)), (f"layer {i} q", (1, 2, T, 4)),
-                     (f"layer {i} k", (1, 2, T, 4)), (f"layer {i} v", (1, 2, T, 4)),
-                     (f"layer {i} attention output", (1, T, 8)), (f"layer {i} residual after attention", (1, T, 8)),
-                     (f"layer {i} pre-MLP norm", (1, T, 8))]
+        expected += [
+            (f"layer {i} pre-attention norm", (1, T, 8)),
+            (f"layer {i} q", (1, 2, T, 4)),
+            (f"layer {i} k", (1, 2, T, 4)),
+            (f"layer {i} v", (1, 2, T, 4)),
+            (f"layer {i} attention output", (1, T, 8)),
+            (f"layer {i} residual after attention", (1, T, 8)),
+            (f"layer {i} pre-MLP norm", (1, T, 8)),
+        ]
         expected += [(f"layer {i} {name}", (1, T, F)) for name, F in MLP_STAGES[ffn]]
         expected += [(f"layer {i} residual after MLP", (1, T, 8))]
     expected += [("final norm", (1, T, 8)), ("loss", ()), ("next token (top 5)", (tokenizer.vocab_size,))]
@@ -56,10 +66,13 @@ def test_numbers_are_those_of_the_arrays_named(tokenizer):
     ids = tokenizer.encode(PROMPT)
     stages = {s.name: s for s in trace(model, tokenizer, PROMPT)}
     table, positions = to_numpy(model.params["token_embedding"]), to_numpy(model.params["position_embedding"])
-    embedded = table[ids] + positions[:len(ids)]  # (T,C)
+    embedded = table[ids] + positions[: len(ids)]  # (T,C)
     stage = stages["embedding sum"]
-    np.testing.assert_allclose([stage.mean, stage.std, stage.min, stage.max],
-                               [embedded.mean(), embedded.std(), embedded.min(), embedded.max()], rtol=1e-5)
+    np.testing.assert_allclose(
+        [stage.mean, stage.std, stage.min, stage.max],
+        [embedded.mean(), embedded.std(), embedded.min(), embedded.max()],
+        rtol=1e-5,
+    )
     np.testing.assert_allclose(stage.last, embedded[-1, :4], rtol=1e-6)
     assert stages["token ids"].last == (ids[-1],)
     for name in ("layer 0 pre-attention norm", "layer 1 pre-MLP norm", "final norm"):
@@ -69,7 +82,9 @@ def test_numbers_are_those_of_the_arrays_named(tokenizer):
 def test_loss_stage_is_the_cross_entropy_of_predicting_each_next_token(tokenizer):
     model = tiny_model(tokenizer)
     ids = tokenizer.encode(PROMPT)
-    logits = to_numpy(model.logits(asarray(np.array([ids])))).astype(np.float64)[0, :-1]  # (T-1,V): positions with a target
+    logits = to_numpy(model.logits(asarray(np.array([ids])))).astype(np.float64)[
+        0, :-1
+    ]  # (T-1,V): positions with a target
     shifted = logits - logits.max(axis=1, keepdims=True)
     log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
     expected = -log_probs[np.arange(len(ids) - 1), ids[1:]].mean()
@@ -116,9 +131,39 @@ def test_cli_on_a_tiny_checkpoint_and_without_one(tmp_path, capsys):
     data = tmp_path / "corpus.txt"
     data.write_text(TEXT * 4, encoding="utf-8")
     run = tmp_path / "run"
-    assert main(["train", "--data", str(data), "--vocab-size", "270", "--cache-dir", str(tmp_path / "cache"),
-                 "--out", str(run), "--max-steps", "2", "--save-every", "2", "--eval-every", "2", "--no-progress",
-                 "--layers", "1", "--d-model", "8", "--heads", "2", "--seq-len", "8", "--batch-size", "2"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--data",
+                str(data),
+                "--vocab-size",
+                "270",
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--out",
+                str(run),
+                "--max-steps",
+                "2",
+                "--save-every",
+                "2",
+                "--eval-every",
+                "2",
+                "--no-progress",
+                "--layers",
+                "1",
+                "--d-model",
+                "8",
+                "--heads",
+                "2",
+                "--seq-len",
+                "8",
+                "--batch-size",
+                "2",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["trace", "--checkpoint", str(run), "--prompt", PROMPT]) == 0
     out = capsys.readouterr().out

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from numforge import checkpoint, cli
-from numforge.model import GPTConfig
 from numforge.data import load_documents, load_or_train_tokenizer
+from numforge.model import GPTConfig
 from numforge.training import LOSS_CSV, TrainingDiverged, TrainSettings, dropout_rng, new_run, resume_run, train
 from numforge.training.logs import read_loss_csv
 
@@ -26,16 +26,34 @@ def corpus(tmp_path):
 
 
 def settings(**changes):
-    base = dict(max_steps=6, batch_size=4, seq_len=16, lr=1e-2, min_lr=1e-3, warmup_steps=2,
-                schedule_steps=12, eval_every=3, eval_batches=2, save_every=3, seed=5)
+    base = dict(
+        max_steps=6,
+        batch_size=4,
+        seq_len=16,
+        lr=1e-2,
+        min_lr=1e-3,
+        warmup_steps=2,
+        schedule_steps=12,
+        eval_every=3,
+        eval_batches=2,
+        save_every=3,
+        seed=5,
+    )
     return TrainSettings(**{**base, **changes})
 
 
 def start(run_dir, corpus, cache, drop_prob=0.0, **changes):
     documents = load_documents(corpus)
     tokenizer = load_or_train_tokenizer(documents, VOCAB, cache_dir=cache, say=lambda _: None)
-    return new_run(run_dir, settings(**changes), {**MODEL, "drop_prob": drop_prob}, tokenizer, data=corpus,
-                   documents=documents, cache_dir=cache)
+    return new_run(
+        run_dir,
+        settings(**changes),
+        {**MODEL, "drop_prob": drop_prob},
+        tokenizer,
+        data=corpus,
+        documents=documents,
+        cache_dir=cache,
+    )
 
 
 def params_of(run_dir):
@@ -64,7 +82,9 @@ def test_resume_is_bit_identical_to_training_straight(tmp_path, corpus):
     assert a.optimizer_state["step"] == b.optimizer_state["step"] == 6
     assert a.state["sampler"] == b.state["sampler"]
     assert (tmp_path / "straight" / LOSS_CSV).read_text() == (tmp_path / "split" / LOSS_CSV).read_text()
-    assert not np.array_equal(a.params["token_embedding"], start(tmp_path / "fresh", corpus, tmp_path).model.params["token_embedding"])
+    assert not np.array_equal(
+        a.params["token_embedding"], start(tmp_path / "fresh", corpus, tmp_path).model.params["token_embedding"]
+    )
 
 
 def test_resume_with_dropout_is_bit_identical_to_training_straight(tmp_path, corpus):
@@ -83,8 +103,9 @@ def test_resume_with_dropout_is_bit_identical_to_training_straight(tmp_path, cor
 
 
 def test_dropout_masks_depend_on_the_seed_and_the_step_only():
-    on, off = (GPTConfig(vocab_size=8, max_seq_len=4, d_model=4, num_heads=1, num_layers=1, drop_prob=p)
-               for p in (0.1, 0.0))
+    on, off = (
+        GPTConfig(vocab_size=8, max_seq_len=4, d_model=4, num_heads=1, num_layers=1, drop_prob=p) for p in (0.1, 0.0)
+    )
     assert dropout_rng(off, seed=5, step=3) is None
     draws = {(seed, step): dropout_rng(on, seed, step).random(4).tolist() for seed in (5, 6) for step in (0, 1)}
     assert dropout_rng(on, 5, 1).random(4).tolist() == draws[5, 1]
@@ -92,11 +113,14 @@ def test_dropout_masks_depend_on_the_seed_and_the_step_only():
     assert np.random.default_rng(5).random(4).tolist() != draws[5, 0]  # not the batches' stream
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
-    ({"save_every": True}, "save_every must be a positive integer, got True"),
-    ({"warmup_steps": -1}, "warmup_steps must be an int >= 0, got -1"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
+        ({"save_every": True}, "save_every must be a positive integer, got True"),
+        ({"warmup_steps": -1}, "warmup_steps must be an int >= 0, got -1"),
+    ],
+)
 def test_settings_name_a_bad_value(change, message):
     with pytest.raises(ValueError, match=message):
         settings(**change)
@@ -184,11 +208,45 @@ def test_tokenizer_is_cached_by_corpus_and_vocab_size(tmp_path, corpus, monkeypa
 
 
 def test_command_line_train_resume_and_sample(tmp_path, corpus, capsys):
-    common = ["--data", str(corpus), "--cache-dir", str(tmp_path), "--vocab-size", str(VOCAB), "--layers", "1",
-              "--d-model", "16", "--heads", "2", "--seq-len", "16", "--batch-size", "4", "--no-progress"]
+    common = [
+        "--data",
+        str(corpus),
+        "--cache-dir",
+        str(tmp_path),
+        "--vocab-size",
+        str(VOCAB),
+        "--layers",
+        "1",
+        "--d-model",
+        "16",
+        "--heads",
+        "2",
+        "--seq-len",
+        "16",
+        "--batch-size",
+        "4",
+        "--no-progress",
+    ]
     out = str(tmp_path / "run")
-    assert cli.main(["train", *common, "--out", out, "--max-steps", "2", "--eval-every", "2", "--lr", "1e-4",
-                     "--dropout", "0.1"]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                *common,
+                "--out",
+                out,
+                "--max-steps",
+                "2",
+                "--eval-every",
+                "2",
+                "--lr",
+                "1e-4",
+                "--dropout",
+                "0.1",
+            ]
+        )
+        == 0
+    )
     assert checkpoint.load_checkpoint(out).state["settings"]["min_lr"] == pytest.approx(1e-5)
     assert checkpoint.load_checkpoint(out).config["drop_prob"] == 0.1
     assert cli.main(["train", *common, "--out", out, "--max-steps", "3"]) == 2
@@ -200,7 +258,10 @@ def test_command_line_train_resume_and_sample(tmp_path, corpus, capsys):
     assert cli.main(["train", "--resume", out, "--max-steps", "4", "--no-progress", "--cache-dir", str(tmp_path)]) == 0
     assert checkpoint.load_checkpoint(out).state["step"] == 4
     capsys.readouterr()
-    assert cli.main(["sample", "--checkpoint", out, "--prompt", "the cat", "--max-new-tokens", "5", "--temperature", "0"]) == 0
+    assert (
+        cli.main(["sample", "--checkpoint", out, "--prompt", "the cat", "--max-new-tokens", "5", "--temperature", "0"])
+        == 0
+    )
     assert capsys.readouterr().out.startswith("the cat")
 
 
@@ -216,9 +277,30 @@ def test_command_line_reads_the_corpus_once(tmp_path, corpus, monkeypatch):
 
     monkeypatch.setattr(command, "load_documents", counted)
     monkeypatch.setattr(training, "load_documents", counted)
-    argv = ["train", "--data", str(corpus), "--cache-dir", str(tmp_path), "--vocab-size", "257", "--layers", "1",
-            "--d-model", "16", "--heads", "2", "--seq-len", "16", "--batch-size", "2", "--max-steps", "1",
-            "--out", str(tmp_path / "run"), "--no-progress"]
+    argv = [
+        "train",
+        "--data",
+        str(corpus),
+        "--cache-dir",
+        str(tmp_path),
+        "--vocab-size",
+        "257",
+        "--layers",
+        "1",
+        "--d-model",
+        "16",
+        "--heads",
+        "2",
+        "--seq-len",
+        "16",
+        "--batch-size",
+        "2",
+        "--max-steps",
+        "1",
+        "--out",
+        str(tmp_path / "run"),
+        "--no-progress",
+    ]
     assert cli.main(argv) == 0
     assert reads == [str(corpus)]
 
@@ -240,12 +322,23 @@ def test_default_run_directory_is_the_first_free_one(tmp_path, monkeypatch):
     assert str(next_free_run_dir()) == "runs/run-2"
 
 
-@pytest.mark.parametrize("content, message", [(b"\xff\xfe text", "is not UTF-8 text"),
-                                              (b"too short", "the corpus is too short")])
+@pytest.mark.parametrize(
+    "content, message", [(b"\xff\xfe text", "is not UTF-8 text"), (b"too short", "the corpus is too short")]
+)
 def test_command_line_rejects_unusable_text(tmp_path, capsys, content, message):
     path = tmp_path / "data.txt"
     path.write_bytes(content)
-    argv = ["train", "--data", str(path), "--cache-dir", str(tmp_path), "--vocab-size", "257",
-            "--out", str(tmp_path / "run"), "--no-progress"]
+    argv = [
+        "train",
+        "--data",
+        str(path),
+        "--cache-dir",
+        str(tmp_path),
+        "--vocab-size",
+        "257",
+        "--out",
+        str(tmp_path / "run"),
+        "--no-progress",
+    ]
     assert cli.main(argv) == 2
     assert message in capsys.readouterr().err

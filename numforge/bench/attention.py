@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
 from .. import backend
-from .measure import MIB, best_times, format_table, peak_extra_bytes, positive_int
 from ..ops.attention import attention_backward, attention_forward
 from ..ops.flash_attention import (
     DEFAULT_BLOCK_K,
@@ -31,6 +30,7 @@ from ..ops.flash_attention import (
     flash_attention_backward,
     flash_attention_forward,
 )
+from .measure import MIB, best_times, format_table, peak_extra_bytes, positive_int
 
 SWEEP_BLOCKS_Q = (64, 128, 256, 512)
 SWEEP_BLOCKS_K = (128, 256, 512, 1024)

@@ -26,18 +26,17 @@ import argparse
 import numpy as np
 
 from .. import backend
-from .measure import MIB, best_times, peak_extra_bytes, positive_int
 from ..ops.cross_entropy import (
     DEFAULT_CHUNK_ROWS,
     FUSED_CHUNK_ROWS,
     cross_entropy_backward,
     cross_entropy_forward,
     scale_tied_cross_entropy_grads,
-    tied_cross_entropy_with_grads,
     tied_cross_entropy_backward,
     tied_cross_entropy_forward,
+    tied_cross_entropy_with_grads,
 )
-
+from .measure import MIB, best_times, peak_extra_bytes, positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -94,15 +93,18 @@ def run(args: argparse.Namespace) -> int:
     steps = {}
     for r in args.chunk_rows:
         steps[f"tied, chunk_rows={r}"] = _chunked_step(
-            tied_cross_entropy_forward, tied_cross_entropy_backward, h, table, targets, r)
+            tied_cross_entropy_forward, tied_cross_entropy_backward, h, table, targets, r
+        )
         steps[f"fused, chunk_rows={r}"] = _chunked_step(
-            tied_cross_entropy_with_grads, scale_tied_cross_entropy_grads, h, table, targets, r)
+            tied_cross_entropy_with_grads, scale_tied_cross_entropy_grads, h, table, targets, r
+        )
     steps["materialized (N, V) logits"] = _materialized_step(h, table, targets)
     torch_step = None if args.no_torch or xp is not np else _torch_step(h, table, targets)
 
     print(
         f"cross-entropy over h @ table^T, forward + backward: N={args.rows} rows, V={args.vocab}, "
-        f"C={args.width}, float32, {backend.backend_name()}; library defaults: chunk_rows={DEFAULT_CHUNK_ROWS} (tied), {FUSED_CHUNK_ROWS} (fused)"
+        f"C={args.width}, float32, {backend.backend_name()}; "
+        f"library defaults: chunk_rows={DEFAULT_CHUNK_ROWS} (tied), {FUSED_CHUNK_ROWS} (fused)"
     )
     peaks = {name: peak_extra_bytes(step, xp) for name, step in steps.items()}  # also the warm-up
     if torch_step is not None:

@@ -38,11 +38,17 @@ LONG_RUN_CHARACTERS = ("a", " ", "\n", "7", "🙂")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--megabytes", type=positive_float, default=8.0, help="corpus size (MB of standard-library source)")
+    parser.add_argument(
+        "--megabytes", type=positive_float, default=8.0, help="corpus size (MB of standard-library source)"
+    )
     parser.add_argument("--vocab-size", type=positive_int, default=8192)
     parser.add_argument("--reference-kb", type=positive_float, default=16.0, help="slice for the slow reference (KB)")
-    parser.add_argument("--reference-merges", type=positive_int, default=100, help="merges the reference learns on its slice")
-    parser.add_argument("--repeats", type=positive_int, default=3, help="runs per timing, taking turns; the best is kept")
+    parser.add_argument(
+        "--reference-merges", type=positive_int, default=100, help="merges the reference learns on its slice"
+    )
+    parser.add_argument(
+        "--repeats", type=positive_int, default=3, help="runs per timing, taking turns; the best is kept"
+    )
     parser.add_argument("--no-peers", action="store_true", help="skip HF tokenizers and tiktoken even if importable")
 
 
@@ -67,8 +73,10 @@ def run(args: argparse.Namespace) -> int:
     texts = stdlib_corpus(args.megabytes)
     text = "".join(texts)
     megabytes = len(text.encode("utf-8")) / 1e6
-    print(f"corpus: {megabytes:.2f} MB of Python {sysconfig.get_python_version()} standard-library source, "
-          f"{len(texts)} files; vocab_size {args.vocab_size}")
+    print(
+        f"corpus: {megabytes:.2f} MB of Python {sysconfig.get_python_version()} standard-library source, "
+        f"{len(texts)} files; vocab_size {args.vocab_size}"
+    )
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start\n")
 
     hf_train = None if args.no_peers else _hf_trainer(texts, args.vocab_size)
@@ -86,9 +94,11 @@ def run(args: argparse.Namespace) -> int:
     tiktoken_encode = None if args.no_peers else _tiktoken_encoder(tok)
     encode_s, encode_cpu_s, tiktoken_s, tiktoken_cpu_s = [], [], [], []
     for _ in range(args.repeats):
-        fresh = BPETokenizer(tok.merges, special_tokens=tuple(tok.special_tokens), pattern=tok.pattern)
+        fresh = BPETokenizer(
+            tok.merges, special_tokens=tuple(tok.special_tokens), pattern=tok.pattern
+        )  # an empty cache
         start_cpu = time.process_time()
-        ids, seconds = _timed(lambda: fresh.encode_ordinary(text))  # a new tokenizer: its cache starts empty
+        ids, seconds = _timed(lambda fresh=fresh: fresh.encode_ordinary(text))
         encode_cpu_s.append(time.process_time() - start_cpu)
         encode_s.append(seconds)
         if tiktoken_encode is not None:
@@ -104,8 +114,10 @@ def run(args: argparse.Namespace) -> int:
     if tiktoken_s:
         _row("tiktoken (Rust, one thread)", min(tiktoken_s), megabytes)
         print(f"  same ids as tiktoken: {'yes' if tiktoken_ids == ids else 'NO'}")
-        print(f"  CPU seconds (both one thread; less swayed by other load): numforge cold {min(encode_cpu_s):.3f}, "
-              f"tiktoken {min(tiktoken_cpu_s):.3f}")
+        print(
+            f"  CPU seconds (both one thread; less swayed by other load): numforge cold {min(encode_cpu_s):.3f}, "
+            f"tiktoken {min(tiktoken_cpu_s):.3f}"
+        )
 
     _reference_section(text, args)
     long_run_worst = _long_run_section(tok)
@@ -113,15 +125,21 @@ def run(args: argparse.Namespace) -> int:
     print("\ntargets")
     if hf_train_s:
         ratio = min(train_s) / min(hf_train_s)
-        print(f"  training time numforge / HF = {ratio:.2f} (target <= {TRAIN_RATIO_TARGET:g}): "
-              f"{_verdict(ratio <= TRAIN_RATIO_TARGET)}")
+        print(
+            f"  training time numforge / HF = {ratio:.2f} (target <= {TRAIN_RATIO_TARGET:g}): "
+            f"{_verdict(ratio <= TRAIN_RATIO_TARGET)}"
+        )
     if tiktoken_s:
         ratio = min(tiktoken_s) / min(encode_s)
         cpu_ratio = min(tiktoken_cpu_s) / min(encode_cpu_s)
-        print(f"  encoding MB/s numforge / tiktoken = {ratio:.2f} (target >= {ENCODE_RATIO_TARGET:g}): "
-              f"{_verdict(ratio >= ENCODE_RATIO_TARGET)}; in CPU time {cpu_ratio:.2f}")
-    print(f"  100,000 copies of one character, slowest: {long_run_worst:.3f} s "
-          f"(target < {LONG_RUN_SECONDS_TARGET:g} s): {_verdict(long_run_worst < LONG_RUN_SECONDS_TARGET)}")
+        print(
+            f"  encoding MB/s numforge / tiktoken = {ratio:.2f} (target >= {ENCODE_RATIO_TARGET:g}): "
+            f"{_verdict(ratio >= ENCODE_RATIO_TARGET)}; in CPU time {cpu_ratio:.2f}"
+        )
+    print(
+        f"  100,000 copies of one character, slowest: {long_run_worst:.3f} s "
+        f"(target < {LONG_RUN_SECONDS_TARGET:g} s): {_verdict(long_run_worst < LONG_RUN_SECONDS_TARGET)}"
+    )
     return 0
 
 
@@ -137,10 +155,14 @@ def _reference_section(text: str, args: argparse.Namespace) -> None:
     ids, encode_s = _timed(lambda: small.encode_ordinary(piece))
     kilobytes = len(data) / 1e3
     print(f"\nreference (tokenizer/reference.py) on a {kilobytes:.0f} KB slice, {len(merges)} merges")
-    print(f"  training: reference {reference_train_s:.3f} s, numforge {train_s:.3f} s "
-          f"({reference_train_s / train_s:.0f}x faster); same merges: {'yes' if merges == small.merges else 'NO'}")
-    print(f"  encoding: reference {reference_encode_s:.3f} s, numforge {encode_s:.4f} s "
-          f"({reference_encode_s / encode_s:.0f}x faster); same ids: {'yes' if ids == reference_ids else 'NO'}")
+    print(
+        f"  training: reference {reference_train_s:.3f} s, numforge {train_s:.3f} s "
+        f"({reference_train_s / train_s:.0f}x faster); same merges: {'yes' if merges == small.merges else 'NO'}"
+    )
+    print(
+        f"  encoding: reference {reference_encode_s:.3f} s, numforge {encode_s:.4f} s "
+        f"({reference_encode_s / encode_s:.0f}x faster); same ids: {'yes' if ids == reference_ids else 'NO'}"
+    )
 
 
 def _long_run_section(tok: BPETokenizer) -> float:
@@ -148,7 +170,7 @@ def _long_run_section(tok: BPETokenizer) -> float:
     worst = 0.0
     for character in LONG_RUN_CHARACTERS:
         text = character * 100_000
-        ids, seconds = _timed(lambda: tok.encode_ordinary(text))
+        ids, seconds = _timed(lambda text=text: tok.encode_ordinary(text))
         assert tok.decode(ids) == text, "the long run must decode back to itself"
         print(f"  {character!r:>6}: {seconds:.3f} s -> {len(ids):,} tokens")
         worst = max(worst, seconds)

@@ -39,17 +39,29 @@ LR, WEIGHT_DECAY = 3e-4, 0.1
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", choices=[*CONFIGS, "all"], default="all")
-    parser.add_argument("--steps", type=positive_int, default=8,
-                        help="timed steps per implementation (median reported)")
+    parser.add_argument(
+        "--steps", type=positive_int, default=8, help="timed steps per implementation (median reported)"
+    )
     parser.add_argument("--warmup", type=non_negative_int, default=2, help="untimed steps first")
-    parser.add_argument("--threads", type=positive_int, default=1,
-                        help="BLAS threads for NumPy's OpenBLAS and for torch alike (default 1)")
-    parser.add_argument("--attention", choices=ATTENTION_KINDS, default="tiled",
-                        help="numforge's attention kernel (same math; the config default, tiled, is faster here)")
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        default=1,
+        help="BLAS threads for NumPy's OpenBLAS and for torch alike (default 1)",
+    )
+    parser.add_argument(
+        "--attention",
+        choices=ATTENTION_KINDS,
+        default="tiled",
+        help="numforge's attention kernel (same math; the config default, tiled, is faster here)",
+    )
     parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch side even if installed")
-    parser.add_argument("--profile", action="store_true",
-                        help="also profile numforge's step: the functions where the time goes, and the share "
-                             "of matrix products against everything else")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also profile numforge's step: the functions where the time goes, and the share "
+        "of matrix products against everything else",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,10 +71,12 @@ def run(args: argparse.Namespace) -> int:
         blas.set_num_threads(args.threads)
     if torch is not None:
         torch.set_num_threads(args.threads)
-    print(f"numpy {np.__version__}, OpenBLAS kernel {_corename(blas)}, "
-          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}, "
-          f"BLAS threads {_blas_threads(blas)}; "
-          + (f"torch {torch.__version__}, threads {torch.get_num_threads()}" if torch else "torch: not run"))
+    print(
+        f"numpy {np.__version__}, OpenBLAS kernel {_corename(blas)}, "
+        f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}, "
+        f"BLAS threads {_blas_threads(blas)}; "
+        + (f"torch {torch.__version__}, threads {torch.get_num_threads()}" if torch else "torch: not run")
+    )
     names = list(CONFIGS) if args.config == "all" else [args.config]
     # the matmul rate is taken before and after the configs and the best kept: one reading on a busy
     # machine can come out low, and an MFU above 100% would follow
@@ -70,31 +84,42 @@ def run(args: argparse.Namespace) -> int:
     results = {name: bench_config(name, args, torch) for name in names}
     rate = max(rate_before, matmul_rate())
     print(f"float32 matmul rate (1024^3, best of 5, before and after the configs): {rate / 1e9:.1f} GFLOP/s\n")
-    header = (f"{'config':8s} {'params':>9s} {'numforge tok/s':>15s} {'MFU':>6s} "
-              f"{'torch tok/s':>12s} {'MFU':>6s} {'ratio':>6s} {'CPU-time ratio':>15s}")
+    header = (
+        f"{'config':8s} {'params':>9s} {'numforge tok/s':>15s} {'MFU':>6s} "
+        f"{'torch tok/s':>12s} {'MFU':>6s} {'ratio':>6s} {'CPU-time ratio':>15s}"
+    )
     print(header)
     print("-" * len(header))
     for name, result in results.items():
         tokens = result["tokens"]
         ours = tokens / result["numforge_s"]
-        line = (f"{name:8s} {result['params']:9d} {ours:15.0f} "
-                f"{ours * result['flops_per_token'] / rate:6.1%}")
+        line = f"{name:8s} {result['params']:9d} {ours:15.0f} {ours * result['flops_per_token'] / rate:6.1%}"
         if "torch_s" in result:
             theirs = tokens / result["torch_s"]
-            line += (f" {theirs:12.0f} {theirs * result['flops_per_token'] / rate:6.1%} {ours / theirs:5.2f}x"
-                     f" {result['torch_cpu_s'] / result['numforge_cpu_s']:14.2f}x")
+            line += (
+                f" {theirs:12.0f} {theirs * result['flops_per_token'] / rate:6.1%} {ours / theirs:5.2f}x"
+                f" {result['torch_cpu_s'] / result['numforge_cpu_s']:14.2f}x"
+            )
         print(line)
         if args.profile:
             print(result["profile"])
-    print("\nratio = numforge tokens/s / PyTorch eager tokens/s (median wall-clock step times, alternating steps);"
-          "\nCPU-time ratio = the same from the process CPU time per step, which a busy machine disturbs less")
+    print(
+        "\nratio = numforge tokens/s / PyTorch eager tokens/s (median wall-clock step times, alternating steps);"
+        "\nCPU-time ratio = the same from the process CPU time per step, which a busy machine disturbs less"
+    )
     return 0
 
 
 def build(name: str, attention: str):
     spec = CONFIGS[name]
-    config = GPTConfig(vocab_size=spec["vocab_size"], max_seq_len=spec["seq_len"], d_model=spec["d_model"],
-                       num_heads=spec["num_heads"], num_layers=spec["num_layers"], attention=attention)
+    config = GPTConfig(
+        vocab_size=spec["vocab_size"],
+        max_seq_len=spec["seq_len"],
+        d_model=spec["d_model"],
+        num_heads=spec["num_heads"],
+        num_layers=spec["num_layers"],
+        attention=attention,
+    )
     rng = np.random.default_rng(0)
     shape = (spec["batch"], spec["seq_len"])
     ids = rng.integers(0, spec["vocab_size"], size=shape)
@@ -129,9 +154,13 @@ def bench_config(name: str, args, torch) -> dict:
             step()
             if i >= args.warmup:
                 record.append((time.perf_counter() - start, time.process_time() - start_cpu))
-    result = {"params": model.num_params(), "tokens": ids.size, "flops_per_token": flops_per_token(config),
-              "numforge_s": statistics.median(t[0] for t in times[0]),
-              "numforge_cpu_s": statistics.median(t[1] for t in times[0])}
+    result = {
+        "params": model.num_params(),
+        "tokens": ids.size,
+        "flops_per_token": flops_per_token(config),
+        "numforge_s": statistics.median(t[0] for t in times[0]),
+        "numforge_cpu_s": statistics.median(t[1] for t in times[0]),
+    }
     if torch is not None:
         result["torch_s"] = statistics.median(t[0] for t in times[1])
         result["torch_cpu_s"] = statistics.median(t[1] for t in times[1])
@@ -146,8 +175,9 @@ def _torch_step(torch, config, model, ids, targets):
     params = torch_params(model.params)
     decay = [t for t in params.values() if t.ndim >= 2]
     no_decay = [t for t in params.values() if t.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=LR)
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}], lr=LR
+    )
     ids_t, targets_t = torch.from_numpy(ids), torch.from_numpy(targets)
 
     def torch_step():
@@ -173,9 +203,11 @@ def profile(step, num_steps: int, top: int = 14) -> str:
     total = sum(row[2] for row in stats.values())
     rows = sorted(stats.items(), key=lambda item: -item[1][2])[:top]
     lines = [f"  profile of {num_steps} numforge steps ({total / num_steps * 1e3:.0f} ms/step):"]
-    for (filename, line, function), (_, calls, own, _, _) in rows:
+    for (filename, _line, function), (_, calls, own, _, _) in rows:
         where = f"{os.path.basename(filename)}:{function}" if filename != "~" else function
-        lines.append(f"    {own / total:6.1%}  {own / num_steps * 1e3:7.1f} ms/step  {calls // num_steps:5d} calls  {where}")
+        lines.append(
+            f"    {own / total:6.1%}  {own / num_steps * 1e3:7.1f} ms/step  {calls // num_steps:5d} calls  {where}"
+        )
     return "\n".join(lines)
 
 
@@ -202,8 +234,10 @@ def matmul_share(step, num_steps: int) -> str:
         total = time.perf_counter() - start
     finally:
         np.matmul = real_matmul
-    return (f"  matrix products (numpy.matmul): {inside[0] / total:.1%} of {total / num_steps * 1e3:.0f} ms/step, "
-            f"everything else {1 - inside[0] / total:.1%}")
+    return (
+        f"  matrix products (numpy.matmul): {inside[0] / total:.1%} of {total / num_steps * 1e3:.0f} ms/step, "
+        f"everything else {1 - inside[0] / total:.1%}"
+    )
 
 
 def matmul_rate(size: int = 1024, repeats: int = 5) -> float:

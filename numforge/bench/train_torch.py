@@ -31,7 +31,7 @@ def torch_loss(p: dict, config, ids, targets, sinusoidal_table=None):
     positions = p["position_embedding"] if config.position == "learned" else sinusoidal_table
     x = x + positions[:T]
     for i in range(config.num_layers):
-        layer = {n[len(f"layers.{i}."):]: t for n, t in p.items() if n.startswith(f"layers.{i}.")}
+        layer = {n[len(f"layers.{i}.") :]: t for n, t in p.items() if n.startswith(f"layers.{i}.")}
         h = F.layer_norm(x, (C,), layer["pre_attn_norm.weight"], layer.get("pre_attn_norm.bias"), config.ln_eps)
         qkv = _linear(h, layer, "attn.qkv_proj")  # (B,T,C) -> (B,T,3C)
         q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in qkv.split(C, dim=-1))  # -> (B,H,T,D)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import fnmatch
 
-from . import EXIT_FAILED
 from ..gradcheck import DEFAULT_TOL, all_cases, format_table
+from . import EXIT_FAILED
 
 HELP = "check every hand-written backward against finite differences (float64)"
 

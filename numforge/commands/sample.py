@@ -13,13 +13,21 @@ HELP = "generate text from a checkpoint (greedy at --temperature 0; top-k, top-p
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", metavar="DIR", required=True,
-                        help="a run directory written by numforge train (or one of its ckpt-* directories)")
+    parser.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        required=True,
+        help="a run directory written by numforge train (or one of its ckpt-* directories)",
+    )
     parser.add_argument("--prompt", default="", help="text to continue (default: start a new document)")
     parser.add_argument("--max-new-tokens", type=int, default=200, help="stop after this many tokens (default 200)")
-    parser.add_argument("--temperature", type=float, default=0.8, help="0 is greedy; higher is more random (default 0.8)")
+    parser.add_argument(
+        "--temperature", type=float, default=0.8, help="0 is greedy; higher is more random (default 0.8)"
+    )
     parser.add_argument("--top-k", type=int, help="sample only among the K most likely tokens")
-    parser.add_argument("--top-p", type=float, help="sample only among the most likely tokens whose probability sums to P")
+    parser.add_argument(
+        "--top-p", type=float, help="sample only among the most likely tokens whose probability sums to P"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
     parser.add_argument("--no-kv-cache", action="store_true", help="recompute the whole context for every token")
 
@@ -31,8 +39,15 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write(args.prompt)
     sys.stdout.flush()
     result = generate(
-        model, tokenizer, args.prompt, args.max_new_tokens, temperature=args.temperature,
-        top_k=args.top_k, top_p=args.top_p, seed=args.seed, use_kv_cache=not args.no_kv_cache,
+        model,
+        tokenizer,
+        args.prompt,
+        args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        use_kv_cache=not args.no_kv_cache,
         on_text=lambda piece: (sys.stdout.write(piece), sys.stdout.flush()),
         on_notice=lambda text: print(f"note: {text}", file=sys.stderr),
     )

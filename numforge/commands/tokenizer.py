@@ -29,16 +29,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     show = sub.add_parser("show", help="show text split into its tokens, with each token's id and bytes")
     show.add_argument("text", help="the text to tokenize")
-    show.add_argument("--tokenizer", metavar="FILE", help="a numforge tokenizer file (numforge tokenizer train ...); "
-                      f"default: the {DEFAULT_VOCAB_SIZE}-token one of the default corpus (trained once, then cached)")
-    show.add_argument("--color", choices=("auto", "always", "never"), default="auto",
-                      help="colour token boundaries (auto: on a terminal, unless NO_COLOR is set); otherwise [brackets]")
+    show.add_argument(
+        "--tokenizer",
+        metavar="FILE",
+        help="a numforge tokenizer file (numforge tokenizer train ...); "
+        f"default: the {DEFAULT_VOCAB_SIZE}-token one of the default corpus (trained once, then cached)",
+    )
+    show.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour token boundaries (auto: on a terminal, unless NO_COLOR is set); otherwise [brackets]",
+    )
     train = sub.add_parser("train", help="learn merges from text files and save the tokenizer")
     train.add_argument("--data", metavar="FILE", nargs="+", required=True, help="UTF-8 text file(s) to learn from")
     train.add_argument("--vocab-size", type=int, required=True, help="256 bytes + merges + special tokens")
     train.add_argument("--out", metavar="FILE", required=True, help="where to write the tokenizer (JSON)")
-    train.add_argument("--special-token", metavar="TEXT", action="append",
-                       help=f"a special token (repeat for several); default: {EOT}")
+    train.add_argument(
+        "--special-token", metavar="TEXT", action="append", help=f"a special token (repeat for several); default: {EOT}"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,8 +87,10 @@ def train(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     tok.save(args.out)
     megabytes = sum(len(text.encode("utf-8")) for text in texts) / 1e6
-    print(f"trained {tok.vocab_size} tokens ({len(tok.merges)} merges, {len(tok.special_tokens)} special) "
-          f"on {megabytes:.2f} MB in {seconds:.1f} s; wrote {args.out}")
+    print(
+        f"trained {tok.vocab_size} tokens ({len(tok.merges)} merges, {len(tok.special_tokens)} special) "
+        f"on {megabytes:.2f} MB in {seconds:.1f} s; wrote {args.out}"
+    )
     return 0
 
 

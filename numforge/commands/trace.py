@@ -8,8 +8,8 @@ import sys
 from ..checkpoint import load_checkpoint, restore_model
 from ..data import default_tokenizer
 from ..model import GPT, GPTConfig
-from ..tokenizer import BPETokenizer
 from ..study.trace import format_trace, trace
+from ..tokenizer import BPETokenizer
 
 HELP = "show the forward pass on a prompt, stage by stage: shapes, statistics, the top-5 next tokens"
 
@@ -19,9 +19,12 @@ FRESH_CONFIG = dict(max_seq_len=64, d_model=32, num_heads=2, num_layers=2)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", required=True, help="the text to run through the model")
-    parser.add_argument("--checkpoint", metavar="DIR",
-                        help="a run directory written by numforge train (or one of its ckpt-* directories); "
-                             "default: a tiny untrained model (seed 0)")
+    parser.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        help="a run directory written by numforge train (or one of its ckpt-* directories); "
+        "default: a tiny untrained model (seed 0)",
+    )
 
 
 def fresh_model() -> tuple[GPT, BPETokenizer]:
@@ -33,8 +36,10 @@ def fresh_model() -> tuple[GPT, BPETokenizer]:
 def run(args: argparse.Namespace) -> int:
     if args.checkpoint is None:
         model, tokenizer = fresh_model()
-        print(f"no --checkpoint: an untrained model (seed 0, {FRESH_CONFIG}) and the "
-              f"{tokenizer.vocab_size}-token BPE tokenizer of the default corpus (pydoc_data.topics)")
+        print(
+            f"no --checkpoint: an untrained model (seed 0, {FRESH_CONFIG}) and the "
+            f"{tokenizer.vocab_size}-token BPE tokenizer of the default corpus (pydoc_data.topics)"
+        )
     else:
         checkpoint = load_checkpoint(args.checkpoint)
         model, tokenizer = restore_model(checkpoint), BPETokenizer.from_dict(checkpoint.tokenizer)

@@ -8,21 +8,35 @@ import sys
 import time
 from pathlib import Path
 
-from . import EXIT_FAILED, EXIT_INTERRUPTED
 from ..data import DEFAULT_CORPUS, DEFAULT_VOCAB_SIZE, load_documents, load_or_train_tokenizer
 from ..generate import generate
 from ..ops.activations import ACTIVATIONS
 from ..training import LOSS_CSV, LOSS_PNG, RESUMABLE, TrainingDiverged, TrainSettings, new_run, resume_run, train
+from . import EXIT_FAILED, EXIT_INTERRUPTED
 
 HELP = "train a GPT on text (default: this Python's own documentation), with checkpoints and exact resume"
 
 RUNS_DIR = "runs"  # default --out: the first free runs/run-N
 # GPTConfig fields a fresh run takes from the flags: flag dest -> (config field, default)
-MODEL_FLAGS = {"layers": ("num_layers", 3), "d_model": ("d_model", 96), "heads": ("num_heads", 4),
-               "activation": ("activation", "gelu"), "dropout": ("drop_prob", 0.0)}
+MODEL_FLAGS = {
+    "layers": ("num_layers", 3),
+    "d_model": ("d_model", 96),
+    "heads": ("num_heads", 4),
+    "activation": ("activation", "gelu"),
+    "dropout": ("drop_prob", 0.0),
+}
 # TrainSettings fields a flag sets; on --resume only RESUMABLE ones may be given
-SETTINGS_FLAGS = ("max_steps", "batch_size", "seq_len", "lr", "warmup_steps", "schedule_steps", "seed",
-                  "eval_every", "save_every")
+SETTINGS_FLAGS = (
+    "max_steps",
+    "batch_size",
+    "seq_len",
+    "lr",
+    "warmup_steps",
+    "schedule_steps",
+    "seed",
+    "eval_every",
+    "save_every",
+)
 
 
 def probability(text: str) -> float:
@@ -39,15 +53,28 @@ def probability(text: str) -> float:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = TrainSettings()
     data = parser.add_argument_group("data")
-    data.add_argument("--data", metavar="PATH", help="a UTF-8 text file or a directory of .txt files "
-                      "(default: the running Python's pydoc_data.topics, about 0.47 MB of English)")
+    data.add_argument(
+        "--data",
+        metavar="PATH",
+        help="a UTF-8 text file or a directory of .txt files "
+        "(default: the running Python's pydoc_data.topics, about 0.47 MB of English)",
+    )
     data.add_argument("--tokenizer", metavar="FILE", help="a saved numforge tokenizer JSON (default: train a BPE)")
-    data.add_argument("--vocab-size", type=int, help=f"BPE vocabulary size when training one (default {DEFAULT_VOCAB_SIZE})")
-    data.add_argument("--cache-dir", metavar="DIR", help="where token arrays and tokenizers are cached "
-                      "(default $NUMFORGE_CACHE, else $XDG_CACHE_HOME/numforge or ~/.cache/numforge)")
+    data.add_argument(
+        "--vocab-size", type=int, help=f"BPE vocabulary size when training one (default {DEFAULT_VOCAB_SIZE})"
+    )
+    data.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="where token arrays and tokenizers are cached "
+        "(default $NUMFORGE_CACHE, else $XDG_CACHE_HOME/numforge or ~/.cache/numforge)",
+    )
     run = parser.add_argument_group("run")
-    run.add_argument("--out", metavar="DIR", help="run directory for checkpoints and the loss log "
-                     f"(default: the first free {RUNS_DIR}/run-1, run-2, ...)")
+    run.add_argument(
+        "--out",
+        metavar="DIR",
+        help=f"run directory for checkpoints and the loss log (default: the first free {RUNS_DIR}/run-1, run-2, ...)",
+    )
     run.add_argument("--resume", metavar="DIR", help="continue the run checkpointed in DIR, in DIR")
     run.add_argument("--max-steps", type=int, help=f"train until this many updates (default {defaults.max_steps})")
     run.add_argument("--eval-every", type=int, help=f"validation loss every N steps (default {defaults.eval_every})")
@@ -58,19 +85,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument("--layers", type=int, help=f"transformer blocks (default {MODEL_FLAGS['layers'][1]})")
     model.add_argument("--d-model", type=int, help=f"model width (default {MODEL_FLAGS['d_model'][1]})")
     model.add_argument("--heads", type=int, help=f"attention heads (default {MODEL_FLAGS['heads'][1]})")
-    model.add_argument("--activation", choices=tuple(ACTIVATIONS),
-                       help=f"the feed-forward activation (default {MODEL_FLAGS['activation'][1]})")
+    model.add_argument(
+        "--activation",
+        choices=tuple(ACTIVATIONS),
+        help=f"the feed-forward activation (default {MODEL_FLAGS['activation'][1]})",
+    )
     model.add_argument("--seq-len", type=int, help=f"context length T (default {defaults.seq_len})")
-    model.add_argument("--dropout", type=probability, metavar="P", help="zero activations with probability P "
-                       f"while training, 0 <= P < 1 (default {MODEL_FLAGS['dropout'][1]:g}: off)")
+    model.add_argument(
+        "--dropout",
+        type=probability,
+        metavar="P",
+        help="zero activations with probability P "
+        f"while training, 0 <= P < 1 (default {MODEL_FLAGS['dropout'][1]:g}: off)",
+    )
     optim = parser.add_argument_group("optimization (fixed when a run starts)")
     optim.add_argument("--batch-size", type=int, help=f"sequences per step B (default {defaults.batch_size})")
-    optim.add_argument("--lr", type=float, help=f"peak learning rate (default {defaults.lr:g}; "
-                       "warmup then cosine decay to a tenth of it)")
+    optim.add_argument(
+        "--lr",
+        type=float,
+        help=f"peak learning rate (default {defaults.lr:g}; warmup then cosine decay to a tenth of it)",
+    )
     optim.add_argument("--warmup-steps", type=int, help=f"linear warmup steps (default {defaults.warmup_steps})")
-    optim.add_argument("--schedule-steps", type=int, help="length of the cosine decay (default: the larger of "
-                       f"--max-steps and {defaults.schedule_steps}; independent of where a run stops, so a "
-                       "stopped run resumes exactly)")
+    optim.add_argument(
+        "--schedule-steps",
+        type=int,
+        help="length of the cosine decay (default: the larger of "
+        f"--max-steps and {defaults.schedule_steps}; independent of where a run stops, so a "
+        "stopped run resumes exactly)",
+    )
 
 
 def next_free_run_dir() -> Path:
@@ -88,25 +130,39 @@ def _given(args: argparse.Namespace, names) -> dict:
 def _start(args: argparse.Namespace, say):
     """A new run or a resumed one, from the flags."""
     if args.resume is not None:
-        fixed = {**_given(args, MODEL_FLAGS), **_given(args, SETTINGS_FLAGS), **_given(args, ("vocab_size", "tokenizer", "out"))}
+        fixed = {
+            **_given(args, MODEL_FLAGS),
+            **_given(args, SETTINGS_FLAGS),
+            **_given(args, ("vocab_size", "tokenizer", "out")),
+        }
         fixed = {k: v for k, v in fixed.items() if k not in RESUMABLE}
         if fixed:
             flags = ", ".join("--" + k.replace("_", "-") for k in fixed)
-            raise ValueError(f"{flags} cannot change when resuming: a resumed run keeps the settings in its "
-                             f"checkpoint (only --max-steps, --eval-every, --save-every and --data may be given)")
+            raise ValueError(
+                f"{flags} cannot change when resuming: a resumed run keeps the settings in its "
+                f"checkpoint (only --max-steps, --eval-every, --save-every and --data may be given)"
+            )
         return resume_run(args.resume, _given(args, RESUMABLE), data=args.data, cache_dir=args.cache_dir, say=say)
     out = args.out or next_free_run_dir()
     settings = _given(args, SETTINGS_FLAGS)
     settings.setdefault("schedule_steps", max(settings.get("max_steps", 0), TrainSettings.schedule_steps))
     settings["min_lr"] = settings.get("lr", TrainSettings.lr) / 10
     settings = TrainSettings(**settings)
-    model_options = {field: getattr(args, flag) if getattr(args, flag) is not None else default
-                     for flag, (field, default) in MODEL_FLAGS.items()}
+    model_options = {
+        field: getattr(args, flag) if getattr(args, flag) is not None else default
+        for flag, (field, default) in MODEL_FLAGS.items()
+    }
     documents = load_documents(args.data)  # read once: for the tokenizer and for the run
-    tokenizer = load_or_train_tokenizer(documents, DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size,
-                                        args.tokenizer, args.cache_dir, say=say)
-    return new_run(out, settings, model_options, tokenizer, data=args.data, documents=documents,
-                   cache_dir=args.cache_dir)
+    tokenizer = load_or_train_tokenizer(
+        documents,
+        DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size,
+        args.tokenizer,
+        args.cache_dir,
+        say=say,
+    )
+    return new_run(
+        out, settings, model_options, tokenizer, data=args.data, documents=documents, cache_dir=args.cache_dir
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,10 +172,12 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     session = _start(args, say)
     model, settings = session.model, session.settings
-    say(f"corpus: {session.data_info['source'] or DEFAULT_CORPUS}, {session.data_info['num_tokens']:,} tokens "
+    say(
+        f"corpus: {session.data_info['source'] or DEFAULT_CORPUS}, {session.data_info['num_tokens']:,} tokens "
         f"(vocabulary {session.tokenizer.vocab_size}); model: {model.num_params():,} parameters, "
         f"{model.config.num_layers} layers, d_model {model.config.d_model}; "
-        f"steps {session.step} -> {settings.max_steps}, batch {settings.batch_size} x {settings.seq_len} tokens")
+        f"steps {session.step} -> {settings.max_steps}, batch {settings.batch_size} x {settings.seq_len} tokens"
+    )
     try:
         outcome = train(session, progress=not args.no_progress, say=say)
     except TrainingDiverged as err:
@@ -128,14 +186,20 @@ def run(args: argparse.Namespace) -> int:
     minutes = (time.perf_counter() - started) / 60
     last_val = next((r for r in reversed(session.log) if r["val_loss"]), None)
     if last_val is not None:
-        say(f"after {minutes:.1f} min, at step {last_val['step']}: train loss {float(last_val['train_loss']):.3f}, "
-            f"validation loss {float(last_val['val_loss']):.3f}")
-    say(f"checkpoint: {session.last_checkpoint}; loss log: {session.run_dir / LOSS_CSV}"
-        + (f", {session.run_dir / LOSS_PNG}" if (session.run_dir / LOSS_PNG).is_file() else ""))
+        say(
+            f"after {minutes:.1f} min, at step {last_val['step']}: train loss {float(last_val['train_loss']):.3f}, "
+            f"validation loss {float(last_val['val_loss']):.3f}"
+        )
+    say(
+        f"checkpoint: {session.last_checkpoint}; loss log: {session.run_dir / LOSS_CSV}"
+        + (f", {session.run_dir / LOSS_PNG}" if (session.run_dir / LOSS_PNG).is_file() else "")
+    )
     if outcome == "interrupted":
         say(f"resume with: numforge train --resume {session.run_dir}")
         return EXIT_INTERRUPTED
     sample = generate(model, session.tokenizer, "", 60, temperature=0.8, seed=0)
-    say(f"a sample (temperature 0.8):\n{sample.text}\n"
-        f"more with: numforge sample --checkpoint {session.run_dir} --prompt \"The\"")
+    say(
+        f"a sample (temperature 0.8):\n{sample.text}\n"
+        f'more with: numforge sample --checkpoint {session.run_dir} --prompt "The"'
+    )
     return 0

@@ -6,7 +6,26 @@ float64; ``cases.py`` is the registry of every case (``ops.py``,
 """
 
 from .cases import Case, all_cases
-from .check import DEFAULT_EPS, DEFAULT_TOL, GradResult, check_gradients, check_op, format_table, numeric_gradient, relative_error
+from .check import (
+    DEFAULT_EPS,
+    DEFAULT_TOL,
+    GradResult,
+    check_gradients,
+    check_op,
+    format_table,
+    numeric_gradient,
+    relative_error,
+)
 
-__all__ = ["DEFAULT_EPS", "DEFAULT_TOL", "Case", "GradResult", "all_cases", "check_gradients", "check_op",
-           "format_table", "numeric_gradient", "relative_error"]
+__all__ = [
+    "DEFAULT_EPS",
+    "DEFAULT_TOL",
+    "Case",
+    "GradResult",
+    "all_cases",
+    "check_gradients",
+    "check_op",
+    "format_table",
+    "numeric_gradient",
+    "relative_error",
+]

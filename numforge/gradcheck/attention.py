@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import backend
-from .check import check_op
 from ..ops.attention import attention_backward, attention_forward
 from ..ops.flash_attention import flash_attention_backward, flash_attention_forward
 from .cases import Case
+from .check import check_op
 
 
 def _qkv(B: int, H: int, Tq: int, Tk: int, D: int, Dv: int, seed: int) -> dict:
@@ -56,8 +56,16 @@ CASES = [
     _case("flash_attention.causal_tq<tk", (1, 2, 3, 8, 3, 3), seed=9, causal=True, block_q=2, block_k=3),
     _case("flash_attention.causal_tq>tk", (1, 2, 7, 3, 3, 3), seed=10, causal=True, block_q=2, block_k=2),
     _case("flash_attention.one_tile", (1, 2, 5, 5, 4, 4), seed=11, causal=True, block_q=64, block_k=64),
-    _case("flash_attention.keep_probs", (2, 2, 7, 7, 3, 4), seed=12, causal=True, block_q=3, block_k=2,
-          keep_probs=True),
-    _case("flash_attention.keep_probs_tq>tk", (1, 2, 7, 3, 3, 3), seed=13, causal=True, block_q=2, block_k=2,
-          keep_probs=True),
+    _case(
+        "flash_attention.keep_probs", (2, 2, 7, 7, 3, 4), seed=12, causal=True, block_q=3, block_k=2, keep_probs=True
+    ),
+    _case(
+        "flash_attention.keep_probs_tq>tk",
+        (1, 2, 7, 3, 3, 3),
+        seed=13,
+        causal=True,
+        block_q=2,
+        block_k=2,
+        keep_probs=True,
+    ),
 ]

@@ -8,9 +8,9 @@ test suite can never disagree about what is checked.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
-from typing import Callable
 
 from .check import GradResult
 

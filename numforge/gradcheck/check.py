@@ -27,8 +27,8 @@ Public: the tests, ``numforge gradcheck`` and the demos all use it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 import numpy as np
 
@@ -124,15 +124,12 @@ def check_gradients(
         x = inputs[name]
         if tuple(grad.shape) != tuple(x.shape):
             raise ValueError(
-                f"{op}: gradient of {name!r} has shape {tuple(grad.shape)}, "
-                f"but the input has shape {tuple(x.shape)}"
+                f"{op}: gradient of {name!r} has shape {tuple(grad.shape)}, but the input has shape {tuple(x.shape)}"
             )
         coords = _sample_coords(x.size, max_coords, rng)
         numeric = numeric_gradient(objective, x, coords, eps)
         picked = to_numpy(grad).reshape(-1)[coords]
-        results.append(
-            GradResult(op, name, tuple(x.shape), relative_error(picked, numeric), len(coords), tol)
-        )
+        results.append(GradResult(op, name, tuple(x.shape), relative_error(picked, numeric), len(coords), tol))
     return results
 
 
@@ -185,9 +182,7 @@ def check_op(
         out, _ = forward(*values, **kwargs)
         return float(xp.sum(out * dy))
 
-    return check_gradients(
-        op, objective, inputs, analytic, eps=eps, tol=tol, max_coords=max_coords, seed=seed
-    )
+    return check_gradients(op, objective, inputs, analytic, eps=eps, tol=tol, max_coords=max_coords, seed=seed)
 
 
 def _is_float_array(v: object) -> bool:

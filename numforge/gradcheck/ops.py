@@ -9,21 +9,21 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import asarray, default_rng
-from .check import check_op
 from ..ops.activations import gelu_backward, gelu_forward, relu_backward, relu_forward, swiglu_backward, swiglu_forward
 from ..ops.cross_entropy import (
     cross_entropy_backward,
     cross_entropy_forward,
     scale_tied_cross_entropy_grads,
-    tied_cross_entropy_with_grads,
     tied_cross_entropy_backward,
     tied_cross_entropy_forward,
+    tied_cross_entropy_with_grads,
 )
 from ..ops.dropout import dropout_backward, dropout_forward
 from ..ops.embedding import embedding_backward, embedding_forward
 from ..ops.layernorm import layer_norm_backward, layer_norm_forward
 from ..ops.linear import linear_backward, linear_forward
 from .cases import Case
+from .check import check_op
 
 B, T, C, F, V = 2, 3, 5, 4, 7
 
@@ -104,9 +104,14 @@ CASES = [
     Case("dropout[eval]", lambda: _dropout(training=False)),
     Case("cross_entropy", lambda: _cross_entropy(ignored=1)),
     Case("cross_entropy[all ignored]", lambda: _cross_entropy(ignored=B * T)),
-    Case("tied_cross_entropy", lambda: _tied_cross_entropy("tied_cross_entropy", tied_cross_entropy_forward,
-                                                           tied_cross_entropy_backward)),
-    Case("tied_cross_entropy_and_grads", lambda: _tied_cross_entropy("tied_cross_entropy_and_grads",
-                                                                     tied_cross_entropy_with_grads,
-                                                                     scale_tied_cross_entropy_grads)),
+    Case(
+        "tied_cross_entropy",
+        lambda: _tied_cross_entropy("tied_cross_entropy", tied_cross_entropy_forward, tied_cross_entropy_backward),
+    ),
+    Case(
+        "tied_cross_entropy_and_grads",
+        lambda: _tied_cross_entropy(
+            "tied_cross_entropy_and_grads", tied_cross_entropy_with_grads, scale_tied_cross_entropy_grads
+        ),
+    ),
 ]

@@ -80,8 +80,9 @@ def attend(q, k, v, config, training: bool = False):
         return attention_forward(q, k, v, causal=True)
     B, H, Tq, _ = q.shape
     keep_probs = training and B * H * Tq * k.shape[2] <= KEEP_PROBS_LIMIT
-    return flash_attention_forward(q, k, v, causal=True, block_q=ATTENTION_BLOCK_Q,
-                                   block_k=ATTENTION_BLOCK_K, keep_probs=keep_probs)
+    return flash_attention_forward(
+        q, k, v, causal=True, block_q=ATTENTION_BLOCK_Q, block_k=ATTENTION_BLOCK_K, keep_probs=keep_probs
+    )
 
 
 def attend_backward(do, cache, config):
@@ -106,8 +107,9 @@ def attention_branch_forward(x, p, config, rng, kv_cache=None, layer=0, training
     ``training`` lets the attention keep what speeds up its backward.
     """
     B, T, C = x.shape
-    h, norm_cache = layer_norm_forward(x.reshape(B * T, C), p["pre_attn_norm.weight"],
-                                       p.get("pre_attn_norm.bias"), eps=config.ln_eps)  # (B,T,C) -> (N,C)
+    h, norm_cache = layer_norm_forward(
+        x.reshape(B * T, C), p["pre_attn_norm.weight"], p.get("pre_attn_norm.bias"), eps=config.ln_eps
+    )  # (B,T,C) -> (N,C)
     qkv, qkv_cache = linear_forward(h, p["attn.qkv_proj.weight"], p.get("attn.qkv_proj.bias"))  # (N,C) -> (N,3C)
     q, k, v = split_heads(qkv.reshape(B, T, 3 * C), config.num_heads)  # (N,3C) -> 3 x (B,H,T,D)
     if kv_cache is not None:
@@ -150,8 +152,9 @@ class MlpBranchCache(NamedTuple):
 def mlp_branch_forward(x, p, config, rng):
     """``Drop(down_proj(act(up_proj(pre_mlp_norm(x)))))``; gated (SwiGLU): ``act(gate_proj(h), up_proj(h))``."""
     B, T, C = x.shape
-    h, norm_cache = layer_norm_forward(x.reshape(B * T, C), p["pre_mlp_norm.weight"],
-                                       p.get("pre_mlp_norm.bias"), eps=config.ln_eps)  # (B,T,C) -> (N,C)
+    h, norm_cache = layer_norm_forward(
+        x.reshape(B * T, C), p["pre_mlp_norm.weight"], p.get("pre_mlp_norm.bias"), eps=config.ln_eps
+    )  # (B,T,C) -> (N,C)
     up, up_cache = linear_forward(h, p["mlp.up_proj.weight"], p.get("mlp.up_proj.bias"))  # (N,C) -> (N,F)
     activation, gate_cache = ACTIVATIONS[config.activation], None
     if activation.gated:

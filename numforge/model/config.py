@@ -62,9 +62,7 @@ class GPTConfig:
         for name in ("vocab_size", "max_seq_len", "d_model", "num_heads", "num_layers"):
             check_positive_int(getattr(self, name), name)
         if self.d_model % self.num_heads:
-            raise ValueError(
-                f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})"
-            )
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})")
         _check_choice("activation", self.activation, tuple(ACTIVATIONS))
         _check_choice("gelu_approximate", self.gelu_approximate, GELU_APPROXIMATIONS)
         _check_choice("position", self.position, POSITION_KINDS)
@@ -101,13 +99,14 @@ class GPTConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "GPTConfig":
+    def from_dict(cls, d: dict) -> GPTConfig:
         """The inverse of ``to_dict`` (older names read too); unknown or missing keys are a ``ValueError``."""
         if not isinstance(d, dict):
             raise TypeError(f"a GPTConfig dict must be a dict, got {type(d).__name__}")
         d = {LEGACY_NAMES.get(key, key): value for key, value in d.items()}
-        d = {key: LEGACY_VALUES.get((key, value), value) if isinstance(value, str) else value
-             for key, value in d.items()}
+        d = {
+            key: LEGACY_VALUES.get((key, value), value) if isinstance(value, str) else value for key, value in d.items()
+        }
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:

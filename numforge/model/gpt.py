@@ -103,8 +103,10 @@ class GPT:
         self.dtype = resolve_dtype(dtype)
         xp = array_module()
         rng = np.random.default_rng(seed)  # NumPy on every backend: same seed, same model
-        self.params = {name: xp.asarray(init_value(name, shape, config, rng), dtype=self.dtype)
-                       for name, shape in parameter_shapes(config).items()}
+        self.params = {
+            name: xp.asarray(init_value(name, shape, config, rng), dtype=self.dtype)
+            for name, shape in parameter_shapes(config).items()
+        }
         self.sinusoidal_table = None
         if config.position == "sinusoidal":
             table = sinusoidal_positions(config.max_seq_len, config.d_model, self.dtype)
@@ -133,12 +135,13 @@ class GPT:
         x, embedding_cache = self._embed(token_ids, start=0)  # (B,T) -> (B,T,C)
         x, embedding_dropout = dropout_if(x, config, rng)
         x, blocks = self._blocks(x, rng, training)  # (B,T,C)
-        h, final_norm_cache = layer_norm_forward(x, p["final_norm.weight"], p.get("final_norm.bias"),
-                                                 eps=config.ln_eps)
-        loss, loss_cache = unembedding_loss_forward(h, self._unembedding(), targets, IGNORE_INDEX,
-                                                    with_gradients=training)  # (B,T,C) -> ()
-        cache = ModelCache(tuple(token_ids.shape), embedding_cache, embedding_dropout, blocks,
-                           final_norm_cache, loss_cache)
+        h, final_norm_cache = layer_norm_forward(x, p["final_norm.weight"], p.get("final_norm.bias"), eps=config.ln_eps)
+        loss, loss_cache = unembedding_loss_forward(
+            h, self._unembedding(), targets, IGNORE_INDEX, with_gradients=training
+        )  # (B,T,C) -> ()
+        cache = ModelCache(
+            tuple(token_ids.shape), embedding_cache, embedding_dropout, blocks, final_norm_cache, loss_cache
+        )
         return loss, cache
 
     # ----------------------------------------------------------------- backward
@@ -186,9 +189,9 @@ class GPT:
         if self.config.scale_embeddings:
             tokens = tokens * math.sqrt(self.config.d_model)
         if self.config.position == "learned":
-            positions = self.params["position_embedding"][start:start + T]  # (T,C)
+            positions = self.params["position_embedding"][start : start + T]  # (T,C)
         else:
-            positions = self.sinusoidal_table[start:start + T]  # (T,C)
+            positions = self.sinusoidal_table[start : start + T]  # (T,C)
         return tokens + positions, embedding_cache  # (B,T,C) + (T,C) -> (B,T,C)
 
     def _embed_backward(self, dx, embedding_cache):
@@ -242,8 +245,7 @@ class GPT:
             value = params[name]
             shape, dtype = tuple(getattr(value, "shape", ())), getattr(value, "dtype", type(value).__name__)
             if shape != tuple(target.shape) or dtype != target.dtype:
-                raise ValueError(f"params[{name!r}] is {dtype}{shape}, "
-                                 f"expected {target.dtype}{tuple(target.shape)}")
+                raise ValueError(f"params[{name!r}] is {dtype}{shape}, expected {target.dtype}{tuple(target.shape)}")
         xp = get_xp(*self.params.values())
         for name, target in self.params.items():
             target[...] = xp.asarray(params[name])
@@ -265,13 +267,13 @@ class GPT:
     def _check_targets(self, targets, ids_shape) -> None:
         check_int(targets, "targets", ndim=2)
         if tuple(targets.shape) != tuple(ids_shape):
-            raise ValueError(f"targets must have the shape of token_ids {tuple(ids_shape)}, "
-                             f"got {tuple(targets.shape)}")
+            raise ValueError(f"targets must have the shape of token_ids {tuple(ids_shape)}, got {tuple(targets.shape)}")
         valid = (targets >= 0) & (targets < self.config.vocab_size) | (targets == IGNORE_INDEX)
         if not bool(valid.all()):
             bad = int(to_numpy(targets)[~to_numpy(valid)][0])
-            raise ValueError(f"targets holds {bad}, outside [0, {self.config.vocab_size}) "
-                             f"and not the ignore index {IGNORE_INDEX}")
+            raise ValueError(
+                f"targets holds {bad}, outside [0, {self.config.vocab_size}) and not the ignore index {IGNORE_INDEX}"
+            )
 
     def _check_kv_cache(self, kv_cache, ids_shape) -> int:
         if not isinstance(kv_cache, KVCache):
@@ -279,8 +281,10 @@ class GPT:
         if ids_shape[0] != kv_cache.batch_size:
             raise ValueError(f"token_ids batch {ids_shape[0]} != kv_cache batch {kv_cache.batch_size}")
         if kv_cache.length + ids_shape[1] > self.config.max_seq_len:
-            raise ValueError(f"kv_cache holds {kv_cache.length} positions; {ids_shape[1]} more would "
-                             f"exceed max_seq_len {self.config.max_seq_len}")
+            raise ValueError(
+                f"kv_cache holds {kv_cache.length} positions; {ids_shape[1]} more would "
+                f"exceed max_seq_len {self.config.max_seq_len}"
+            )
         return kv_cache.length
 
     def _dropout_rng(self, training: bool, rng):
@@ -289,8 +293,10 @@ class GPT:
         if not (training and self.config.drop_prob > 0):
             return None
         if rng is None:
-            raise ValueError(f"drop_prob={self.config.drop_prob} with training=True needs rng, "
-                             "a generator (numforge.backend.default_rng(seed))")
+            raise ValueError(
+                f"drop_prob={self.config.drop_prob} with training=True needs rng, "
+                "a generator (numforge.backend.default_rng(seed))"
+            )
         return rng
 
 
@@ -309,7 +315,7 @@ class LayerParams(Mapping):
         return self._params[self._prefix + name]
 
     def __iter__(self):
-        return (name[len(self._prefix):] for name in self._params if name.startswith(self._prefix))
+        return (name[len(self._prefix) :] for name in self._params if name.startswith(self._prefix))
 
     def __len__(self) -> int:
         return sum(1 for _ in self)

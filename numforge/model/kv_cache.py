@@ -22,8 +22,8 @@ class KVCache:
     def extend(self, layer: int, k, v):
         """Write ``k, v (B,H,T_new,D)`` after the cached positions; return all ``(B,H,length+T_new,D)``."""
         stop = self.length + k.shape[2]
-        self.keys[layer][:, :, self.length:stop] = k
-        self.values[layer][:, :, self.length:stop] = v
+        self.keys[layer][:, :, self.length : stop] = k
+        self.values[layer][:, :, self.length : stop] = v
         return self.keys[layer][:, :, :stop], self.values[layer][:, :, :stop]
 
     def advance(self, num_new: int) -> None:

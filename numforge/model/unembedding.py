@@ -19,9 +19,14 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..backend import get_xp
-from ..ops.cross_entropy import (cross_entropy_backward, cross_entropy_forward, tied_cross_entropy_backward,
-                                 tied_cross_entropy_forward, tied_cross_entropy_with_grads,
-                                 scale_tied_cross_entropy_grads)
+from ..ops.cross_entropy import (
+    cross_entropy_backward,
+    cross_entropy_forward,
+    scale_tied_cross_entropy_grads,
+    tied_cross_entropy_backward,
+    tied_cross_entropy_forward,
+    tied_cross_entropy_with_grads,
+)
 
 MATERIALIZED_LOGITS_LIMIT = 2**25  # (N, V) logits elements held at once: 128 MiB in float32
 

@@ -6,7 +6,7 @@ their row chunks. Example: ``list(tiles(5, 2)) == [(0, 2), (2, 4), (4, 5)]``.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 
 def tiles(length: int, size: int) -> Iterator[tuple[int, int]]:

@@ -6,7 +6,8 @@ Every function keeps its input's shape and dtype: ``(..., F) -> (..., F)``.
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 from ..backend import get_xp, overflow_to_inf_allowed
 from ..checks import check_float

@@ -210,8 +210,7 @@ def tied_cross_entropy_backward(dloss, cache: TiedCrossEntropyCache):
     return dh.reshape(cache.h_shape), dtable  # (N, C) -> (B, T, C)
 
 
-def tied_cross_entropy_with_grads(h, table, targets, ignore_index: int = -1,
-                                        chunk_rows: int = FUSED_CHUNK_ROWS):
+def tied_cross_entropy_with_grads(h, table, targets, ignore_index: int = -1, chunk_rows: int = FUSED_CHUNK_ROWS):
     """The tied cross-entropy and its gradients in one pass over chunks of rows, for training.
 
     For each chunk, while its logits are still in cache (z = h @ table^T, (n, V)):
@@ -254,7 +253,9 @@ def tied_cross_entropy_with_grads(h, table, targets, ignore_index: int = -1,
         r = counted / row_total  # (n,)
         xp.matmul(exp_shifted, table, out=dh_of_sum[rows])  # forward: z = h table^T, so dh = dz table;
         dh_of_sum[rows] *= r[:, None]  # ... (n, V) @ (V, C) -> (n, C), times r
-        xp.matmul((h_chunk * r[:, None]).T, exp_shifted, out=chunk_part)  # ... and dtable^T = h^T dz = (r h)^T (E - l onehot)
+        xp.matmul(
+            (h_chunk * r[:, None]).T, exp_shifted, out=chunk_part
+        )  # ... and dtable^T = h^T dz = (r h)^T (E - l onehot)
         dtable_transposed += chunk_part  # (C, n) @ (n, V) -> (C, V)
     loss = _loss_array(total, count, h.dtype, xp)
     dtable_of_sum = xp.ascontiguousarray(dtable_transposed.T)  # (C, V) -> (V, C)

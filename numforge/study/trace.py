@@ -66,9 +66,17 @@ def summarize(name: str, array, source: str, heads_first: bool = False, tokens=(
     """A ``Stage`` of ``array`` ``(B,T,...)``, or ``(B,H,T,D)`` when ``heads_first``."""
     values = to_numpy(array).astype(np.float64)
     last = values[0, 0, -1] if heads_first else values[0, -1]  # batch 0 (and head 0), last position
-    return Stage(name, tuple(values.shape), float(values.mean()), float(values.std()), float(values.min()),
-                 float(values.max()), tuple(float(v) for v in np.ravel(last)[:FIRST_VALUES]), source,
-                 tuple(tokens))
+    return Stage(
+        name,
+        tuple(values.shape),
+        float(values.mean()),
+        float(values.std()),
+        float(values.min()),
+        float(values.max()),
+        tuple(float(v) for v in np.ravel(last)[:FIRST_VALUES]),
+        source,
+        tuple(tokens),
+    )
 
 
 def trace(model, tokenizer, text: str) -> list[Stage]:
@@ -79,8 +87,10 @@ def trace(model, tokenizer, text: str) -> list[Stage]:
     if not ids:
         raise ValueError("text encodes to no tokens; give a non-empty text")
     if len(ids) > model.config.max_seq_len:
-        raise ValueError(f"text encodes to {len(ids)} tokens, more than the model's context "
-                         f"max_seq_len {model.config.max_seq_len}; give a shorter text")
+        raise ValueError(
+            f"text encodes to {len(ids)} tokens, more than the model's context "
+            f"max_seq_len {model.config.max_seq_len}; give a shorter text"
+        )
     token_ids = asarray(np.asarray([ids]))  # (1,T)
     targets = asarray(np.asarray([ids[1:] + [-1]]))  # (1,T): the next token; none after the last
     loss, cache = model.forward(token_ids, targets, training=False)
@@ -96,16 +106,24 @@ def trace(model, tokenizer, text: str) -> list[Stage]:
         at, mp = f"blocks[{i}].attention", f"blocks[{i}].mlp"
         stages.append(summarize(f"layer {i} pre-attention norm", rows(attention.qkv_proj.x), f"{at}.qkv_proj.x"))
         for name in ("q", "k", "v"):
-            stages.append(summarize(f"layer {i} {name}", getattr(attention.attention, name),
-                                    f"{at}.attention.{name}", heads_first=True))
+            stages.append(
+                summarize(
+                    f"layer {i} {name}", getattr(attention.attention, name), f"{at}.attention.{name}", heads_first=True
+                )
+            )
         stages.append(summarize(f"layer {i} attention output", rows(attention.out_proj.x), f"{at}.out_proj.x"))
         stages.append(summarize(f"layer {i} residual after attention", rows(mlp.norm.x), f"{mp}.norm.x"))
         stages.append(summarize(f"layer {i} pre-MLP norm", rows(mlp.up_proj.x), f"{mp}.up_proj.x"))
-        stages.extend(summarize(f"layer {i} MLP {name}", rows(array), f"{mp}.activation.{field}")
-                      for name, field, array in _pre_activations(mlp.activation))
+        stages.extend(
+            summarize(f"layer {i} MLP {name}", rows(array), f"{mp}.activation.{field}")
+            for name, field, array in _pre_activations(mlp.activation)
+        )
         stages.append(summarize(f"layer {i} MLP activation", rows(mlp.down_proj.x), f"{mp}.down_proj.x"))
-        after = (f"blocks[{i + 1}].attention.norm.x", cache.blocks[i + 1][0].norm.x) \
-            if i + 1 < len(cache.blocks) else ("final_norm.x", cache.final_norm.x)
+        after = (
+            (f"blocks[{i + 1}].attention.norm.x", cache.blocks[i + 1][0].norm.x)
+            if i + 1 < len(cache.blocks)
+            else ("final_norm.x", cache.final_norm.x)
+        )
         stages.append(summarize(f"layer {i} residual after MLP", rows(after[1]), after[0]))
     stages.append(summarize("final norm", rows(cache.loss.rows), "loss.rows"))
     if T > 1:
@@ -119,8 +137,10 @@ def _pre_activations(activation_cache):
     """``(name, field, array)`` of the MLP's pre-activation arrays that the activation cache holds."""
     fields = activation_cache._fields
     if "gate" in fields:  # SwiGLU: silu(gate) * up
-        return [("gate (pre-activation)", "gate", activation_cache.gate),
-                ("up (pre-activation)", "up", activation_cache.up)]
+        return [
+            ("gate (pre-activation)", "gate", activation_cache.gate),
+            ("up (pre-activation)", "up", activation_cache.up),
+        ]
     if "x" in fields:  # GELU
         return [("pre-activation", "x", activation_cache.x)]
     return []  # ReLU keeps only the mask x > 0
@@ -135,10 +155,17 @@ def _next_token_stage(last_logits, tokenizer) -> Stage:
     logits = to_numpy(last_logits)  # (V,)
     probs = next_token_probs(logits, temperature=1.0)  # (V,) softmax in float64
     top = np.argsort(-probs, kind="stable")[:TOP_K]  # (TOP_K,) most probable first
-    return Stage(f"next token (top {TOP_K})", tuple(probs.shape), float(probs.mean()), float(probs.std()),
-                 float(probs.min()), float(probs.max()), tuple(float(probs[t]) for t in top),
-                 "softmax(loss.rows[-1] @ loss.table^T)",
-                 tuple((int(t), tokenizer.decode([int(t)])) for t in top))
+    return Stage(
+        f"next token (top {TOP_K})",
+        tuple(probs.shape),
+        float(probs.mean()),
+        float(probs.std()),
+        float(probs.min()),
+        float(probs.max()),
+        tuple(float(probs[t]) for t in top),
+        "softmax(loss.rows[-1] @ loss.table^T)",
+        tuple((int(t), tokenizer.decode([int(t)])) for t in top),
+    )
 
 
 def format_trace(stages: list[Stage]) -> str:
@@ -147,8 +174,10 @@ def format_trace(stages: list[Stage]) -> str:
     lines = [header, "-" * len(header)]
     for stage in stages:
         last = " ".join(f"{v:.4g}" for v in stage.last)
-        lines.append(f"{stage.name:<40} {str(stage.shape):<16} {stage.mean:>9.4g} {stage.std:>9.4g} "
-                     f"{stage.min:>9.4g} {stage.max:>9.4g}  {last}")
+        lines.append(
+            f"{stage.name:<40} {str(stage.shape):<16} {stage.mean:>9.4g} {stage.std:>9.4g} "
+            f"{stage.min:>9.4g} {stage.max:>9.4g}  {last}"
+        )
         if stage.tokens:
             lines.append("    " + "  ".join(f"{token_id}:{text!r}" for token_id, text in stage.tokens))
     return "\n".join(lines)

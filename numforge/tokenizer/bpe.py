@@ -81,7 +81,7 @@ class BPETokenizer:
         special_tokens=(EOT,),
         pattern: str = GPT2_SPLIT_PATTERN,
         progress: bool = False,
-    ) -> "BPETokenizer":
+    ) -> BPETokenizer:
         """Learn ``vocab_size - 256 - len(special_tokens)`` merges from a text or an iterable of texts.
 
         Tie rule (as in ``reference.train_merges``): the highest count wins; among
@@ -194,7 +194,7 @@ class BPETokenizer:
         """The text of `ids`; bytes that are not valid UTF-8 become U+FFFD (errors="replace")."""
         return self.decode_bytes(ids).decode("utf-8", errors=errors)
 
-    def incremental_decoder(self, errors: str = "replace") -> "IncrementalDecoder":
+    def incremental_decoder(self, errors: str = "replace") -> IncrementalDecoder:
         """A decoder for streaming: feed ids as they are generated, get text as it completes."""
         return IncrementalDecoder(self, errors)
 
@@ -222,7 +222,7 @@ class BPETokenizer:
         }
 
     @classmethod
-    def from_dict(cls, d: dict, source: str = "tokenizer dict") -> "BPETokenizer":
+    def from_dict(cls, d: dict, source: str = "tokenizer dict") -> BPETokenizer:
         """The inverse of ``to_dict``; ``source`` names the dict in error messages."""
         if not isinstance(d, dict):
             raise ValueError(f"{source}: expected a JSON object, got {type(d).__name__}")
@@ -235,8 +235,9 @@ class BPETokenizer:
         if missing:
             raise ValueError(f"{source}: missing keys {missing}")
         specials = d["special_tokens"]
-        if not isinstance(specials, dict) or not all(isinstance(i, int) and not isinstance(i, bool)
-                                                     for i in specials.values()):
+        if not isinstance(specials, dict) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in specials.values()
+        ):
             raise ValueError(f"{source}: 'special_tokens' must map strings to int ids, got {specials!r}")
         names = sorted(specials, key=lambda name: specials[name])
         try:
@@ -244,8 +245,10 @@ class BPETokenizer:
         except (ValueError, TypeError) as error:
             raise ValueError(f"{source}: {error}") from None
         if tok.special_tokens != specials:
-            raise ValueError(f"{source}: special token ids {specials} must be consecutive after the merges, "
-                             f"from {256 + len(tok.merges)}")
+            raise ValueError(
+                f"{source}: special token ids {specials} must be consecutive after the merges, "
+                f"from {256 + len(tok.merges)}"
+            )
         tokens, made = d["tokens"], tok.ordinary_token_bytes()
         if not isinstance(tokens, list) or len(tokens) != len(made):
             raise ValueError(f"{source}: 'tokens' must list {len(made)} base64 strings")
@@ -263,7 +266,7 @@ class BPETokenizer:
         write_text_atomic(path, json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n")
 
     @classmethod
-    def load(cls, path) -> "BPETokenizer":
+    def load(cls, path) -> BPETokenizer:
         """Read numforge's JSON tokenizer file."""
         return cls.from_dict(read_json(path), source=str(path))
 
@@ -316,8 +319,11 @@ def _check_merges(merges) -> list[tuple[int, int]]:
     checked = []
     seen = set()
     for i, pair in enumerate(merges):
-        if (not isinstance(pair, (tuple, list)) or len(pair) != 2
-                or not all(isinstance(t, int) and not isinstance(t, bool) for t in pair)):
+        if (
+            not isinstance(pair, (tuple, list))
+            or len(pair) != 2
+            or not all(isinstance(t, int) and not isinstance(t, bool) for t in pair)
+        ):
             raise ValueError(f"merge {i} must be a pair of ints, got {pair!r}")
         p, q = int(pair[0]), int(pair[1])
         if not (0 <= p < 256 + i and 0 <= q < 256 + i):
@@ -334,8 +340,9 @@ def _check_byte_ids(byte_ids) -> list[int]:
     if byte_ids is None:
         return list(range(256))
     byte_ids = list(byte_ids)
-    if (not all(isinstance(b, int) and not isinstance(b, bool) for b in byte_ids)
-            or sorted(byte_ids) != list(range(256))):
+    if not all(isinstance(b, int) and not isinstance(b, bool) for b in byte_ids) or sorted(byte_ids) != list(
+        range(256)
+    ):
         raise ValueError("byte_ids must list 256 ids, a permutation of 0..255 (the id of each byte value)")
     return byte_ids
 

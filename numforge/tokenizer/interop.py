@@ -17,10 +17,9 @@ and the line (or JSON key). Every file is written atomically.
 from __future__ import annotations
 
 import base64
-import json
 import binascii
+import json
 from functools import lru_cache
-from pathlib import Path
 
 from ..atomic import write_text_atomic
 from ._files import read_json, read_text

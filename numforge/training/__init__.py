@@ -4,5 +4,17 @@ from .logs import LOSS_CSV, LOSS_PNG
 from .loop import TrainingDiverged, dropout_rng, evaluate, train, train_step
 from .run import RESUMABLE, Run, TrainSettings, new_run, resume_run
 
-__all__ = ["LOSS_CSV", "LOSS_PNG", "RESUMABLE", "Run", "TrainSettings", "TrainingDiverged", "dropout_rng",
-           "evaluate", "new_run", "resume_run", "train", "train_step"]
+__all__ = [
+    "LOSS_CSV",
+    "LOSS_PNG",
+    "RESUMABLE",
+    "Run",
+    "TrainSettings",
+    "TrainingDiverged",
+    "dropout_rng",
+    "evaluate",
+    "new_run",
+    "resume_run",
+    "train",
+    "train_step",
+]

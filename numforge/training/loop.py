@@ -35,7 +35,7 @@ import math
 import signal
 import threading
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 from tqdm import tqdm

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -66,8 +66,9 @@ class TrainSettings:
             raise ValueError(f"grad_clip must be > 0, got {self.grad_clip}")
 
     def lr_at(self, step: int) -> float:
-        return warmup_cosine_lr(step, max_lr=self.lr, min_lr=self.min_lr,
-                                warmup_steps=self.warmup_steps, total_steps=self.schedule_steps)
+        return warmup_cosine_lr(
+            step, max_lr=self.lr, min_lr=self.min_lr, warmup_steps=self.warmup_steps, total_steps=self.schedule_steps
+        )
 
 
 @dataclass
@@ -123,8 +124,9 @@ def _data_for(tokenizer, documents, source, settings: TrainSettings, cache_dir):
     return train_tokens, val_tokens, info
 
 
-def new_run(run_dir, settings: TrainSettings, model_options: dict, tokenizer, *, data=None,
-            documents=None, cache_dir=None) -> Run:
+def new_run(
+    run_dir, settings: TrainSettings, model_options: dict, tokenizer, *, data=None, documents=None, cache_dir=None
+) -> Run:
     """A fresh run in ``run_dir`` (which must not hold a checkpoint yet), on the text of ``data``.
 
     ``model_options`` are GPTConfig fields besides ``vocab_size`` and
@@ -134,8 +136,9 @@ def new_run(run_dir, settings: TrainSettings, model_options: dict, tokenizer, *,
     """
     run_dir = Path(run_dir)
     if latest_checkpoint_dir(run_dir) is not None:
-        raise ValueError(f"{run_dir} already holds a checkpoint: continue it with --resume {run_dir}, "
-                         f"or choose another --out")
+        raise ValueError(
+            f"{run_dir} already holds a checkpoint: continue it with --resume {run_dir}, or choose another --out"
+        )
     if documents is None:
         documents = load_documents(data)
     train_tokens, val_tokens, info = _data_for(tokenizer, documents, data, settings, cache_dir)
@@ -146,8 +149,9 @@ def new_run(run_dir, settings: TrainSettings, model_options: dict, tokenizer, *,
     return Run(run_dir, model, optimizer, tokenizer, sampler, val_tokens, settings, info)
 
 
-def resume_run(path, overrides: dict | None = None, *, data=None, cache_dir=None,
-               say: Callable[[str], None] = print) -> Run:
+def resume_run(
+    path, overrides: dict | None = None, *, data=None, cache_dir=None, say: Callable[[str], None] = print
+) -> Run:
     """The run checkpointed in ``path``, ready to continue exactly where it stopped.
 
     ``overrides`` may change settings that do not alter the arithmetic
@@ -157,8 +161,10 @@ def resume_run(path, overrides: dict | None = None, *, data=None, cache_dir=None
     """
     overrides = overrides or {}
     if set(overrides) - set(RESUMABLE):
-        raise ValueError(f"a resumed run keeps its settings; only {sorted(RESUMABLE)} can change, "
-                         f"got {sorted(set(overrides) - set(RESUMABLE))}")
+        raise ValueError(
+            f"a resumed run keeps its settings; only {sorted(RESUMABLE)} can change, "
+            f"got {sorted(set(overrides) - set(RESUMABLE))}"
+        )
     checkpoint = load_checkpoint(path)
     state = checkpoint.state
     settings = TrainSettings(**{**state["settings"], **overrides})
@@ -170,12 +176,26 @@ def resume_run(path, overrides: dict | None = None, *, data=None, cache_dir=None
     train_tokens, val_tokens, info = _data_for(tokenizer, load_documents(source), source, settings, cache_dir)
     if info["tokens_sha256"] != state["data"]["tokens_sha256"]:
         if data is None:
-            raise ValueError(f"the corpus {source or 'python-docs'} changed since {checkpoint.path} was written "
-                             f"(its tokens differ); pass --data to continue on different text")
+            raise ValueError(
+                f"the corpus {source or 'python-docs'} changed since {checkpoint.path} was written "
+                f"(its tokens differ); pass --data to continue on different text"
+            )
         say(f"note: {data} is not the text this run started on; the run continues on it (not an exact resume)")
     sampler = BatchSampler(train_tokens, settings.batch_size, settings.seq_len, settings.seed)
     sampler.load_state_dict(state["sampler"])
     run_dir = checkpoint.path.parent
     step = int(state["step"])
-    return Run(run_dir, model, optimizer, tokenizer, sampler, val_tokens, settings, info, step=step,
-               log=read_loss_csv(run_dir / LOSS_CSV, step), last_checkpoint=checkpoint.path, saved_step=step)
+    return Run(
+        run_dir,
+        model,
+        optimizer,
+        tokenizer,
+        sampler,
+        val_tokens,
+        settings,
+        info,
+        step=step,
+        log=read_loss_csv(run_dir / LOSS_CSV, step),
+        last_checkpoint=checkpoint.path,
+        saved_step=step,
+    )
