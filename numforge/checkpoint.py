@@ -36,6 +36,7 @@ import numpy as np
 from .atomic import write_text_atomic
 from .backend import asarray, to_numpy
 from .model import GPT, GPTConfig
+from .tokenizer import BPETokenizer
 
 LATEST = "LATEST"
 PREFIX = "ckpt-"
@@ -225,3 +226,12 @@ def restore_model(checkpoint: Checkpoint, dtype: str = "float32") -> GPT:
     except ValueError as err:
         raise ValueError(f"checkpoint {checkpoint.path}: its config.json and params.npz disagree: {err}") from err
     return model
+
+
+def load_model(path: str | os.PathLike, dtype: str = "float32") -> tuple[GPT, BPETokenizer]:
+    """The model and tokenizer of a run directory or one of its ``ckpt-*`` directories, to sample or study.
+
+    The one loader the inference commands (``sample``, ``trace``) share.
+    """
+    checkpoint = load_checkpoint(path)
+    return restore_model(checkpoint, dtype), BPETokenizer.from_dict(checkpoint.tokenizer, source=f"{path} tokenizer")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..checkpoint import load_checkpoint, restore_model
+from ..checkpoint import load_model
 from ..generate import generate
-from ..tokenizer import EOT, BPETokenizer
+from ..tokenizer import EOT
 
 HELP = "generate text from a checkpoint (greedy at --temperature 0; top-k, top-p; KV cache)"
 
@@ -33,9 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    checkpoint = load_checkpoint(args.checkpoint)
-    model = restore_model(checkpoint)
-    tokenizer = BPETokenizer.from_dict(checkpoint.tokenizer)
+    model, tokenizer = load_model(args.checkpoint)
     sys.stdout.write(args.prompt)
     sys.stdout.flush()
     result = generate(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..checkpoint import load_checkpoint, restore_model
+from ..checkpoint import load_model
 from ..data import default_tokenizer
 from ..model import GPT, GPTConfig
 from ..study.trace import format_trace, trace
@@ -41,8 +41,7 @@ def run(args: argparse.Namespace) -> int:
             f"{tokenizer.vocab_size}-token BPE tokenizer of the default corpus (pydoc_data.topics)"
         )
     else:
-        checkpoint = load_checkpoint(args.checkpoint)
-        model, tokenizer = restore_model(checkpoint), BPETokenizer.from_dict(checkpoint.tokenizer)
+        model, tokenizer = load_model(args.checkpoint)
         print(f"checkpoint: {args.checkpoint}")
     print(format_trace(trace(model, tokenizer, args.prompt)))
     return 0
