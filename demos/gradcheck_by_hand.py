@@ -11,7 +11,7 @@ Run:  python demos/gradcheck_by_hand.py
 
 import numpy as np
 
-from numforge.gradcheck import check_op, format_table
+from numforge.gradcheck import check_op, format_results
 from numforge.ops.layernorm import layer_norm_backward, layer_norm_forward
 
 rng = np.random.default_rng(0)
@@ -39,4 +39,4 @@ for index in [(0, 0, 0), (0, 2, 3), (1, 1, 4)]:
 
 print("\nEvery coordinate of every argument, with numforge.gradcheck:\n")
 rows = check_op("layer_norm", layer_norm_forward, layer_norm_backward, {"x": x, "weight": weight, "bias": bias})
-print(format_table(rows))
+print(format_results(rows))

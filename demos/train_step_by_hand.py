@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from numforge.backend import asarray
-from numforge.gradcheck import check_gradients, format_table
+from numforge.gradcheck import check_gradients, format_results
 from numforge.model import GPT, GPTConfig
 from numforge.optim import AdamW, clip_grad_norm, warmup_cosine_lr
 
@@ -43,7 +43,7 @@ def main():
         max_coords=20,
     )
     print("\nbackward vs finite differences (float64, 20 coordinates each):")
-    print(format_table(rows))
+    print(format_results(rows))
 
     opt = AdamW(model.params, lr=0.0, weight_decay=0.01)
     for step in range(STEPS):

@@ -63,3 +63,9 @@ def check_int(a: object, name: str, ndim: int | tuple[int, ...] | None = None):
     if a.dtype.kind not in "iu":
         raise TypeError(f"{name} must be an integer array, got dtype {a.dtype}")
     return a
+
+
+def check_same_dtype(a, name: str, like, like_name: str) -> None:
+    """A ``TypeError`` unless ``a`` has ``like``'s dtype (no silent promotion: float32 stays float32)."""
+    if a.dtype != like.dtype:
+        raise TypeError(f"{name} must have {like_name}'s dtype {like.dtype}, got {a.dtype}")

@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping
 
 from .backend import get_xp
-from .checks import check_float
+from .checks import check_float, is_real
 
 
 class AdamW:
@@ -55,17 +55,17 @@ class AdamW:
 
     def _check_hyper(self) -> None:
         lr, betas, eps, wd = self.lr, self.betas, self.eps, self.weight_decay
-        if not _is_real(lr) or not lr >= 0:
+        if not is_real(lr) or not lr >= 0:
             raise ValueError(f"lr must be a number >= 0, got {lr!r}")
         if (
             not isinstance(betas, (tuple, list))
             or len(betas) != 2
-            or not all(_is_real(b) and 0.0 <= b < 1.0 for b in betas)
+            or not all(is_real(b) and 0.0 <= b < 1.0 for b in betas)
         ):
             raise ValueError(f"betas must be two numbers in [0, 1), got {betas!r}")
-        if not _is_real(eps) or not eps > 0:
+        if not is_real(eps) or not eps > 0:
             raise ValueError(f"eps must be a number > 0, got {eps!r}")
-        if not _is_real(wd) or not wd >= 0:
+        if not is_real(wd) or not wd >= 0:
             raise ValueError(f"weight_decay must be a number >= 0, got {wd!r}")
 
     def step(self, grads: Mapping[str, object]) -> None:
@@ -168,7 +168,7 @@ def clip_grad_norm(grads: Mapping[str, object], max_norm: float) -> float:
     ``max_norm`` every gradient is multiplied by ``max_norm / norm``.
     Returns the norm before clipping, as a Python float.
     """
-    if not _is_real(max_norm) or not max_norm > 0:
+    if not is_real(max_norm) or not max_norm > 0:
         raise ValueError(f"max_norm must be a number > 0, got {max_norm!r}")
     squares = 0.0
     for g in grads.values():
@@ -196,7 +196,7 @@ def warmup_cosine_lr(step: int, *, max_lr: float, min_lr: float, warmup_steps: i
             raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
     if not warmup_steps <= total_steps:
         raise ValueError(f"warmup_steps ({warmup_steps}) must be <= total_steps ({total_steps})")
-    if not (_is_real(max_lr) and _is_real(min_lr) and 0 <= min_lr <= max_lr):
+    if not (is_real(max_lr) and is_real(min_lr) and 0 <= min_lr <= max_lr):
         raise ValueError(f"need 0 <= min_lr <= max_lr, got min_lr={min_lr!r}, max_lr={max_lr!r}")
     if step < warmup_steps:
         return max_lr * (step + 1) / warmup_steps
@@ -204,7 +204,3 @@ def warmup_cosine_lr(step: int, *, max_lr: float, min_lr: float, warmup_steps: i
         return float(min_lr)
     ratio = min(1.0, (step - warmup_steps) / (total_steps - warmup_steps))
     return min_lr + (max_lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * ratio))
-
-
-def _is_real(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

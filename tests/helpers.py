@@ -3,7 +3,7 @@
 import numpy as np
 
 from numforge import backend
-from numforge.gradcheck import format_table
+from numforge.gradcheck import format_results
 
 
 def randn(*shape, dtype="float64", seed=0):
@@ -14,4 +14,4 @@ def randn(*shape, dtype="float64", seed=0):
 
 def assert_gradients_pass(rows):
     """Every gradient-check row passed; on failure the message is the whole table."""
-    assert all(r.passed for r in rows), format_table(rows)
+    assert all(r.passed for r in rows), format_results(rows)

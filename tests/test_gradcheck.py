@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from helpers import randn
 
-from numforge.gradcheck import check_op, format_table, numeric_gradient, relative_error
+from numforge.gradcheck import check_op, format_results, numeric_gradient, relative_error
 
 
 class CubeCache(NamedTuple):
@@ -31,7 +31,7 @@ def wrong_cube_backward(dy, cache):
 def test_correct_gradients_pass():
     rows = check_op("cube", cube_forward, cube_backward, {"x": randn(3, 4, 5), "w": randn(3, 4, 5, seed=1)})
     assert [r.argument for r in rows] == ["x", "w"]
-    assert all(r.passed for r in rows), format_table(rows)
+    assert all(r.passed for r in rows), format_results(rows)
     assert max(r.max_rel_error for r in rows) < 1e-8
 
 
@@ -41,7 +41,7 @@ def test_wrong_gradient_fails():
     assert not by_arg["x"].passed
     assert by_arg["x"].max_rel_error > 1e-4
     assert by_arg["w"].passed
-    assert "FAIL" in format_table(rows)
+    assert "FAIL" in format_results(rows)
 
 
 def test_sparse_mode_checks_only_the_sampled_coordinates():

@@ -182,7 +182,7 @@ def test_bad_input_is_named():
         relu_forward(backend.asarray([1, 2]))
     with pytest.raises(TypeError, match="x must be a numpy or cupy array, got list"):
         gelu_forward([1.0, 2.0])
-    with pytest.raises(ValueError, match=r"gate and up must have one shape and dtype.*\(2, 3\).*\(3, 2\)"):
+    with pytest.raises(ValueError, match=r"gate and up must have one shape, got \(2, 3\) and \(3, 2\)"):
         swiglu_forward(x, randn(3, 2))
-    with pytest.raises(ValueError, match="float32"):
+    with pytest.raises(TypeError, match="up must have gate's dtype float64, got float32"):
         swiglu_forward(x, randn(2, 3, dtype="float32"))

@@ -30,7 +30,8 @@ from ..ops.flash_attention import (
     flash_attention_backward,
     flash_attention_forward,
 )
-from .measure import MIB, best_times, format_table, peak_extra_bytes, positive_int
+from ..table import format_table
+from .measure import MIB, best_times, optional_torch, peak_extra_bytes, positive_int, verdict
 
 SWEEP_BLOCKS_Q = (64, 128, 256, 512)
 SWEEP_BLOCKS_K = (128, 256, 512, 1024)
@@ -62,9 +63,8 @@ def _numforge_step(forward, backward, q, k, v, dout, **kwargs) -> Callable[[], o
 
 
 def _torch_step(q, k, v, dout, causal: bool) -> Callable[[], object] | None:
-    try:
-        import torch
-    except ImportError:
+    torch = optional_torch()
+    if torch is None:
         return None
     threads = os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS")
     if threads:
@@ -135,20 +135,16 @@ def _verdicts(measured: dict) -> list[str]:
         plain_s, tiled_s, sdpa_s, plain_mem, tiled_mem = measured[2048]
         holds = tiled_mem * 8 <= plain_mem
         fraction = f"1/{plain_mem / tiled_mem:.1f}"
-        lines.append(f"memory at T=2048: tiled = {fraction} of plain (target <= 1/8): {_word(holds)}")
+        lines.append(f"memory at T=2048: tiled = {fraction} of plain (target <= 1/8): {verdict(holds)}")
         if sdpa_s is not None:
             ratio = tiled_s / sdpa_s
-            lines.append(f"time at T=2048: tiled = {ratio:.2f}x SDPA (target <= 1.5x): {_word(ratio <= 1.5)}")
+            lines.append(f"time at T=2048: tiled = {ratio:.2f}x SDPA (target <= 1.5x): {verdict(ratio <= 1.5)}")
     long = {T: m for T, m in measured.items() if T >= 1024}
     if long:
         ratios = ", ".join(f"T={T}: {m[1] / m[0]:.2f}" for T, m in sorted(long.items()))
         holds = all(m[1] <= m[0] for m in long.values())
-        lines.append(f"time tiled/plain from T=1024 ({ratios}) (target <= 1): {_word(holds)}")
+        lines.append(f"time tiled/plain from T=1024 ({ratios}) (target <= 1): {verdict(holds)}")
     return lines
-
-
-def _word(holds: bool) -> str:
-    return "holds" if holds else "MISSED"
 
 
 def _sweep(args, xp) -> int:

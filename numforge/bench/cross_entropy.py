@@ -36,7 +36,7 @@ from ..ops.cross_entropy import (
     tied_cross_entropy_forward,
     tied_cross_entropy_with_grads,
 )
-from .measure import MIB, best_times, peak_extra_bytes, positive_int
+from .measure import MIB, best_times, optional_torch, peak_extra_bytes, positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,9 +67,8 @@ def _materialized_step(h, table, targets):
 
 
 def _torch_step(h, table, targets):
-    try:
-        import torch
-    except ImportError:
+    torch = optional_torch()
+    if torch is None:
         return None
     th = torch.from_numpy(backend.to_numpy(h)).requires_grad_()
     ttable = torch.from_numpy(backend.to_numpy(table)).requires_grad_()

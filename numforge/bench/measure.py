@@ -72,12 +72,18 @@ def _cupy_pool_peak(step: Callable[[], object]) -> int:
     return hook.peak
 
 
-def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
-    """Right-aligned columns under a header and a rule."""
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in [header, *rows]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+def verdict(holds: bool) -> str:
+    """How a bench prints whether a target holds in this run."""
+    return "holds" if holds else "MISSED"
+
+
+def optional_torch():
+    """The ``torch`` module, or None when it is not installed (it is a peer to compare with, never a dependency)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
 
 
 def _at_least(kind: type, zero_allowed: bool) -> Callable[[str], object]:

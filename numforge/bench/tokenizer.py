@@ -29,7 +29,7 @@ import warnings
 from pathlib import Path
 
 from ..tokenizer import EOT, BPETokenizer, reference
-from .measure import positive_float, positive_int
+from .measure import positive_float, positive_int, verdict
 
 TRAIN_RATIO_TARGET = 3.0
 ENCODE_RATIO_TARGET = 0.4
@@ -127,18 +127,18 @@ def run(args: argparse.Namespace) -> int:
         ratio = min(train_s) / min(hf_train_s)
         print(
             f"  training time numforge / HF = {ratio:.2f} (target <= {TRAIN_RATIO_TARGET:g}): "
-            f"{_verdict(ratio <= TRAIN_RATIO_TARGET)}"
+            f"{verdict(ratio <= TRAIN_RATIO_TARGET)}"
         )
     if tiktoken_s:
         ratio = min(tiktoken_s) / min(encode_s)
         cpu_ratio = min(tiktoken_cpu_s) / min(encode_cpu_s)
         print(
             f"  encoding MB/s numforge / tiktoken = {ratio:.2f} (target >= {ENCODE_RATIO_TARGET:g}): "
-            f"{_verdict(ratio >= ENCODE_RATIO_TARGET)}; in CPU time {cpu_ratio:.2f}"
+            f"{verdict(ratio >= ENCODE_RATIO_TARGET)}; in CPU time {cpu_ratio:.2f}"
         )
     print(
         f"  100,000 copies of one character, slowest: {long_run_worst:.3f} s "
-        f"(target < {LONG_RUN_SECONDS_TARGET:g} s): {_verdict(long_run_worst < LONG_RUN_SECONDS_TARGET)}"
+        f"(target < {LONG_RUN_SECONDS_TARGET:g} s): {verdict(long_run_worst < LONG_RUN_SECONDS_TARGET)}"
     )
     return 0
 
@@ -219,7 +219,3 @@ def _timed(work):
 
 def _row(name: str, seconds: float, megabytes: float) -> None:
     print(f"  {name:<34} {seconds:8.3f} s  {megabytes / seconds:7.2f} MB/s")
-
-
-def _verdict(holds: bool) -> str:
-    return "holds" if holds else "DOES NOT HOLD"

@@ -28,7 +28,7 @@ import numpy as np
 from ..backend import asarray
 from ..model import ATTENTION_KINDS, GPT, GPTConfig
 from ..optim import AdamW
-from .measure import non_negative_int, positive_int
+from .measure import non_negative_int, optional_torch, positive_int
 
 CONFIGS = {  # the two configs of issue 5
     "small": dict(num_layers=4, d_model=128, num_heads=4, seq_len=128, batch=16, vocab_size=4096),
@@ -65,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    torch = None if args.no_torch else _import_torch()
+    torch = None if args.no_torch else optional_torch()
     blas = _numpy_openblas()
     if blas is not None:
         blas.set_num_threads(args.threads)
@@ -253,14 +253,6 @@ def matmul_rate(size: int = 1024, repeats: int = 5) -> float:
         np.matmul(a, b, out=out)
         best = min(best, time.perf_counter() - start)
     return 2 * size**3 / best
-
-
-def _import_torch():
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch
 
 
 class _OpenBlas:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 
-from ..gradcheck import DEFAULT_TOL, all_cases, format_table
+from ..gradcheck import DEFAULT_TOL, all_cases, format_results
 from . import EXIT_FAILED
 
 HELP = "check every hand-written backward against finite differences (float64)"
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     if not cases:
         raise ValueError(f"no gradient-check case matches {args.only!r} (see: numforge gradcheck --list)")
     results = [row for case in cases for row in case.run()]
-    print(format_table(results))
+    print(format_results(results))
     failed = [r for r in results if not r.passed]
     worst = max(r.max_rel_error for r in results)
     print(

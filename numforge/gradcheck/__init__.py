@@ -12,7 +12,7 @@ from .check import (
     GradResult,
     check_gradients,
     check_op,
-    format_table,
+    format_results,
     numeric_gradient,
     relative_error,
 )
@@ -25,7 +25,7 @@ __all__ = [
     "all_cases",
     "check_gradients",
     "check_op",
-    "format_table",
+    "format_results",
     "numeric_gradient",
     "relative_error",
 ]

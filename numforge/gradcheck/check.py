@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..backend import get_xp, to_numpy
+from ..table import format_table
 
 DEFAULT_EPS = 1e-6
 DEFAULT_TOL = 1e-7
@@ -189,7 +190,7 @@ def _is_float_array(v: object) -> bool:
     return hasattr(v, "dtype") and hasattr(v, "shape") and v.dtype.kind == "f"
 
 
-def format_table(results: list[GradResult]) -> str:
+def format_results(results: list[GradResult]) -> str:
     """The gradient-check table: op, argument, shape, max relative error, pass/fail."""
     header = ("op", "argument", "shape", "max rel error", "coords", "result")
     rows = [
@@ -203,7 +204,4 @@ def format_table(results: list[GradResult]) -> str:
         )
         for r in results
     ]
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in [header, *rows]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return format_table(header, rows, align="left")

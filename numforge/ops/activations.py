@@ -10,21 +10,13 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from ..backend import get_xp, overflow_to_inf_allowed
-from ..checks import check_float
+from ..checks import check_float, check_same_dtype
 from ._erf import normal_cdf
 
 GELU_APPROXIMATIONS = ("tanh", "none")
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _GELU_CUBIC = 0.044715
-
-
-def _check_same(a, b, name_a: str, name_b: str) -> None:
-    if a.shape != b.shape or a.dtype != b.dtype:
-        raise ValueError(
-            f"{name_a} and {name_b} must have one shape and dtype, got "
-            f"{name_a} {tuple(a.shape)} {a.dtype} and {name_b} {tuple(b.shape)} {b.dtype}"
-        )
 
 
 # ---------------------------------------------------------------- ReLU
@@ -148,7 +140,9 @@ def swiglu_forward(gate, up):
     """
     check_float(gate, "gate")
     check_float(up, "up")
-    _check_same(gate, up, "gate", "up")
+    if gate.shape != up.shape:
+        raise ValueError(f"gate and up must have one shape, got {tuple(gate.shape)} and {tuple(up.shape)}")
+    check_same_dtype(up, "up", gate, "gate")
     sigmoid_gate = _one_over_one_plus_exp(-gate)  # sigma(g) = 1 / (1 + exp(-g))
     y = gate * sigmoid_gate
     y *= up

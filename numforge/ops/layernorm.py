@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..backend import get_xp
-from ..checks import check_float
+from ..checks import check_float, check_same_dtype
 from ._sums import column_sums, row_sums
 
 
@@ -37,11 +37,9 @@ def layer_norm_forward(x, weight, bias=None, eps: float = 1e-5):
         if param is None:
             continue
         check_float(param, name, ndim=1)
-        if param.shape[0] != width or param.dtype != x.dtype:
-            raise ValueError(
-                f"{name} must have shape ({width},) and dtype {x.dtype} to match x {tuple(x.shape)}, "
-                f"got {tuple(param.shape)} {param.dtype}"
-            )
+        if param.shape[0] != width:
+            raise ValueError(f"{name} must have shape ({width},) to match x {tuple(x.shape)}, got {tuple(param.shape)}")
+        check_same_dtype(param, name, x, "x")
     if not (isinstance(eps, (int, float)) and eps >= 0):
         raise ValueError(f"eps must be a number >= 0, got {eps!r}")
     xp = get_xp(x, weight, bias)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..backend import get_xp
-from ..checks import check_float
+from ..checks import check_float, check_same_dtype
 from ._sums import column_sums
 
 
@@ -28,14 +28,14 @@ def linear_forward(x, weight, bias=None):
             f"x's last axis must match weight's first (C_in = {weight.shape[0]}), "
             f"got x {tuple(x.shape)} and weight {tuple(weight.shape)}"
         )
-    _check_dtype(weight, x, "weight")
+    check_same_dtype(weight, "weight", x, "x")
     xp = get_xp(x, weight, bias)
     y = xp.matmul(x, weight)  # (..., C_in) -> (..., C_out)
     if bias is not None:
         check_float(bias, "bias", ndim=1)
         if bias.shape[0] != weight.shape[1]:
             raise ValueError(f"bias must have shape ({weight.shape[1]},), got {tuple(bias.shape)}")
-        _check_dtype(bias, x, "bias")
+        check_same_dtype(bias, "bias", x, "x")
         y += bias
     return y, LinearCache(x, weight, bias is not None)
 
@@ -54,8 +54,3 @@ def linear_backward(dy, cache: LinearCache):
     dweight = xp.matmul(rows_x.T, rows_dy)  # (C_in, N) @ (N, C_out) -> (C_in, C_out)
     dbias = column_sums(rows_dy) if cache.has_bias else None  # forward: y += b; (N, C_out) -> (C_out,)
     return dx, dweight, dbias
-
-
-def _check_dtype(a, x, name: str) -> None:
-    if a.dtype != x.dtype:
-        raise TypeError(f"{name} must have x's dtype {x.dtype}, got {a.dtype}")
