@@ -13,6 +13,7 @@ import numpy as np
 
 from ..backend import asarray, default_rng
 from ..model import GPT, GPTConfig
+from ..ops.activations import ACTIVATIONS
 from .cases import Case
 from .check import GradResult, check_gradients
 
@@ -21,11 +22,9 @@ BATCH, SEQ = 2, 7
 MAX_COORDS = 12  # sampled coordinates per parameter tensor
 DROPOUT_SEED = 5
 
-OPTIONS = {
-    "gelu": {},
+OPTIONS = {  # every activation of the registry, then the other options (on GELU, the default)
+    **{name: {"activation": name} for name in ACTIVATIONS},
     "gelu_exact": {"gelu_approximate": "none"},
-    "swiglu": {"activation": "swiglu"},
-    "relu": {"activation": "relu"},
     "untied": {"tie_weights": False},
     "no_bias": {"use_bias": False},
     "plain_attention": {"attention": "plain"},
