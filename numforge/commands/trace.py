@@ -1,47 +1,58 @@
-"""``numforge trace --prompt TEXT [--checkpoint DIR]``: print the forward pass stage by stage."""
+"""``numforge trace --prompt TEXT [--checkpoint DIR] [--backward] [--lens] [--dump FILE.npz]``."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 
-from ..checkpoint import load_model
-from ..data import default_tokenizer
-from ..model import GPT, GPTConfig
-from ..study.trace import format_trace, trace
-from ..tokenizer import BPETokenizer
+from ..checks import check_positive_int
+from ..study.backward import backward_stages, format_backward
+from ..study.predictions import format_lens, format_predictions, logit_lens, position_predictions
+from ..study.prompt import run_prompt
+from ..study.trace import dump_arrays, format_stages, format_tokens, forward_stages
+from ._model import add_model_arguments, study_model
 
-HELP = "show the forward pass on a prompt, stage by stage: shapes, statistics, the top-5 next tokens"
-
-# Without a checkpoint: an untrained model this small, on the default tokenizer (trained once, then cached)
-FRESH_CONFIG = dict(max_seq_len=64, d_model=32, num_heads=2, num_layers=2)
+HELP = (
+    "show one pass on a prompt stage by stage: the forward's arrays, the per-position predictions, "
+    "and with --backward the gradients, with --lens the logit lens"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--prompt", required=True, help="the text to run through the model")
+    add_model_arguments(parser)
     parser.add_argument(
-        "--checkpoint",
-        metavar="DIR",
-        help="a run directory written by numforge train (or one of its ckpt-* directories); "
-        "default: a tiny untrained model (seed 0)",
+        "--backward",
+        action="store_true",
+        help="also run the backward (targets = the prompt shifted by one) and show each upstream gradient",
     )
-
-
-def fresh_model() -> tuple[GPT, BPETokenizer]:
-    """An untrained 2-layer model (seed 0) and the default corpus's cached tokenizer."""
-    tokenizer = default_tokenizer(say=lambda text: print(text, file=sys.stderr))
-    return GPT(GPTConfig(vocab_size=tokenizer.vocab_size, **FRESH_CONFIG), seed=0), tokenizer
+    parser.add_argument(
+        "--lens", action="store_true", help="also show what each residual stream predicts (the logit lens)"
+    )
+    parser.add_argument("--top", type=int, default=3, metavar="K", help="top-K tokens per prediction (default 3)")
+    parser.add_argument("--dump", metavar="FILE.npz", help="save every stage's array (and gradient) to FILE.npz")
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.checkpoint is None:
-        model, tokenizer = fresh_model()
-        print(
-            f"no --checkpoint: an untrained model (seed 0, {FRESH_CONFIG}) and the "
-            f"{tokenizer.vocab_size}-token BPE tokenizer of the default corpus (pydoc_data.topics)"
-        )
+    check_positive_int(args.top, "--top")
+    model, tokenizer = study_model(args)
+    prompt = run_prompt(model, tokenizer, args.prompt)
+    stages = forward_stages(model, prompt)
+    print(f"\ntokens ({len(prompt.ids)}):\n{format_tokens(prompt)}")
+    print(f"\nforward pass:\n{format_stages(stages)}")
+    if prompt.loss is None:
+        print("\nloss: none (one token, no target)")
     else:
-        model, tokenizer = load_model(args.checkpoint)
-        print(f"checkpoint: {args.checkpoint}")
-    print(format_trace(trace(model, tokenizer, args.prompt)))
+        print(f"\nloss (mean cross-entropy of the {len(prompt.ids) - 1} next tokens): {prompt.loss:.6f}")
+    print(f"\npredictions at each position:\n{format_predictions(position_predictions(prompt, args.top), tokenizer)}")
+    arrays = {"ids": prompt.cache.embedding.ids, **{stage.name: stage.array for stage in stages}}
+    if args.lens:
+        print(f"\nlogit lens:\n{format_lens(logit_lens(model, prompt, args.top), prompt, tokenizer)}")
+    if args.backward:
+        grad_stages, grads = backward_stages(model, prompt)
+        print(f"\nbackward pass (d loss / d each stage, in the order the backward makes them):")
+        print(format_backward(grad_stages))
+        arrays.update({f"grad/{stage.name}": stage.array for stage in grad_stages})
+        arrays.update({f"grad/{name}": g for name, g in grads.items()})
+    if args.dump:
+        dump_arrays(args.dump, arrays)
+        print(f"\nsaved {len(arrays)} arrays to {args.dump}")
     return 0

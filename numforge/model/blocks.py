@@ -14,6 +14,14 @@ the same short names. ``rng`` is
 None when dropout is off (at ``drop_prob = 0`` and at inference). Inside a
 branch the tokens are rows, ``(N,C)`` with ``N = B*T``, so that every
 projection is one 2-D matrix product (one BLAS call).
+
+Every backward takes an optional ``record(stage, grad, params)``: when given,
+it is called with each upstream gradient as the backward computes it (and the
+parameter gradients that step produced), so that ``study/backward.py`` shows
+the real backward's numbers, stage by stage. It only receives references: the
+math is the same with or without it, and unused it costs one ``is None`` test
+per stage. (A study-side re-walk of these calls would duplicate the backward's
+logic and could drift from it; a callback cannot.)
 """
 
 from __future__ import annotations
@@ -121,23 +129,37 @@ def attention_branch_forward(x, p, config, rng, kv_cache=None, layer=0, training
     return a.reshape(B, T, C), AttentionBranchCache(norm_cache, qkv_cache, attention_cache, out_cache, drop_cache)
 
 
-def attention_branch_backward(da, cache: AttentionBranchCache, config):
+def attention_branch_backward(da, cache: AttentionBranchCache, config, record=None):
     """``(dx, grads)``: each step reverses the forward line named beside it."""
     grads = {}
     B, T, C = da.shape
     da = dropout_if_backward(da.reshape(B * T, C), cache.dropout)  # (B,T,C) -> (N,C)
     # forward: a = out_proj(merge_heads(o))
     dmerged, grads["attn.out_proj.weight"], grads["attn.out_proj.bias"] = linear_backward(da, cache.out_proj)
+    if record is not None:
+        record("heads merged (out_proj input)", dmerged, present_grads(grads, "attn.out_proj."))
     do = dmerged.reshape(B, T, config.num_heads, C // config.num_heads).transpose(0, 2, 1, 3)  # (N,C) -> (B,H,T,D)
     # forward: o = attend(q, k, v)
     dq, dk, dv = attend_backward(get_xp(do).ascontiguousarray(do), cache.attention, config)
+    if record is not None:
+        for name, grad in (("q", dq), ("k", dk), ("v", dv)):
+            record(name, grad, {})
     # forward: q, k, v = split_heads(qkv)
     dqkv = merge_qkv_grads(dq, dk, dv).reshape(B * T, 3 * C)  # 3 x (B,H,T,D) -> (N,3C)
     # forward: qkv = qkv_proj(h)
     dh, grads["attn.qkv_proj.weight"], grads["attn.qkv_proj.bias"] = linear_backward(dqkv, cache.qkv_proj)
+    if record is not None:
+        record("pre-attention norm output", dh, present_grads(grads, "attn.qkv_proj."))
     # forward: h = pre_attn_norm(x)
     dx, grads["pre_attn_norm.weight"], grads["pre_attn_norm.bias"] = layer_norm_backward(dh, cache.norm)
+    if record is not None:
+        record("attention branch -> residual", dx, present_grads(grads, "pre_attn_norm."))
     return dx.reshape(B, T, C), grads  # (N,C) -> (B,T,C)
+
+
+def present_grads(grads: dict, prefix: str) -> dict:
+    """The gradients whose names start with ``prefix`` (absent biases, None, left out)."""
+    return {name: g for name, g in grads.items() if name.startswith(prefix) and g is not None}
 
 
 class MlpBranchCache(NamedTuple):
@@ -167,26 +189,36 @@ def mlp_branch_forward(x, p, config, rng):
     return m.reshape(B, T, C), MlpBranchCache(norm_cache, up_cache, gate_cache, act_cache, down_cache, drop_cache)
 
 
-def mlp_branch_backward(dm, cache: MlpBranchCache, config):
+def mlp_branch_backward(dm, cache: MlpBranchCache, config, record=None):
     """``(dx, grads)``; with a gated activation ``dh`` is the sum of the gate and up paths."""
     grads = {}
     B, T, C = dm.shape
     dm = dropout_if_backward(dm.reshape(B * T, C), cache.dropout)  # (B,T,C) -> (N,C)
     # forward: m = down_proj(act)
     dact, grads["mlp.down_proj.weight"], grads["mlp.down_proj.bias"] = linear_backward(dm, cache.down_proj)
+    if record is not None:
+        record("MLP activation (down_proj input)", dact, present_grads(grads, "mlp.down_proj."))
     activation = ACTIVATIONS[config.activation]
     if activation.gated:
         # forward: act = swiglu(gate, up); gate = gate_proj(h); up = up_proj(h)
         dgate, dup = activation.backward(dact, cache.activation)
         dh_gate, grads["mlp.gate_proj.weight"], grads["mlp.gate_proj.bias"] = linear_backward(dgate, cache.gate_proj)
+        if record is not None:
+            record("MLP gate (pre-activation)", dgate, {})
     else:
         # forward: act = gelu(up) or relu(up)
         dup = activation.backward(dact, cache.activation)
+    if record is not None:
+        record("MLP up (pre-activation)" if activation.gated else "MLP pre-activation", dup, {})
     dh, grads["mlp.up_proj.weight"], grads["mlp.up_proj.bias"] = linear_backward(dup, cache.up_proj)
     if activation.gated:
         dh += dh_gate  # h feeds both projections: the two paths add
+    if record is not None:
+        record("pre-MLP norm output", dh, present_grads(grads, "mlp.up_proj.") | present_grads(grads, "mlp.gate_proj."))
     # forward: h = pre_mlp_norm(x)
     dx, grads["pre_mlp_norm.weight"], grads["pre_mlp_norm.bias"] = layer_norm_backward(dh, cache.norm)
+    if record is not None:
+        record("MLP branch -> residual", dx, present_grads(grads, "pre_mlp_norm."))
     return dx.reshape(B, T, C), grads  # (N,C) -> (B,T,C)
 
 
@@ -207,12 +239,17 @@ def block_forward(x, p, config, rng, training: bool = False, kv_cache=None, laye
     return x, BlockCache(attention_cache, mlp_cache)
 
 
-def block_backward(dx, cache: BlockCache, config):
+def block_backward(dx, cache: BlockCache, config, record=None):
     """``(dx, grads)``: the residual gradient passes through each skip and adds each branch's."""
     # forward: x = x + m, m = mlp_branch(x)
-    dx_mlp, grads = mlp_branch_backward(dx, cache.mlp, config)
+    dx_mlp, grads = mlp_branch_backward(dx, cache.mlp, config, record)
     dx = dx + dx_mlp
+    if record is not None:
+        record("residual after attention (skip + MLP)", dx, {})
     # forward: x = x + a, a = attention_branch(x)
-    dx_attention, attention_grads = attention_branch_backward(dx, cache.attention, config)
+    dx_attention, attention_grads = attention_branch_backward(dx, cache.attention, config, record)
     grads.update(attention_grads)
-    return dx + dx_attention, grads
+    dx = dx + dx_attention
+    if record is not None:
+        record("residual into the block (skip + attention)", dx, {})
+    return dx, grads

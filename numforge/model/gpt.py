@@ -31,7 +31,7 @@ from ..backend import array_module, get_xp, resolve_dtype
 from ..checks import check_bool, check_int, check_positive_int
 from ..ops.embedding import embedding_backward, embedding_forward
 from ..ops.layernorm import layer_norm_backward, layer_norm_forward
-from .blocks import BlockCache, block_backward, block_forward, dropout_if, dropout_if_backward
+from .blocks import BlockCache, block_backward, block_forward, dropout_if, dropout_if_backward, present_grads
 from .config import GPTConfig
 from .kv_cache import KVCache
 from .positions import sinusoidal_positions
@@ -146,18 +146,31 @@ class GPT:
 
     # ----------------------------------------------------------------- backward
 
-    def backward(self, cache: ModelCache) -> dict:
-        """Gradients of the loss for every parameter: same names, shapes and dtype as ``params``."""
+    def backward(self, cache: ModelCache, record=None) -> dict:
+        """Gradients of the loss for every parameter: same names, shapes and dtype as ``params``.
+
+        ``record(stage, grad, params)``, when given, is called with each upstream gradient in the
+        order the backward makes them, and the parameter gradients (by name) that step produced;
+        ``numforge trace --backward`` shows them. It changes nothing else (see ``blocks.py``).
+        """
         config = self.config
         xp = get_xp(*self.params.values())
         grads = {}
         # forward: loss = cross_entropy(h @ unembedding^T, targets)
-        dh, dunembedding = unembedding_loss_backward(xp.ones((), dtype=self.dtype), cache.loss)
+        dloss = xp.ones((), dtype=self.dtype)
+        dh, dunembedding = unembedding_loss_backward(dloss, cache.loss)
+        if record is not None:
+            record("loss", dloss, {})
+            unembedding = "token_embedding (output side: dlogits^T h)" if config.tie_weights else "lm_head.weight"
+            record("final norm output h", dh, {unembedding: dunembedding})
         # forward: h = final_norm(x)
         dx, grads["final_norm.weight"], grads["final_norm.bias"] = layer_norm_backward(dh, cache.final_norm)
+        if record is not None:
+            record("residual after the last layer", dx, present_grads(grads, "final_norm."))
         # forward: x, blocks = self._blocks(x), layer by layer
         for i in reversed(range(config.num_layers)):
-            dx, layer_grads = block_backward(dx, cache.blocks[i], config)
+            layer_record = None if record is None else _layer_recorder(record, i)
+            dx, layer_grads = block_backward(dx, cache.blocks[i], config, layer_record)
             grads.update({f"layers.{i}.{name}": g for name, g in layer_grads.items()})
         # forward: x = Drop(x)
         dx = dropout_if_backward(dx, cache.embedding_dropout)
@@ -170,6 +183,13 @@ class GPT:
             grads["lm_head.weight"] = dunembedding
         if dposition_embedding is not None:
             grads["position_embedding"] = dposition_embedding
+        if record is not None:
+            parts = {"token_embedding (input side: scatter-add)": dtoken_embedding}
+            if config.tie_weights:
+                parts["token_embedding (input side + output side)"] = grads["token_embedding"]
+            if dposition_embedding is not None:
+                parts["position_embedding (summed over the batch)"] = dposition_embedding
+            record("embedding sum", dx, parts)
         return {name: grads[name] for name in self.params}  # params' order; drops absent biases
 
     def _blocks(self, x, rng, training: bool, kv_cache: KVCache | None = None):
@@ -291,6 +311,15 @@ class GPT:
                 "a generator (numforge.backend.default_rng(seed))"
             )
         return rng
+
+
+def _layer_recorder(record, layer: int):
+    """``record`` for block ``layer``: stages named ``"layer i ..."``, parameters by their full names."""
+
+    def layer_record(stage: str, grad, params: dict) -> None:
+        record(f"layer {layer} {stage}", grad, {f"layers.{layer}.{name}": g for name, g in params.items()})
+
+    return layer_record
 
 
 class LayerParams(Mapping):

@@ -2,6 +2,10 @@
 in the order of the forward's array arguments.
 
 The caches are ``NamedTuple``s, and their field names are part of the op contract: the model's backward
-reads them, and so do the study tools (``numforge trace`` and the like show what a cache holds, by name).
-Renaming a field is a change of the public interface.
+reads them, and so do the study tools (``numforge.study``: trace, attention maps, the backward stage by
+stage, the logit lens, the inspector page), which show what a cache holds, by name, never recomputing it:
+``AttentionCache.probs``, ``FlashAttentionCache.q, .k, .lse, .scale`` (the tiled weights are rebuilt as
+``exp(S - lse)``), ``LayerNormCache.x``, ``LinearCache.x``, the activations' inputs, ... Renaming or
+repurposing a field is a change of the public interface, made together with its readers (the study
+tests fail otherwise).
 """

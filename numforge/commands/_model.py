@@ -1,0 +1,41 @@
+"""The model a study command (``trace``, ``attention``, ``inspect``) reads: ``--checkpoint DIR`` or a fresh one."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..checkpoint import load_model
+from ..data import default_tokenizer
+from ..model import GPT, GPTConfig
+from ..study.prompt import describe_model
+
+# Without a checkpoint: an untrained model this small, on the default tokenizer (trained once, then cached)
+FRESH_CONFIG = dict(max_seq_len=64, d_model=32, num_heads=2, num_layers=2)
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, checkpoint_required: bool = False) -> None:
+    parser.add_argument("--prompt", required=True, help="the text to run through the model")
+    parser.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        required=checkpoint_required,
+        help="a run directory written by numforge train (or one of its ckpt-* directories)"
+        + ("" if checkpoint_required else "; default: a tiny untrained model (seed 0)"),
+    )
+
+
+def study_model(args: argparse.Namespace):
+    """``(model, tokenizer)`` of ``args.checkpoint`` (through ``checkpoint.load_model``), or an untrained
+    2-layer model (seed 0) on the default corpus's cached tokenizer; says which on stdout."""
+    if args.checkpoint is not None:
+        model, tokenizer = load_model(args.checkpoint)
+        print(f"checkpoint: {args.checkpoint} ({describe_model(model)})")
+        return model, tokenizer
+    tokenizer = default_tokenizer(say=lambda text: print(text, file=sys.stderr))
+    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, **FRESH_CONFIG), seed=0)
+    print(
+        f"no --checkpoint: an untrained model, seed 0 ({describe_model(model)}), and the "
+        f"{tokenizer.vocab_size}-token BPE tokenizer of the default corpus (pydoc_data.topics)"
+    )
+    return model, tokenizer

@@ -1,0 +1,89 @@
+"""Attention weights and scores, read from the caches of the model's own forward pass.
+
+Every layer's attention cache holds what is needed (``ops/attention.py``,
+``ops/flash_attention.py``):
+
+- the plain path (``AttentionCache``) keeps the weights ``P`` ``(B,H,T,T)``
+  themselves: ``cache.probs``;
+- the tiled path (``FlashAttentionCache``) keeps no ``(T,T)`` array, only
+  ``q, k``, the scale ``s`` and each query row's log-sum-exp ``L``. Since
+  ``L_i = log sum_j exp(S_ij)``, the weights are rebuilt exactly as::
+
+      S = s Q K^T  (masked: -inf where j > i)       P = exp(S - L)
+
+  which is the very line its backward uses to recompute each tile. They equal
+  the plain path's weights to rounding (``tests/test_study_attention.py``:
+  1e-6 in float32, 1e-12 in float64).
+
+``attention_scores`` gives ``S = s Q K^T`` before the mask and the softmax,
+from the same cached ``q, k`` and scale (no cache keeps ``S``: the plain path
+overwrites it with ``P``).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+import numpy as np
+
+from ..backend import get_xp, to_numpy
+from ..ops.attention import AttentionCache, causal_allowed
+from ..ops.flash_attention import FlashAttentionCache
+
+
+def attention_scores(attention_cache) -> np.ndarray:
+    """``S = s Q K^T`` ``(B,H,Tq,Tk)``, before the mask, from a plain or tiled attention cache (NumPy)."""
+    q, k = attention_cache.q, attention_cache.k
+    return to_numpy(get_xp(q).matmul(q, k.swapaxes(-1, -2)) * attention_cache.scale)  # (B,H,Tq,D) @ (B,H,D,Tk)
+
+
+def attention_weights(attention_cache) -> np.ndarray:
+    """The softmax weights ``P`` ``(B,H,Tq,Tk)`` (NumPy), 0 where masked: kept (plain) or rebuilt (tiled)."""
+    if isinstance(attention_cache, AttentionCache):
+        return to_numpy(attention_cache.probs)
+    if not isinstance(attention_cache, FlashAttentionCache):
+        raise TypeError(f"expected an AttentionCache or FlashAttentionCache, got {type(attention_cache).__name__}")
+    q, k, lse = attention_cache.q, attention_cache.k, attention_cache.lse
+    xp = get_xp(q)
+    scores = xp.matmul(q, k.swapaxes(-1, -2)) * attention_cache.scale  # (B,H,Tq,D) @ (B,H,D,Tk) -> (B,H,Tq,Tk)
+    Tq, Tk = scores.shape[-2:]
+    if attention_cache.causal:
+        allowed = causal_allowed(xp, 0, Tq, 0, Tk, Tk - Tq)  # (Tq,Tk)
+        scores = xp.where(allowed, scores, xp.asarray(-xp.inf, dtype=scores.dtype))
+    lse = xp.where(xp.isneginf(lse), xp.inf, lse)  # a row that sees no key: P = exp(S - inf) = 0
+    return to_numpy(xp.exp(scores - lse))  # P = exp(S - L), (B,H,Tq,Tk)
+
+
+def model_attention_weights(cache) -> list[np.ndarray]:
+    """Per layer, the weights ``(B,H,T,T)`` of a ``ModelCache``."""
+    return [attention_weights(block.attention.attention) for block in cache.blocks]
+
+
+def plain_twin(model):
+    """A model that shares ``model``'s parameter arrays but runs the plain attention path (the oracle)."""
+    twin = copy.copy(model)  # a shallow copy: the same params dict and arrays
+    twin.config = replace(model.config, attention="plain")
+    return twin
+
+
+def max_difference(weights: list[np.ndarray], oracle: list[np.ndarray]) -> float:
+    """``max |P - P_oracle|`` over every layer, head and entry."""
+    return max(float(np.abs(a.astype(np.float64) - b).max()) for a, b in zip(weights, oracle))
+
+
+def format_matrix(weights: np.ndarray, labels: list[str], masked: np.ndarray | None, width: int = 7) -> str:
+    """One ``(T,T)`` matrix, rows = queries, columns = keys, masked entries blank, each row's sum at the end."""
+    cut = width - 1
+    names = [repr(text)[: cut + 8] for text in labels]
+    left = max(len(n) for n in names) + 1
+    header = " " * left + "".join(f"{n[:cut]:>{width}}" for n in names) + f"{'row sum':>{width + 2}}"
+    lines = [header]
+    for i, name in enumerate(names):
+        cells = "".join(
+            " " * width if masked is not None and masked[i, j] else f"{weights[i, j]:>{width}.3f}"
+            for j in range(weights.shape[1])
+        )
+        visible = weights[i] if masked is None else weights[i][~masked[i]]
+        lines.append(f"{name:<{left}}{cells}{float(visible.sum()):>{width + 2}.4f}")
+    return "\n".join(lines)
