@@ -21,7 +21,16 @@ from importlib import import_module
 from .allocator import retain_freed_memory
 from .commands import EXIT_BAD_INPUT, EXIT_INTERRUPTED
 
-COMMANDS = ("train", "sample", "tokenizer", "trace", "gradcheck", "bench")  # modules in numforge.commands
+COMMANDS = (
+    "train",
+    "sample",
+    "tokenizer",
+    "trace",
+    "attention",
+    "inspect",
+    "gradcheck",
+    "bench",
+)  # modules in numforge.commands
 
 
 def build_parser() -> argparse.ArgumentParser:

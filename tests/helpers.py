@@ -1,4 +1,4 @@
-"""Helpers the tests share: arrays of the selected backend, and a gradient-check assertion."""
+"""Helpers the tests share: arrays of the selected backend, a gradient-check assertion, tiny models and runs."""
 
 import numpy as np
 
@@ -15,3 +15,33 @@ def randn(*shape, dtype="float64", seed=0):
 def assert_gradients_pass(rows):
     """Every gradient-check row passed; on failure the message is the whole table."""
     assert all(r.passed for r in rows), format_results(rows)
+
+
+# ---------------------------------------------------------------- the study tools' tests
+
+STUDY_TEXT = "the cat sat on the mat. the dog sat on the log. " * 5
+STUDY_PROMPT = "the cat sat on"
+
+
+def tiny_model(tokenizer, dtype="float32", **overrides):
+    """A 2-layer GPT of width 8 on ``tokenizer`` (seed 0); ``overrides`` change its GPTConfig."""
+    from numforge.model import GPT, GPTConfig
+
+    settings = dict(vocab_size=tokenizer.vocab_size, max_seq_len=16, d_model=8, num_heads=2, num_layers=2)
+    return GPT(GPTConfig(**{**settings, **overrides}), seed=0, dtype=dtype)
+
+
+def tiny_run(tmp_path):
+    """Train a 1-layer model for 2 steps with ``numforge train`` into ``tmp_path / "run"``; return that path."""
+    from numforge.cli import main
+
+    data = tmp_path / "corpus.txt"
+    data.write_text(STUDY_TEXT * 4, encoding="utf-8")
+    run = tmp_path / "run"
+    flags = {
+        "--data": data, "--vocab-size": 270, "--cache-dir": tmp_path / "cache", "--out": run, "--max-steps": 2,
+        "--save-every": 2, "--eval-every": 2, "--layers": 1, "--d-model": 8, "--heads": 2, "--seq-len": 8,
+        "--batch-size": 2,
+    }  # fmt: skip
+    assert main(["train", "--no-progress"] + [str(x) for pair in flags.items() for x in pair]) == 0
+    return run

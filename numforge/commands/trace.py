@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"\nlogit lens:\n{format_lens(logit_lens(model, prompt, args.top), prompt, tokenizer)}")
     if args.backward:
         grad_stages, grads = backward_stages(model, prompt)
-        print(f"\nbackward pass (d loss / d each stage, in the order the backward makes them):")
+        print("\nbackward pass (d loss / d each stage, in the order the backward makes them):")
         print(format_backward(grad_stages))
         arrays.update({f"grad/{stage.name}": stage.array for stage in grad_stages})
         arrays.update({f"grad/{name}": g for name, g in grads.items()})

@@ -72,18 +72,16 @@ def max_difference(weights: list[np.ndarray], oracle: list[np.ndarray]) -> float
     return max(float(np.abs(a.astype(np.float64) - b).max()) for a, b in zip(weights, oracle))
 
 
-def format_matrix(weights: np.ndarray, labels: list[str], masked: np.ndarray | None, width: int = 7) -> str:
-    """One ``(T,T)`` matrix, rows = queries, columns = keys, masked entries blank, each row's sum at the end."""
-    cut = width - 1
-    names = [repr(text)[: cut + 8] for text in labels]
-    left = max(len(n) for n in names) + 1
-    header = " " * left + "".join(f"{n[:cut]:>{width}}" for n in names) + f"{'row sum':>{width + 2}}"
-    lines = [header]
+def format_matrix(matrix: np.ndarray, labels: list[str], masked: np.ndarray | None = None, width: int = 7) -> str:
+    """One ``(T,T)`` matrix, rows = queries, columns = keys. With ``masked`` ``(T,T)`` (the weights):
+    masked entries blank and each row's sum at the end; without (the scores): every entry."""
+    names = [repr(text) for text in labels]
+    left = min(max(len(n) for n in names), 16) + 1
+    header = " " * left + "".join(f"{n[: width - 1]:>{width}}" for n in names)
+    lines = [header + (f"{'row sum':>{width + 2}}" if masked is not None else "")]
     for i, name in enumerate(names):
-        cells = "".join(
-            " " * width if masked is not None and masked[i, j] else f"{weights[i, j]:>{width}.3f}"
-            for j in range(weights.shape[1])
-        )
-        visible = weights[i] if masked is None else weights[i][~masked[i]]
-        lines.append(f"{name:<{left}}{cells}{float(visible.sum()):>{width + 2}.4f}")
+        hidden = masked[i] if masked is not None else np.zeros(matrix.shape[1], dtype=bool)
+        cells = "".join(" " * width if hidden[j] else f"{matrix[i, j]:>{width}.3f}" for j in range(matrix.shape[1]))
+        total = f"{float(matrix[i][~hidden].sum()):>{width + 2}.4f}" if masked is not None else ""
+        lines.append(f"{name[: left - 1]:<{left}}{cells}{total}")
     return "\n".join(lines)

@@ -29,7 +29,7 @@ def plot_attention_grid(path, matrices: dict, labels: list[str], title: str) -> 
     fig, axes = plt.subplots(
         len(layers), len(heads), figsize=(size * len(heads), size * len(layers)), squeeze=False, layout="constrained"
     )
-    names = [repr(text)[1:-1] for text in labels]  # the text without its quotes, escapes kept visible
+    names = [repr(text)[1:-1].replace(" ", "\u00b7") for text in labels]  # no quotes; spaces as middle dots
     image = None
     for r, layer in enumerate(layers):
         for c, head in enumerate(heads):

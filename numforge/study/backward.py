@@ -75,12 +75,13 @@ def backward_stages(model, prompt) -> tuple[list[GradStage], dict]:
 
 def format_backward(stages: list[GradStage]) -> str:
     """One line per upstream gradient; below it, the parameter gradients of that step with their norms."""
-    header = f"{'upstream gradient (d loss / d ...)':<50} {'shape':<16} {'norm':>10} {'mean':>10} {'std':>10} {'max |.|':>10}"
+    columns = f"{'shape':<16} {'norm':>10} {'mean':>10} {'std':>10} {'max |.|':>10}"
+    header = f"{'upstream gradient (d loss / d ...)':<50} {columns}"
     lines = [header, "-" * len(header)]
     for stage in stages:
         lines.append(
             f"{stage.name:<50} {str(stage.shape):<16} {stage.norm:>10.4g} {stage.mean:>10.3g} "
             f"{stage.std:>10.3g} {stage.max_abs:>10.3g}"
         )
-        lines += [f"    param {name:<44} {str(shape):<16} {norm:>10.4g}" for name, shape, norm in stage.params]
+        lines += [f"    param {name:<40} {str(shape):<16} {norm:>10.4g}" for name, shape, norm in stage.params]
     return "\n".join(lines)

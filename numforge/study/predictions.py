@@ -96,7 +96,9 @@ def residual_streams(cache) -> list[tuple[str, str, object]]:
     for i, block in enumerate(blocks):
         streams.append((f"layer {i} after attention", f"blocks[{i}].mlp.norm.x", block.mlp.norm.x))
         if i + 1 < len(blocks):
-            streams.append((f"layer {i} after MLP", f"blocks[{i + 1}].attention.norm.x", blocks[i + 1].attention.norm.x))
+            streams.append(
+                (f"layer {i} after MLP", f"blocks[{i + 1}].attention.norm.x", blocks[i + 1].attention.norm.x)
+            )
         else:
             streams.append((f"layer {i} after MLP", "final_norm.x", cache.final_norm.x))
     C = cache.loss.table.shape[1]
@@ -144,7 +146,10 @@ def format_lens(lens: list[LensRow], prompt, tokenizer, width: int = 12) -> str:
     T = len(prompt.ids)
     header = f"{'residual stream':<28}" + "".join(f"{_cell(tokenizer, i, width):<{width + 1}}" for i in prompt.ids)
     lines = ["top-1 prediction of each residual stream (columns: the input token at each position)", header]
-    lines += [f"{row.name:<28}" + "".join(f"{_cell(tokenizer, row.top[t][0][0], width):<{width + 1}}" for t in range(T)) for row in lens]
+    lines += [
+        f"{row.name:<28}" + "".join(f"{_cell(tokenizer, row.top[t][0][0], width):<{width + 1}}" for t in range(T))
+        for row in lens
+    ]
     lines.append(f"\nlast position ({_cell(tokenizer, prompt.ids[-1], 20)}): top {len(lens[0].top[-1])} of each stream")
     for row in lens:
         top = ", ".join(f"{_cell(tokenizer, i, 14)} {q:.3f}" for i, q in row.top[-1])

@@ -1,0 +1,28 @@
+"""``numforge inspect --prompt TEXT [--checkpoint DIR] --out report.html``: one page, a whole pass."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..checks import check_positive_int
+from ..study.report import inspect_data, write_page
+from ._model import add_model_arguments, study_model
+
+HELP = (
+    "write one self-contained HTML page of a forward and backward pass on a prompt: tokens, stages, "
+    "attention heatmaps, predictions, logit lens, gradients"
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument("--out", metavar="FILE.html", required=True, help="the page to write")
+    parser.add_argument("--top", type=int, default=3, metavar="K", help="top-K tokens per prediction (default 3)")
+
+
+def run(args: argparse.Namespace) -> int:
+    check_positive_int(args.top, "--top")
+    model, tokenizer = study_model(args)
+    write_page(args.out, inspect_data(model, tokenizer, args.prompt, args.top))
+    print(f"wrote {args.out}: open it in a browser (no network needed)")
+    return 0

@@ -1,0 +1,86 @@
+"""numforge.study.attention: weights kept (plain) or rebuilt from the log-sum-exp (tiled), equal; `numforge attention`."""
+
+import numpy as np
+import pytest
+from helpers import STUDY_PROMPT, STUDY_TEXT, randn, tiny_model, tiny_run
+
+from numforge.cli import main
+from numforge.ops.attention import attention_forward
+from numforge.ops.flash_attention import flash_attention_forward
+from numforge.study.attention import (
+    attention_scores,
+    attention_weights,
+    format_matrix,
+    model_attention_weights,
+    plain_twin,
+)
+from numforge.study.prompt import run_prompt
+from numforge.tokenizer import BPETokenizer
+
+TOLERANCE = {"float32": 1e-6, "float64": 1e-12}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return BPETokenizer.train(STUDY_TEXT, 256 + 12)
+
+
+@pytest.mark.parametrize("dtype", sorted(TOLERANCE))
+def test_tiled_weights_rebuilt_from_the_log_sum_exp_equal_the_plain_ones(dtype):
+    """Many tiles (3 x 5 over T = 11), causal; the plain op's kept P is the oracle."""
+    q, k, v = (randn(2, 3, 11, 4, dtype=dtype, seed=s) for s in (1, 2, 3))
+    _, plain = attention_forward(q, k, v, causal=True)
+    _, tiled = flash_attention_forward(q, k, v, causal=True, block_q=3, block_k=5)
+    rebuilt = attention_weights(tiled)
+    assert rebuilt.dtype == np.dtype(dtype)
+    np.testing.assert_allclose(rebuilt, attention_weights(plain), rtol=0, atol=TOLERANCE[dtype])
+    assert np.all(np.triu(rebuilt, k=1) == 0)  # masked: exactly zero
+    np.testing.assert_allclose(rebuilt.sum(axis=-1), 1.0, atol=10 * TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype", sorted(TOLERANCE))
+def test_a_tiled_model_and_its_plain_twin_give_the_same_weights(tokenizer, dtype):
+    model = tiny_model(tokenizer, dtype=dtype)  # tiled by default
+    twin = plain_twin(model)
+    assert model.config.attention == "tiled" and twin.config.attention == "plain" and twin.params is model.params
+    tiled = model_attention_weights(run_prompt(model, tokenizer, STUDY_PROMPT).cache)
+    plain = model_attention_weights(run_prompt(twin, tokenizer, STUDY_PROMPT).cache)
+    T = len(tokenizer.encode(STUDY_PROMPT))
+    assert [w.shape for w in tiled] == [(1, 2, T, T)] * 2
+    for a, b in zip(tiled, plain):
+        np.testing.assert_allclose(a, b, rtol=0, atol=TOLERANCE[dtype])
+
+
+def test_scores_are_scaled_dot_products_before_the_mask():
+    q, k, v = (randn(1, 2, 5, 4, seed=s) for s in (4, 5, 6))
+    _, cache = flash_attention_forward(q, k, v, causal=True)
+    qn, kn = np.asarray(q), np.asarray(k)
+    expected = np.einsum("bhid,bhjd->bhij", qn, kn) / 2.0  # s = 1/sqrt(D) = 1/2
+    np.testing.assert_allclose(attention_scores(cache), expected, rtol=1e-13)
+
+
+def test_format_matrix_blanks_the_mask_and_sums_rows():
+    weights = np.array([[1.0, 0.0], [0.25, 0.75]])
+    text = format_matrix(weights, ["a", "b"], np.triu(np.ones((2, 2), dtype=bool), k=1))
+    header, first, second = text.splitlines()
+    assert "row sum" in header and "0.000" not in first and first.split() == ["'a'", "1.000", "1.0000"]
+    assert second.split() == ["'b'", "0.250", "0.750", "1.0000"]
+    assert "row sum" not in format_matrix(weights, ["a", "b"])
+
+
+def test_cli(tmp_path, capsys):
+    run = tiny_run(tmp_path)
+    capsys.readouterr()
+    assert main(["attention", "--checkpoint", str(run), "--prompt", STUDY_PROMPT, "--head", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "P = exp(S - L)" in out and "layer 0, head 1: attention weights" in out and "head 0" not in out
+    difference = float(out.split("max |P - P_plain| = ")[1].split()[0])
+    assert difference < 1e-6
+    assert main(["attention", "--checkpoint", str(run), "--prompt", STUDY_PROMPT, "--scores"]) == 0
+    assert "scores s q.k, before the mask" in capsys.readouterr().out
+    assert main(["attention", "--checkpoint", str(run), "--prompt", STUDY_PROMPT, "--layer", "1"]) == 2
+    assert "--layer must be in [0, 0], got 1" in capsys.readouterr().err
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "attn.png"
+    assert main(["attention", "--checkpoint", str(run), "--prompt", STUDY_PROMPT, "--out", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "drew 2 heatmaps" in capsys.readouterr().out
