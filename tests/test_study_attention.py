@@ -1,4 +1,4 @@
-"""numforge.study.attention: weights kept (plain) or rebuilt from the log-sum-exp (tiled), equal; `numforge attention`."""
+"""numforge.study.attention: weights kept (plain) or rebuilt from the log-sum-exp (tiled), equal; the command."""
 
 import numpy as np
 import pytest
