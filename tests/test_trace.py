@@ -100,7 +100,8 @@ def test_format_has_a_line_per_stage_with_its_source(tokenizer):
     for stage in stages:
         assert any(stage.name in line and line.rstrip().endswith(stage.source) for line in text.splitlines())
     tokens = format_tokens(prompt)
-    assert all(f"{i:>6}  {s!r}" in tokens for i, s in zip(prompt.ids, prompt.tokens))
+    rows = [line.split(maxsplit=2) for line in tokens.splitlines()[2:]]
+    assert rows == [[str(t), str(i), repr(s)] for t, (i, s) in enumerate(zip(prompt.ids, prompt.tokens))]
 
 
 def test_cli_on_a_tiny_checkpoint_and_without_one(tmp_path, capsys):

@@ -30,6 +30,7 @@ import numpy as np
 from ..backend import get_xp, to_numpy
 from ..ops.attention import AttentionCache, causal_allowed
 from ..ops.flash_attention import FlashAttentionCache
+from ..table import format_table
 
 
 def attention_scores(attention_cache) -> np.ndarray:
@@ -72,16 +73,14 @@ def max_difference(weights: list[np.ndarray], oracle: list[np.ndarray]) -> float
     return max(float(np.abs(a.astype(np.float64) - b).max()) for a, b in zip(weights, oracle))
 
 
-def format_matrix(matrix: np.ndarray, labels: list[str], masked: np.ndarray | None = None, width: int = 7) -> str:
+def format_matrix(matrix: np.ndarray, labels: list[str], masked: np.ndarray | None = None) -> str:
     """One ``(T,T)`` matrix, rows = queries, columns = keys. With ``masked`` ``(T,T)`` (the weights):
     masked entries blank and each row's sum at the end; without (the scores): every entry."""
-    names = [repr(text) for text in labels]
-    left = min(max(len(n) for n in names), 16) + 1
-    header = " " * left + "".join(f"{n[: width - 1]:>{width}}" for n in names)
-    lines = [header + (f"{'row sum':>{width + 2}}" if masked is not None else "")]
-    for i, name in enumerate(names):
-        hidden = masked[i] if masked is not None else np.zeros(matrix.shape[1], dtype=bool)
-        cells = "".join(" " * width if hidden[j] else f"{matrix[i, j]:>{width}.3f}" for j in range(matrix.shape[1]))
-        total = f"{float(matrix[i][~hidden].sum()):>{width + 2}.4f}" if masked is not None else ""
-        lines.append(f"{name[: left - 1]:<{left}}{cells}{total}")
-    return "\n".join(lines)
+    hidden = np.zeros(matrix.shape, dtype=bool) if masked is None else masked
+    rows = []
+    for i, label in enumerate(labels):
+        cells = tuple("" if hidden[i, j] else f"{matrix[i, j]:.3f}" for j in range(matrix.shape[1]))
+        total = () if masked is None else (f"{float(matrix[i][~hidden[i]].sum()):.4f}",)
+        rows.append((repr(label)[:16], *cells, *total))
+    header = ("query \\ key", *(repr(label)[:8] for label in labels), *(() if masked is None else ("row sum",)))
+    return format_table(header, rows, align=("left",) + ("right",) * (len(header) - 1))

@@ -27,6 +27,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..backend import to_numpy
+from ..table import format_table
 
 
 class GradStage(NamedTuple):
@@ -75,13 +76,9 @@ def backward_stages(model, prompt) -> tuple[list[GradStage], dict]:
 
 def format_backward(stages: list[GradStage]) -> str:
     """One line per upstream gradient; below it, the parameter gradients of that step with their norms."""
-    columns = f"{'shape':<16} {'norm':>10} {'mean':>10} {'std':>10} {'max |.|':>10}"
-    header = f"{'upstream gradient (d loss / d ...)':<50} {columns}"
-    lines = [header, "-" * len(header)]
-    for stage in stages:
-        lines.append(
-            f"{stage.name:<50} {str(stage.shape):<16} {stage.norm:>10.4g} {stage.mean:>10.3g} "
-            f"{stage.std:>10.3g} {stage.max_abs:>10.3g}"
-        )
-        lines += [f"    param {name:<40} {str(shape):<16} {norm:>10.4g}" for name, shape, norm in stage.params]
-    return "\n".join(lines)
+    rows = []
+    for s in stages:
+        rows.append((s.name, str(s.shape), f"{s.norm:.4g}", f"{s.mean:.3g}", f"{s.std:.3g}", f"{s.max_abs:.3g}"))
+        rows += [(f"    param {name}", str(shape), f"{norm:.4g}", "", "", "") for name, shape, norm in s.params]
+    header = ("upstream gradient (d loss / d ...)", "shape", "norm", "mean", "std", "max |.|")
+    return format_table(header, rows, align=("left", "left", "right", "right", "right", "right"))

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..backend import to_numpy
 from ..ops.layernorm import layer_norm_forward
+from ..table import format_table
 from .prompt import token_label
 
 CHUNK_ROWS = 64  # rows unembedded at once: (64, V) float64 is 26 MB for GPT-2's V = 50257
@@ -127,15 +128,16 @@ def _cell(tokenizer, token_id: int, width: int) -> str:
 
 def format_predictions(predictions: list[Prediction], tokenizer) -> str:
     """The per-position table: token, target, p(target), loss, top-k predictions."""
-    header = f"{'pos':>4}  {'token':<16} {'target (next token)':<20} {'p(target)':>10} {'loss':>8}  top predictions"
-    lines = [header, "-" * len(header)]
-    for row in predictions:
-        target = "(none: the end)" if row.target is None else _cell(tokenizer, row.target, 20)
-        p = "" if row.target_prob is None else f"{row.target_prob:.4f}"
-        loss = "" if row.loss is None else f"{row.loss:.3f}"
-        top = ", ".join(f"{_cell(tokenizer, i, 14)} {q:.3f}" for i, q in row.top)
-        lines.append(f"{row.position:>4}  {_cell(tokenizer, row.token, 16):<16} {target:<20} {p:>10} {loss:>8}  {top}")
-    losses = [row.loss for row in predictions if row.loss is not None]
+    rows = [
+        (str(r.position), _cell(tokenizer, r.token, 16),
+         "(none: the end)" if r.target is None else _cell(tokenizer, r.target, 20),
+         "" if r.target_prob is None else f"{r.target_prob:.4f}", "" if r.loss is None else f"{r.loss:.3f}",
+         ", ".join(f"{_cell(tokenizer, i, 14)} {q:.3f}" for i, q in r.top))
+        for r in predictions
+    ]  # fmt: skip
+    header = ("pos", "token", "target (next token)", "p(target)", "loss", "top predictions")
+    lines = [format_table(header, rows, align=("right", "left", "left", "right", "right", "left"))]
+    losses = [r.loss for r in predictions if r.loss is not None]
     if losses:
         lines.append(f"mean loss over the {len(losses)} positions with a target: {np.mean(losses):.6f}")
     return "\n".join(lines)
@@ -143,15 +145,14 @@ def format_predictions(predictions: list[Prediction], tokenizer) -> str:
 
 def format_lens(lens: list[LensRow], prompt, tokenizer, width: int = 12) -> str:
     """Top-1 of every stream at every position (rows = depth, columns = positions), then the last position's top-k."""
-    T = len(prompt.ids)
-    header = f"{'residual stream':<28}" + "".join(f"{_cell(tokenizer, i, width):<{width + 1}}" for i in prompt.ids)
-    lines = ["top-1 prediction of each residual stream (columns: the input token at each position)", header]
-    lines += [
-        f"{row.name:<28}" + "".join(f"{_cell(tokenizer, row.top[t][0][0], width):<{width + 1}}" for t in range(T))
-        for row in lens
-    ]
-    lines.append(f"\nlast position ({_cell(tokenizer, prompt.ids[-1], 20)}): top {len(lens[0].top[-1])} of each stream")
-    for row in lens:
-        top = ", ".join(f"{_cell(tokenizer, i, 14)} {q:.3f}" for i, q in row.top[-1])
-        lines.append(f"{row.name:<28}{top}")
-    return "\n".join(lines)
+    header = ("residual stream", *(_cell(tokenizer, i, width) for i in prompt.ids))
+    grid = [(row.name, *(_cell(tokenizer, top[0][0], width) for top in row.top)) for row in lens]
+    last = [(row.name, ", ".join(f"{_cell(tokenizer, i, 14)} {q:.3f}" for i, q in row.top[-1])) for row in lens]
+    return "\n".join(
+        [
+            "top-1 prediction of each residual stream (columns: the input token at each position)",
+            format_table(header, grid, align="left"),
+            f"\nlast position ({_cell(tokenizer, prompt.ids[-1], 20)}): top {len(lens[0].top[-1])} of each stream",
+            format_table(("residual stream", "top predictions"), last, align="left"),
+        ]
+    )

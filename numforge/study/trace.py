@@ -39,6 +39,7 @@ import numpy as np
 
 from ..atomic import atomic_path
 from ..backend import to_numpy
+from ..table import format_table
 
 FIRST_VALUES = 4
 
@@ -140,25 +141,19 @@ def _pre_activations(activation_cache):
 
 def format_tokens(prompt) -> str:
     """The prompt's tokens: position, id, text."""
-    lines = [f"{'position':>8} {'id':>6}  token"]
-    lines += [f"{t:>8} {token_id:>6}  {text!r}" for t, (token_id, text) in enumerate(zip(prompt.ids, prompt.tokens))]
-    return "\n".join(lines)
+    rows = [(str(t), str(i), repr(text)) for t, (i, text) in enumerate(zip(prompt.ids, prompt.tokens))]
+    return format_table(("position", "id", "token"), rows, align=("right", "right", "left"))
 
 
 def format_stages(stages: list[Stage]) -> str:
     """A plain-text table: one line per stage, one meaning per column."""
-    header = (
-        f"{'stage':<42} {'shape':<16} {'mean':>9} {'std':>9} {'min':>9} {'max':>9}  "
-        f"{'last position, first ' + str(FIRST_VALUES) + ' values':<40} read from"
-    )
-    lines = [header, "-" * len(header)]
-    for stage in stages:
-        last = " ".join(f"{v:.4g}" for v in stage.last)
-        lines.append(
-            f"{stage.name:<42} {str(stage.shape):<16} {stage.mean:>9.4g} {stage.std:>9.4g} "
-            f"{stage.min:>9.4g} {stage.max:>9.4g}  {last:<40} {stage.source}"
-        )
-    return "\n".join(lines)
+    header = ("stage", "shape", "mean", "std", "min", "max", f"last position, first {FIRST_VALUES} values", "read from")
+    rows = [
+        (s.name, str(s.shape), *(f"{v:.4g}" for v in (s.mean, s.std, s.min, s.max)),
+         " ".join(f"{v:.4g}" for v in s.last), s.source)
+        for s in stages
+    ]  # fmt: skip
+    return format_table(header, rows, align=("left", "left", "right", "right", "right", "right", "left", "left"))
 
 
 def dump_arrays(path, arrays: dict) -> None:
