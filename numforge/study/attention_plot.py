@@ -25,10 +25,9 @@ def plot_attention_grid(path, matrices: dict, labels: list[str], title: str) -> 
     T = len(labels)
     finite = np.concatenate([m[np.isfinite(m)] for m in matrices.values()])
     low, high = float(finite.min()), float(finite.max())
-    size = max(2.2, 0.32 * T + 1.2)
-    fig, axes = plt.subplots(
-        len(layers), len(heads), figsize=(size * len(heads), size * len(layers)), squeeze=False, layout="constrained"
-    )
+    size = max(2.2, 0.32 * T + 1.2)  # inches per panel
+    figsize = (size * len(heads), size * len(layers) + 0.6)  # + room for the title and the key labels
+    fig, axes = plt.subplots(len(layers), len(heads), figsize=figsize, squeeze=False, layout="constrained")
     names = [repr(text)[1:-1].replace(" ", "\u00b7") for text in labels]  # no quotes; spaces as middle dots
     image = None
     for r, layer in enumerate(layers):
