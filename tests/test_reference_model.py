@@ -1,0 +1,104 @@
+"""The textbook GPT (model/reference.py) equals the fast GPT: loss, logits and every gradient, every option."""
+
+import numpy as np
+import pytest
+
+from numforge.backend import asarray, default_rng, to_numpy
+from numforge.gradcheck.model import DROPOUT_SEED, OPTIONS, randomized_model, tiny_batch
+from numforge.model.reference import reference_backward, reference_forward
+
+TOL = 1e-12
+EVERY_OPTION_AT_ONCE = {
+    "activation": "swiglu",
+    "tie_weights": False,
+    "use_bias": False,
+    "position": "sinusoidal",
+    "scale_embeddings": True,
+    "attention": "plain",
+    "drop_prob": 0.3,
+    "ln_eps": 1e-3,
+}
+CASES = {
+    **OPTIONS,
+    "all_at_once": EVERY_OPTION_AT_ONCE,
+    "gelu_exact_untied": {"gelu_approximate": "none", "tie_weights": False},
+}
+
+
+def relative_difference(a, b) -> float:
+    a, b = to_numpy(a), to_numpy(b)
+    return float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-300))
+
+
+def both_models(options: dict, targets=None):
+    """The fast GPT's (loss, grads) and the reference's (logits, loss, grads), float64, same masks."""
+    model = randomized_model(options)
+    ids, tiny_targets = tiny_batch(model.config.vocab_size)
+    targets = tiny_targets if targets is None else targets
+    loss, cache = model.forward(ids, targets, rng=default_rng(DROPOUT_SEED))
+    grads = model.backward(cache)
+    logits, ref_loss, ref_cache = reference_forward(
+        model.params, model.config, ids, targets, rng=default_rng(DROPOUT_SEED)
+    )
+    ref_grads = reference_backward(model.params, model.config, ref_cache)
+    return model, ids, (loss, grads), (logits, ref_loss, ref_grads)
+
+
+@pytest.mark.parametrize("option", list(CASES))
+def test_reference_equals_the_fast_model(option):
+    model, _, (loss, grads), (_, ref_loss, ref_grads) = both_models(CASES[option])
+    assert abs(float(ref_loss) - float(loss)) <= TOL * abs(float(loss))
+    assert list(ref_grads) == list(model.params)  # every parameter, absent biases absent, params' order
+    for name, g in grads.items():
+        assert ref_grads[name].shape == g.shape and ref_grads[name].dtype == g.dtype, name
+        assert relative_difference(ref_grads[name], g) <= TOL, name
+
+
+@pytest.mark.parametrize("option", ["gelu", "swiglu", "untied", "sinusoidal_scaled"])
+def test_reference_logits_equal_the_fast_models(option):
+    options = {k: v for k, v in OPTIONS[option].items()}
+    model = randomized_model(options)
+    ids, targets = tiny_batch(model.config.vocab_size)
+    logits, _, _ = reference_forward(model.params, model.config, ids, targets)  # no rng: evaluation
+    assert logits.shape == (*ids.shape, model.config.vocab_size)
+    assert relative_difference(logits, model.logits(ids)) <= TOL
+
+
+def test_the_reference_loss_is_a_softmax_cross_entropy_of_its_logits():
+    model = randomized_model({})
+    ids, targets = tiny_batch(model.config.vocab_size)
+    logits, loss, _ = reference_forward(model.params, model.config, ids, targets)
+    z, t = to_numpy(logits), to_numpy(targets)
+    log_probs = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    counted = t != -1
+    expected = -log_probs[counted, t[counted]].mean()  # one target is -1: it must not count
+    assert float(loss) == pytest.approx(expected, rel=1e-13)
+
+
+def test_dropout_masks_come_from_the_generator():
+    """Same seed: equal (above). Another seed: other masks, so the loss differs from the fast model's."""
+    model = randomized_model({"drop_prob": 0.2})
+    ids, targets = tiny_batch(model.config.vocab_size)
+    loss, _ = model.forward(ids, targets, rng=default_rng(DROPOUT_SEED))
+    _, other, _ = reference_forward(model.params, model.config, ids, targets, rng=default_rng(DROPOUT_SEED + 1))
+    _, evaluation, _ = reference_forward(model.params, model.config, ids, targets)
+    assert abs(float(other) - float(loss)) > 1e-6
+    assert float(evaluation) == pytest.approx(float(model.forward(ids, targets, training=False)[0]), rel=TOL)
+
+
+def test_all_targets_ignored_gives_zero_loss_and_zero_gradients():
+    targets = asarray(np.full((2, 7), -1))
+    model, _, (loss, grads), (_, ref_loss, ref_grads) = both_models({}, targets=targets)
+    assert float(ref_loss) == float(loss) == 0.0
+    assert all(not np.any(to_numpy(g)) for g in ref_grads.values())
+
+
+def test_bad_inputs_are_named():
+    model = randomized_model({})
+    ids, targets = tiny_batch(model.config.vocab_size)
+    with pytest.raises(TypeError, match="config must be a GPTConfig"):
+        reference_forward(model.params, model.config.to_dict(), ids, targets)
+    with pytest.raises(ValueError, match="targets must have the shape"):
+        reference_forward(model.params, model.config, ids, targets[:, :3])
+    with pytest.raises(TypeError, match="token_ids must be an integer array"):
+        reference_forward(model.params, model.config, ids * 1.0, targets)
