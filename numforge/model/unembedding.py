@@ -68,6 +68,6 @@ def unembedding_loss_backward(dloss, cache: UnembeddingLossCache):
     else:
         dlogits = cross_entropy_backward(dloss, cache.op_cache)  # (N,V)
         dh = dlogits @ cache.table  # forward: logits = h table^T, so dh = dlogits table; (N,V) @ (V,C) -> (N,C)
-        # ... and dtable = dlogits^T h, computed as (h^T dlogits)^T (the faster order: `numforge bench cross_entropy`)
+        # ... and dtable = dlogits^T h, computed as (h^T dlogits)^T (the faster order, ops/WHY_FAST.md)
         dtable = get_xp(dh).ascontiguousarray((cache.rows.T @ dlogits).T)  # (C,N) @ (N,V) -> (C,V) -> (V,C)
     return dh.reshape(cache.h_shape), dtable  # (N,C) -> (B,T,C)

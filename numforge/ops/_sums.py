@@ -1,11 +1,9 @@
 """Sums over one axis as BLAS matrix-vector products: ``a @ ones`` and ``ones @ a``.
 
-NumPy's ``a.sum(axis=-1)`` over short rows and ``a.sum(axis=0)`` down the
-rows of a C-contiguous ``(N, C)`` array run far below memory speed; one BLAS
-call does the same sum 2.5-4x faster at the model's shapes (N = 2048,
-C = 128 and 256, float32, one thread: 34 against 118 microseconds for the
-row sums, 29 against 82 for the column sums). The order of the additions
-differs, so results differ from NumPy's by rounding.
+The same sums as ``a.sum(axis=-1)`` and ``a.sum(axis=0)``, as one BLAS call
+each, which NumPy's reductions over short rows do not keep up with (the
+measurements: ``ops/WHY_FAST.md``). The order of the additions differs, so
+results differ from NumPy's by rounding.
 """
 
 from __future__ import annotations

@@ -121,7 +121,7 @@ def _one_over_one_plus_exp(t):
     with overflow_to_inf_allowed():
         xp.exp(t, out=t)
     t += 1.0
-    return xp.divide(1.0, t, out=t)  # NumPy's divide ran 1.6x faster than its reciprocal here
+    return xp.divide(1.0, t, out=t)
 
 
 # ---------------------------------------------------------------- SwiGLU

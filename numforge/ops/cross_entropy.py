@@ -16,9 +16,7 @@ from ._sums import row_sums
 from ._tiles import tiles
 
 DEFAULT_CHUNK_ROWS = 256  # rows of logits alive at once in the tied loss; chosen by `numforge bench cross_entropy`
-# rows per chunk of the fused loss-and-gradients: 512 ran 1.1-1.25x faster than materialized logits at
-# `numforge bench train`'s shapes (N = 2048, C = 128/256, V = 4096/8192, one thread); 256 and 1024 less so
-FUSED_CHUNK_ROWS = 512
+FUSED_CHUNK_ROWS = 512  # rows per chunk of the fused loss-and-gradients (why 512: ops/WHY_FAST.md)
 
 
 class CrossEntropyCache(NamedTuple):
@@ -226,8 +224,8 @@ def tied_cross_entropy_with_grads(h, table, targets, ignore_index: int = -1, chu
     h_rows, targets, valid, count = _check_tied_inputs(h, table, targets, ignore_index, chunk_rows)
     xp = get_xp(h, table)
     dh_of_sum = xp.empty_like(h_rows)  # (N, C)
-    # dtable^T = sum over chunks of h^T dz, accumulated as (C, V) and transposed once: OpenBLAS ran h^T dz
-    # faster than dz^T h at the bench shapes (as in model_blocks' materialized path)
+    # dtable^T = sum over chunks of h^T dz, accumulated as (C, V) and transposed once (the faster
+    # product order, ops/WHY_FAST.md)
     dtable_transposed = xp.zeros((table.shape[1], table.shape[0]), dtype=table.dtype)  # (C, V)
     chunk_part = xp.empty_like(dtable_transposed)  # (C, V) one chunk's share, reused
     total = 0.0

@@ -70,19 +70,13 @@ is 4 MiB, ``L`` 64 KiB, a tile 1 MiB, the gradients 12 MiB; plain attention's
 Block sizes
 -----------
 Any ``block_q, block_k >= 1`` work (T need not divide; a block >= T is one
-tile). The defaults, 128 queries x 256 keys, come from
-``numforge bench attention --sweep-blocks`` on a 2-core CPU (NumPy +
-OpenBLAS, B = 1, H = 8, D = 64, causal, float32, T = 1024 and 2048): no
-pair from 64 x 128 to 256 x 256 was consistently faster than another (repeat
-runs of one pair on the shared machine differed by up to 1.5x), while tiles
-of 512 rows were slower and cost 2-3x the memory. The default sits on that
-plateau with a small tile (128 KiB per head, inside a core's L2 cache) and
-few Python iterations (T = 2048: 16 query tiles, 72 of the 128 tile pairs
-after causal skipping). On a GPU, larger tiles amortize kernel launches
-better; pass ``block_q`` and ``block_k``. When decoding one token at a time
-(Tq = 1) a score tile is a single row, so there is no memory to save by
-splitting the keys: ``block_k >= Tk`` is fastest there (Tk = 1024, B = 1,
-H = 8, D = 64, one thread: 0.20 ms per call against 0.28 ms with the default).
+tile); the result does not depend on them. The defaults, 128 queries x 256
+keys, keep a tile small (128 KiB per head in float32) and the Python loop
+short (T = 2048: 16 query tiles, 72 of the 128 tile pairs after causal
+skipping). When decoding one token at a time (Tq = 1) a score tile is a
+single row, so there is no memory to save by splitting the keys: pass
+``block_k >= Tk``. How the sizes were chosen, with the measurements:
+``ops/WHY_FAST.md``.
 """
 
 from __future__ import annotations
@@ -129,8 +123,7 @@ def _key_tiles(q_start, q_stop, Tq, Tk, causal, block_k) -> Iterator[tuple[int, 
 def _mask_scores(scores, q_start, q_stop, k_start, k_stop, offset) -> None:
     """In place: -inf on the scores of a diagonal tile ``(B,H,nq,nk)`` where a query may not see a key.
 
-    The ``(nq, nk)`` bias covers the whole tile: one contiguous pass, measured 1.3-2.4x faster
-    than adding to only the columns the diagonal crosses (a strided slice).
+    The ``(nq, nk)`` bias covers the whole tile, in one contiguous pass (``ops/WHY_FAST.md``).
     """
     xp = get_xp(scores)
     allowed = causal_allowed(xp, q_start, q_stop, k_start, k_stop, offset)  # (nq, nk)
