@@ -12,8 +12,7 @@ import numpy as np
 from .. import backend
 from ..ops.attention import attention_backward, attention_forward
 from ..ops.flash_attention import flash_attention_backward, flash_attention_forward
-from .cases import Case
-from .check import check_op
+from .cases import Case, op_case
 
 
 def _qkv(B: int, H: int, Tq: int, Tk: int, D: int, Dv: int, seed: int) -> dict:
@@ -34,13 +33,9 @@ def _case(name: str, shape: tuple, seed: int, masked: bool = False, **kwargs) ->
     tiled = name.startswith("flash_attention")
     forward = flash_attention_forward if tiled else attention_forward
     backward = flash_attention_backward if tiled else attention_backward
-
-    def run():
-        B, H, Tq, Tk, D, Dv = shape
-        options = {**kwargs, "mask": _mask(B, Tq, Tk, seed)} if masked else kwargs
-        return check_op(name, forward, backward, _qkv(*shape, seed=seed), options, seed=seed)
-
-    return Case(name, run)
+    B, H, Tq, Tk, D, Dv = shape
+    options = (lambda: {**kwargs, "mask": _mask(B, Tq, Tk, seed)}) if masked else kwargs
+    return op_case(name, forward, backward, lambda: _qkv(*shape, seed=seed), options, seed=seed)
 
 
 # shape: (B, H, Tq, Tk, D, Dv)

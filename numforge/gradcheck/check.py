@@ -42,7 +42,11 @@ TINY = 1e-30
 
 @dataclass(frozen=True)
 class GradResult:
-    """One row of a gradient check: which gradient, how far off, pass or fail."""
+    """One row of a gradient check: which gradient, how far off, pass or fail.
+
+    ``vs_reference`` is the relative difference from a reference backward
+    (numforge's own, when a learner's backward is graded), else None.
+    """
 
     op: str
     argument: str
@@ -50,10 +54,11 @@ class GradResult:
     max_rel_error: float
     coords_checked: int
     tol: float
+    vs_reference: float | None = None
 
     @property
     def passed(self) -> bool:
-        return bool(self.max_rel_error <= self.tol)
+        return bool(self.max_rel_error <= self.tol and (self.vs_reference is None or self.vs_reference <= self.tol))
 
 
 def relative_error(analytic, numeric) -> float:
@@ -112,12 +117,14 @@ def check_gradients(
     tol: float = DEFAULT_TOL,
     max_coords: int | None = None,
     seed: int = 0,
+    reference: Mapping[str, object] | None = None,
 ) -> list[GradResult]:
     """Compare ``analytic[name]`` with the numeric gradient of ``objective`` for every name.
 
     ``objective()`` must compute the scalar from the current contents of the
     arrays in ``inputs`` (which are perturbed in place). Returns one
-    ``GradResult`` per name in ``analytic``.
+    ``GradResult`` per name in ``analytic``; with ``reference`` (name ->
+    gradient), each row also says how far ``analytic`` is from it, over every element.
     """
     rng = np.random.default_rng(seed)
     results = []
@@ -130,7 +137,8 @@ def check_gradients(
         coords = _sample_coords(x.size, max_coords, rng)
         numeric = numeric_gradient(objective, x, coords, eps)
         picked = to_numpy(grad).reshape(-1)[coords]
-        results.append(GradResult(op, name, tuple(x.shape), relative_error(picked, numeric), len(coords), tol))
+        versus = None if reference is None else relative_error(grad, reference[name])
+        results.append(GradResult(op, name, tuple(x.shape), relative_error(picked, numeric), len(coords), tol, versus))
     return results
 
 
@@ -146,6 +154,7 @@ def check_op(
     tol: float = DEFAULT_TOL,
     max_coords: int | None = None,
     seed: int = 0,
+    reference: Callable | None = None,
 ) -> list[GradResult]:
     """Gradient-check an op that follows the numforge contract.
 
@@ -157,6 +166,10 @@ def check_op(
     Every float array or ``None`` (an absent bias) has a gradient slot, and
     an absent input's gradient is ``None``; integer arguments (token ids,
     targets) have no slot.
+
+    With ``reference`` (another backward, numforge's own when a learner's is
+    graded), each row also gives the difference from the reference's gradient.
+    A backward that changes ``dy`` or an input in place is a ``ValueError``.
     """
     kwargs = dict(kwargs or {})
     names = list(inputs)
@@ -166,16 +179,13 @@ def check_op(
     dy_rng = np.random.default_rng(seed + 1)
     dy = xp.asarray(dy_rng.standard_normal(np.shape(y)), dtype=np.float64)
 
-    grads = backward(dy, cache)
-    if not isinstance(grads, tuple):
-        grads = (grads,)
     slots = [i for i, v in enumerate(values) if v is None or _is_float_array(v)]
-    if len(grads) != len(slots):
-        raise ValueError(
-            f"{op}: backward returned {len(grads)} gradients for the "
-            f"{len(slots)} float inputs {[names[i] for i in slots]}"
-        )
-    by_name = {names[i]: g for i, g in zip(slots, grads) if values[i] is not None}
+    expected = {} if reference is None else _by_name(op, reference(dy, cache), names, values, slots)
+    before = {name: v.copy() for name, v in [("dy", dy), *inputs.items()] if hasattr(v, "copy")}
+    by_name = _by_name(op, backward(dy, cache), names, values, slots)
+    for name, v in [("dy", dy), *inputs.items()]:
+        if name in before and not bool((v == before[name]).all()):
+            raise ValueError(f"{op}: the backward changed {name!r} in place; a backward must leave it as it is")
     wrt = tuple(by_name) if wrt is None else wrt
     analytic = {name: by_name[name] for name in wrt}
 
@@ -183,7 +193,33 @@ def check_op(
         out, _ = forward(*values, **kwargs)
         return float(xp.sum(out * dy))
 
-    return check_gradients(op, objective, inputs, analytic, eps=eps, tol=tol, max_coords=max_coords, seed=seed)
+    return check_gradients(
+        op,
+        objective,
+        inputs,
+        analytic,
+        eps=eps,
+        tol=tol,
+        max_coords=max_coords,
+        seed=seed,
+        reference=expected if reference is not None else None,
+    )
+
+
+def _by_name(op: str, grads, names: list[str], values: list, slots: list[int]) -> dict:
+    """A backward's gradients by input name: one per float input (or absent one), absent ones left out."""
+    if not isinstance(grads, tuple):
+        grads = (grads,)
+    if len(grads) != len(slots):
+        raise ValueError(
+            f"{op}: backward returned {len(grads)} gradients for the "
+            f"{len(slots)} float inputs {[names[i] for i in slots]}"
+        )
+    by_name = {names[i]: g for i, g in zip(slots, grads) if values[i] is not None}
+    for name, g in by_name.items():
+        if not (hasattr(g, "shape") and hasattr(g, "dtype")):
+            raise TypeError(f"{op}: the gradient of {name!r} must be an array, got {type(g).__name__}")
+    return by_name
 
 
 def _is_float_array(v: object) -> bool:
@@ -191,14 +227,16 @@ def _is_float_array(v: object) -> bool:
 
 
 def format_results(results: list[GradResult]) -> str:
-    """The gradient-check table: op, argument, shape, max relative error, pass/fail."""
-    header = ("op", "argument", "shape", "max rel error", "coords", "result")
+    """The gradient-check table: op, argument, shape, max relative error, [vs numforge,] pass/fail."""
+    versus = any(r.vs_reference is not None for r in results)
+    header = ("op", "argument", "shape", "max rel error", *(["vs numforge"] if versus else []), "coords", "result")
     rows = [
         (
             r.op,
             r.argument,
             "x".join(str(n) for n in r.shape) or "scalar",
             f"{r.max_rel_error:.2e}",
+            *([f"{r.vs_reference:.2e}" if r.vs_reference is not None else "-"] if versus else []),
             str(r.coords_checked),
             "pass" if r.passed else "FAIL",
         )

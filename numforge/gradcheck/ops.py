@@ -22,8 +22,7 @@ from ..ops.dropout import dropout_backward, dropout_forward
 from ..ops.embedding import embedding_backward, embedding_forward
 from ..ops.layernorm import layer_norm_backward, layer_norm_forward
 from ..ops.linear import linear_backward, linear_forward
-from .cases import Case
-from .check import check_op
+from .cases import Case, op_case
 
 B, T, C, F, V = 2, 3, 5, 4, 7
 
@@ -45,73 +44,59 @@ def _targets(*shape, ignored: int = 1, seed: int = 3):
     return asarray(t)
 
 
-def _linear(bias: bool):
-    inputs = {"x": _randn(B, T, C), "weight": _randn(C, F, seed=1), "bias": _randn(F, seed=2) if bias else None}
-    return check_op("linear" + ("" if bias else "[no bias]"), linear_forward, linear_backward, inputs)
+def _linear_inputs(bias: bool) -> dict:
+    return {"x": _randn(B, T, C), "weight": _randn(C, F, seed=1), "bias": _randn(F, seed=2) if bias else None}
 
 
-def _embedding():
+def _embedding_inputs() -> dict:
     ids = asarray(np.array([[1, 4, 1], [6, 1, 0]]))  # id 1 three times: repeats must accumulate
-    return check_op("embedding", embedding_forward, embedding_backward, {"ids": ids, "table": _randn(V, C)})
+    return {"ids": ids, "table": _randn(V, C)}
 
 
-def _layer_norm(bias: bool):
-    inputs = {"x": _randn(B, T, C), "weight": _randn(C, seed=1), "bias": _randn(C, seed=2) if bias else None}
-    return check_op("layer_norm" + ("" if bias else "[no bias]"), layer_norm_forward, layer_norm_backward, inputs)
+def _layer_norm_inputs(bias: bool) -> dict:
+    return {"x": _randn(B, T, C), "weight": _randn(C, seed=1), "bias": _randn(C, seed=2) if bias else None}
 
 
-def _gelu(approximate: str):
-    name = f"gelu[{approximate}]"
-    return check_op(name, gelu_forward, gelu_backward, {"x": _randn(B, T, F) * 2.0}, {"approximate": approximate})
+def _gelu(approximate: str) -> Case:
+    inputs = lambda: {"x": _randn(B, T, F) * 2.0}
+    return op_case(f"gelu[{approximate}]", gelu_forward, gelu_backward, inputs, {"approximate": approximate})
 
 
-def _swiglu():
-    inputs = {"gate": _randn(B, T, F), "up": _randn(B, T, F, seed=1)}
-    return check_op("swiglu", swiglu_forward, swiglu_backward, inputs)
-
-
-def _dropout(training: bool):
+def _dropout(training: bool) -> Case:
     def forward(x):  # a fresh generator per call: every evaluation draws the same mask
         return dropout_forward(x, 0.3, default_rng(7), training=training)
 
     name = "dropout" + ("" if training else "[eval]")
-    return check_op(name, forward, dropout_backward, {"x": _randn(B, T, C)})
+    return op_case(name, forward, dropout_backward, lambda: {"x": _randn(B, T, C)})
 
 
-def _cross_entropy(ignored: int):
-    inputs = {"logits": _randn(B, T, V), "targets": _targets(B, T, ignored=ignored)}
+def _cross_entropy(ignored: int) -> Case:
     name = "cross_entropy" + ("[all ignored]" if ignored == B * T else "")
-    return check_op(name, cross_entropy_forward, cross_entropy_backward, inputs)
+    inputs = lambda: {"logits": _randn(B, T, V), "targets": _targets(B, T, ignored=ignored)}
+    return op_case(name, cross_entropy_forward, cross_entropy_backward, inputs)
 
 
-def _tied_cross_entropy(name, forward, backward):
-    inputs = {"h": _randn(B, T, C), "table": _randn(V, C, seed=1), "targets": _targets(B, T)}
-    kwargs = {"chunk_rows": 4}  # N = 6 rows: one full chunk and one partial
-    return check_op(name, forward, backward, inputs, kwargs)
+def _tied_cross_entropy(name: str, forward, backward) -> Case:
+    inputs = lambda: {"h": _randn(B, T, C), "table": _randn(V, C, seed=1), "targets": _targets(B, T)}
+    return op_case(name, forward, backward, inputs, {"chunk_rows": 4})  # N = 6 rows: one full chunk and a partial
 
 
 CASES = [
-    Case("linear", lambda: _linear(bias=True)),
-    Case("linear[no bias]", lambda: _linear(bias=False)),
-    Case("embedding", _embedding),
-    Case("layer_norm", lambda: _layer_norm(bias=True)),
-    Case("layer_norm[no bias]", lambda: _layer_norm(bias=False)),
-    Case("relu", lambda: check_op("relu", relu_forward, relu_backward, {"x": _away_from_zero(B, T, F)})),
-    Case("gelu[tanh]", lambda: _gelu("tanh")),
-    Case("gelu[none]", lambda: _gelu("none")),
-    Case("swiglu", _swiglu),
-    Case("dropout", lambda: _dropout(training=True)),
-    Case("dropout[eval]", lambda: _dropout(training=False)),
-    Case("cross_entropy", lambda: _cross_entropy(ignored=1)),
-    Case("cross_entropy[all ignored]", lambda: _cross_entropy(ignored=B * T)),
-    Case(
-        "tied_cross_entropy",
-        lambda: _tied_cross_entropy("tied_cross_entropy", tied_cross_entropy_forward, tied_cross_entropy_backward),
+    op_case("linear", linear_forward, linear_backward, lambda: _linear_inputs(bias=True)),
+    op_case("linear[no bias]", linear_forward, linear_backward, lambda: _linear_inputs(bias=False)),
+    op_case("embedding", embedding_forward, embedding_backward, _embedding_inputs),
+    op_case("layer_norm", layer_norm_forward, layer_norm_backward, lambda: _layer_norm_inputs(bias=True)),
+    op_case("layer_norm[no bias]", layer_norm_forward, layer_norm_backward, lambda: _layer_norm_inputs(bias=False)),
+    op_case("relu", relu_forward, relu_backward, lambda: {"x": _away_from_zero(B, T, F)}),
+    _gelu("tanh"),
+    _gelu("none"),
+    op_case(
+        "swiglu", swiglu_forward, swiglu_backward, lambda: {"gate": _randn(B, T, F), "up": _randn(B, T, F, seed=1)}
     ),
-    Case(
-        "tied_cross_entropy_and_grads",
-        lambda: _tied_cross_entropy(
-            "tied_cross_entropy_and_grads", tied_cross_entropy_with_grads, scale_tied_cross_entropy_grads
-        ),
-    ),
+    _dropout(training=True),
+    _dropout(training=False),
+    _cross_entropy(ignored=1),
+    _cross_entropy(ignored=B * T),
+    _tied_cross_entropy("tied_cross_entropy", tied_cross_entropy_forward, tied_cross_entropy_backward),
+    _tied_cross_entropy("tied_cross_entropy_and_grads", tied_cross_entropy_with_grads, scale_tied_cross_entropy_grads),
 ]
