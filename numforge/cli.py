@@ -29,6 +29,7 @@ COMMANDS = (
     "attention",
     "inspect",
     "gradcheck",
+    "params",
     "bench",
 )  # modules in numforge.commands
 

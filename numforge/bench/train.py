@@ -4,12 +4,8 @@ For each config it times numforge's step and, when torch is installed, the
 same model in PyTorch eager (``bench/train_torch.py``) on identical weights,
 the two alternating step by step so that a busy machine slows both alike.
 It reports tokens/s and the model FLOPs utilisation (MFU): model FLOPs per
-second over a float32 matmul rate measured in the same run, with
-
-    FLOPs per token = 6 * (matmul weights, unembedding included) + 12 * L * T * C
-
-(forward 2, backward 4 per weight; the attention term counts the full
-``T x T`` score matrix, causal or not, as nanoGPT and PaLM do).
+second over a float32 matmul rate measured in the same run, the FLOPs per
+token counted by ``model/flops.py`` (``numforge params`` prints them).
 """
 
 from __future__ import annotations
@@ -27,6 +23,7 @@ import numpy as np
 
 from ..backend import asarray
 from ..model import ATTENTION_KINDS, GPT, GPTConfig
+from ..model.flops import flops_per_token
 from ..optim import AdamW
 from .measure import non_negative_int, optional_torch, positive_int
 
@@ -125,13 +122,6 @@ def build(name: str, attention: str):
     ids = rng.integers(0, spec["vocab_size"], size=shape)
     targets = rng.integers(0, spec["vocab_size"], size=shape)
     return config, ids, targets
-
-
-def flops_per_token(config: GPTConfig) -> int:
-    C, F, L = config.d_model, config.d_ff, config.num_layers
-    projections = 3 * C * C + C * C + (3 if config.gated else 2) * C * F
-    matmul_weights = L * projections + config.vocab_size * C
-    return 6 * matmul_weights + 12 * L * config.max_seq_len * C
 
 
 def bench_config(name: str, args, torch) -> dict:

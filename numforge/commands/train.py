@@ -3,28 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from pathlib import Path
 
 from ..data import DEFAULT_CORPUS, DEFAULT_VOCAB_SIZE, load_documents, load_or_train_tokenizer
 from ..generate import generate
-from ..ops.activations import ACTIVATIONS
 from ..training import LOSS_CSV, LOSS_PNG, RESUMABLE, TrainingDiverged, TrainSettings, new_run, resume_run, train
 from . import EXIT_FAILED, EXIT_INTERRUPTED
+from .model_flags import MODEL_FLAGS, add_model_flags, model_options
 
 HELP = "train a GPT on text (default: this Python's own documentation), with checkpoints and exact resume"
 
 RUNS_DIR = "runs"  # default --out: the first free runs/run-N
-# GPTConfig fields a fresh run takes from the flags: flag dest -> (config field, default)
-MODEL_FLAGS = {
-    "layers": ("num_layers", 3),
-    "d_model": ("d_model", 96),
-    "heads": ("num_heads", 4),
-    "activation": ("activation", "gelu"),
-    "dropout": ("drop_prob", 0.0),
-}
+EVALUATIONS_SHOWN = 10  # the last validation losses the closing summary lists
 # TrainSettings fields a flag sets; on --resume only RESUMABLE ones may be given
 SETTINGS_FLAGS = (
     "max_steps",
@@ -37,17 +29,6 @@ SETTINGS_FLAGS = (
     "eval_every",
     "save_every",
 )
-
-
-def probability(text: str) -> float:
-    """An argparse type: a float P with 0 <= P < 1 ("--dropout 1" gives "argument --dropout: ... got '1'")."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 <= value < 1:  # also rejects NaN
-        raise argparse.ArgumentTypeError(f"expected a probability P with 0 <= P < 1, got {text!r}")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,22 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--seed", type=int, help=f"seed of the initial weights and the batches (default {defaults.seed})")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     model = parser.add_argument_group("model (fixed when a run starts)")
-    model.add_argument("--layers", type=int, help=f"transformer blocks (default {MODEL_FLAGS['layers'][1]})")
-    model.add_argument("--d-model", type=int, help=f"model width (default {MODEL_FLAGS['d_model'][1]})")
-    model.add_argument("--heads", type=int, help=f"attention heads (default {MODEL_FLAGS['heads'][1]})")
-    model.add_argument(
-        "--activation",
-        choices=tuple(ACTIVATIONS),
-        help=f"the feed-forward activation (default {MODEL_FLAGS['activation'][1]})",
-    )
+    add_model_flags(model)
     model.add_argument("--seq-len", type=int, help=f"context length T (default {defaults.seq_len})")
-    model.add_argument(
-        "--dropout",
-        type=probability,
-        metavar="P",
-        help="zero activations with probability P "
-        f"while training, 0 <= P < 1 (default {MODEL_FLAGS['dropout'][1]:g}: off)",
-    )
     optim = parser.add_argument_group("optimization (fixed when a run starts)")
     optim.add_argument("--batch-size", type=int, help=f"sequences per step B (default {defaults.batch_size})")
     optim.add_argument(
@@ -148,10 +115,6 @@ def _start(args: argparse.Namespace, say):
     settings.setdefault("schedule_steps", max(settings.get("max_steps", 0), TrainSettings.schedule_steps))
     settings["min_lr"] = settings.get("lr", TrainSettings.lr) / 10
     settings = TrainSettings(**settings)
-    model_options = {
-        field: getattr(args, flag) if getattr(args, flag) is not None else default
-        for flag, (field, default) in MODEL_FLAGS.items()
-    }
     documents = load_documents(args.data)  # read once: for the tokenizer and for the run
     tokenizer = load_or_train_tokenizer(
         documents,
@@ -161,18 +124,21 @@ def _start(args: argparse.Namespace, say):
         say=say,
     )
     return new_run(
-        out, settings, model_options, tokenizer, data=args.data, documents=documents, cache_dir=args.cache_dir
+        out, settings, model_options(args), tokenizer, data=args.data, documents=documents, cache_dir=args.cache_dir
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    def say(text: str) -> None:
+    def say(text: str) -> None:  # progress: stderr
         print(text, file=sys.stderr, flush=True)
+
+    def report(text: str) -> None:  # results: stdout, so that `numforge train > log` keeps them
+        print(text, flush=True)
 
     started = time.perf_counter()
     session = _start(args, say)
     model, settings = session.model, session.settings
-    say(
+    report(
         f"corpus: {session.data_info['source'] or DEFAULT_CORPUS}, {session.data_info['num_tokens']:,} tokens "
         f"(vocabulary {session.tokenizer.vocab_size}); model: {model.num_params():,} parameters, "
         f"{model.config.num_layers} layers, d_model {model.config.d_model}; "
@@ -184,21 +150,26 @@ def run(args: argparse.Namespace) -> int:
         say(f"numforge train: {err}")
         return EXIT_FAILED
     minutes = (time.perf_counter() - started) / 60
-    last_val = next((r for r in reversed(session.log) if r["val_loss"]), None)
-    if last_val is not None:
-        say(
+    evaluations = [r for r in session.log if r["val_loss"]]
+    if evaluations:
+        last_val = evaluations[-1]
+        report(
+            "validation loss by step: "
+            + ", ".join(f"{r['step']} {float(r['val_loss']):.3f}" for r in evaluations[-EVALUATIONS_SHOWN:])
+        )
+        report(
             f"after {minutes:.1f} min, at step {last_val['step']}: train loss {float(last_val['train_loss']):.3f}, "
             f"validation loss {float(last_val['val_loss']):.3f}"
         )
-    say(
+    report(
         f"checkpoint: {session.last_checkpoint}; loss log: {session.run_dir / LOSS_CSV}"
         + (f", {session.run_dir / LOSS_PNG}" if (session.run_dir / LOSS_PNG).is_file() else "")
     )
     if outcome == "interrupted":
-        say(f"resume with: numforge train --resume {session.run_dir}")
+        report(f"resume with: numforge train --resume {session.run_dir}")
         return EXIT_INTERRUPTED
     sample = generate(model, session.tokenizer, "", 60, temperature=0.8, seed=0)
-    say(
+    report(
         f"a sample (temperature 0.8):\n{sample.text}\n"
         f'more with: numforge sample --checkpoint {session.run_dir} --prompt "The"'
     )

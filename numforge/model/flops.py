@@ -1,0 +1,75 @@
+"""What a GPT costs: its parameters and its training FLOPs per token, per component, from the config alone.
+
+Parameters are counted from ``parameter_shapes`` (the model's own list), sorted
+into components by name. FLOPs count the matrix products only (the
+elementwise work, norms and softmax are a few percent at these widths), as
+nanoGPT and PaLM count them:
+
+- each weight ``w`` of a matrix product costs 2 FLOPs per token forward
+  (one multiply, one add) and 4 backward (``dx`` and ``dW``): 6 per weight
+  per token of training;
+- attention's two products of the sequence with itself, ``Q K^T`` and
+  ``P V``, cost ``2 T C`` each per token and layer forward, 3x that for
+  training: ``12 T C`` per layer (the full ``T x T``, causal or not);
+- the logits ``h @ unembedding^T`` are a product with ``V C`` weights;
+  the token lookup and the position rows cost no product.
+
+So ``flops_per_token = 6 * (matrix weights, unembedding included) + 12 L T C``.
+Example: the default ``numforge train`` model (V 2048, T 64, C 96, 3 layers,
+F 384) has 538,464 parameters and 3.39 MFLOPs per token of training (``numforge params``).
+"""
+
+from __future__ import annotations
+
+from .config import GPTConfig
+from .gpt import parameter_shapes
+
+COMPONENTS = ("token table", "position table", "attention", "mlp", "norms", "lm_head")
+
+
+def component_of(name: str) -> str:
+    """The component a parameter belongs to: ``"layers.0.attn.qkv_proj.weight"`` -> ``"attention"``."""
+    if name in ("token_embedding", "position_embedding", "lm_head.weight"):
+        return {"token_embedding": "token table", "position_embedding": "position table"}.get(name, "lm_head")
+    if ".attn." in name:
+        return "attention"
+    if ".mlp." in name:
+        return "mlp"
+    return "norms"  # pre_attn_norm, pre_mlp_norm, final_norm
+
+
+def parameter_counts(config: GPTConfig) -> dict[str, int]:
+    """Parameters per component (``COMPONENTS`` order; a tied token table counts once, as ``token table``)."""
+    counts = dict.fromkeys(COMPONENTS, 0)
+    for name, shape in parameter_shapes(config).items():
+        size = 1
+        for n in shape:
+            size *= n
+        counts[component_of(name)] += size
+    return counts
+
+
+def flop_counts(config: GPTConfig, seq_len: int | None = None) -> dict[str, int]:
+    """Training FLOPs per token (forward + backward) per part, at sequence length ``seq_len`` (default
+    ``max_seq_len``): ``attention projections``, ``attention scores`` (``Q K^T`` and ``P V``), ``mlp``, ``logits``."""
+    T = config.max_seq_len if seq_len is None else seq_len
+    C, L, V = config.d_model, config.num_layers, config.vocab_size
+    matrices = {
+        name: shape
+        for name, shape in parameter_shapes(config).items()
+        if len(shape) == 2 and name.startswith("layers.")
+    }
+    weights = {part: 0 for part in ("attention", "mlp")}
+    for name, (rows, cols) in matrices.items():
+        weights[component_of(name)] += rows * cols
+    return {
+        "attention projections": 6 * weights["attention"],
+        "attention scores": 12 * L * T * C,
+        "mlp": 6 * weights["mlp"],
+        "logits": 6 * V * C,
+    }
+
+
+def flops_per_token(config: GPTConfig, seq_len: int | None = None) -> int:
+    """Training FLOPs per token, forward and backward: the sum of ``flop_counts``; the forward alone is a third."""
+    return sum(flop_counts(config, seq_len).values())

@@ -1,0 +1,72 @@
+"""`numforge params` and model/flops.py: parameters and training FLOPs per component."""
+
+import re
+
+import pytest
+
+from numforge import checkpoint
+from numforge.cli import main
+from numforge.gradcheck.model import OPTIONS, TINY
+from numforge.model import GPT, GPTConfig
+from numforge.model.flops import flops_per_token, parameter_counts
+
+DEFAULT_RUN = GPTConfig(vocab_size=2048, max_seq_len=64, d_model=96, num_heads=4, num_layers=3)
+
+
+@pytest.mark.parametrize("option", list(OPTIONS))
+def test_the_components_add_up_to_the_models_parameters(option):
+    config = GPTConfig(**{**TINY, **OPTIONS[option]})
+    assert sum(parameter_counts(config).values()) == GPT(config).num_params()
+
+
+def test_the_default_run_by_hand():
+    V, T, C, L, F = 2048, 64, 96, 3, 384
+    counts = parameter_counts(DEFAULT_RUN)
+    assert counts == {
+        "token table": V * C,
+        "position table": T * C,
+        "attention": L * (C * 3 * C + 3 * C + C * C + C),
+        "mlp": L * (C * F + F + F * C + C),
+        "norms": (2 * L + 1) * 2 * C,
+        "lm_head": 0,
+    }
+    # 6 FLOPs per matrix weight (the tied table once, as the unembedding) and 12 L T C for Q K^T and P V
+    assert flops_per_token(DEFAULT_RUN) == 6 * (L * (4 * C * C + 2 * C * F) + V * C) + 12 * L * T * C == 3_391_488
+    assert flops_per_token(DEFAULT_RUN, seq_len=128) - flops_per_token(DEFAULT_RUN) == 12 * L * 64 * C
+
+
+def test_params_prints_the_default_train_model(capsys):
+    assert main(["params"]) == 0
+    out = capsys.readouterr().out
+    assert "token table           196,608   36.5%" in out  # 196,608 / 538,464
+    assert "total                 538,464  100.0%" in out
+    assert "total                         3,391,488  100.0%" in out
+
+
+def test_params_takes_trains_model_flags(capsys):
+    flags = ["--no-tie", "--activation", "swiglu", "--position", "sinusoidal", "--no-bias", "--d-ff", "200"]
+    assert main(["params", "--vocab-size", "500", "--seq-len", "32", "--layers", "2", *flags]) == 0
+    out = capsys.readouterr().out
+    config = GPTConfig(
+        vocab_size=500, max_seq_len=32, d_model=96, num_heads=4, num_layers=2, d_ff=200,
+        activation="swiglu", tie_weights=False, position="sinusoidal", use_bias=False,
+    )  # fmt: skip
+    totals = re.findall(r"^total +([\d,]+) +100\.0%", out, flags=re.MULTILINE)  # parameters, then FLOPs
+    assert totals[0] == f"{GPT(config).num_params():,}"
+    assert re.search(r"^lm_head +48,000 ", out, flags=re.MULTILINE)  # V x C = 500 x 96
+    assert re.search(r"^position table +0 ", out, flags=re.MULTILINE)
+
+
+def test_params_reads_a_checkpoints_config(tmp_path, capsys):
+    config = GPTConfig(vocab_size=40, max_seq_len=16, d_model=8, num_heads=2, num_layers=1, tie_weights=False)
+    model = GPT(config)
+    moments = {name: p * 0 for name, p in model.params.items()}
+    checkpoint.save_checkpoint(
+        tmp_path, step=1, params=model.params, optimizer_state={"step": 1, "hyper": {}, "m": moments, "v": moments},
+        config=config.to_dict(), tokenizer={}, state={"step": 1},
+    )  # fmt: skip
+    assert main(["params", "--checkpoint", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{model.num_params():,}  100.0%" in out and "untied unembedding" in out
+    assert main(["params", "--checkpoint", str(tmp_path), "--layers", "2"]) == 2
+    assert "--layers cannot be given with --checkpoint" in capsys.readouterr().err
