@@ -1,8 +1,14 @@
-"""``numforge tokenizer show|train``: see how text becomes tokens, or learn a tokenizer of your own.
+"""``numforge tokenizer show|explain|stats|train``: see how text becomes tokens, or learn a tokenizer of your own.
 
 - ``numforge tokenizer show "some text" [--tokenizer FILE]``: the text cut into
   tokens, each with its id and bytes (default: the cached tokenizer of the
   default corpus, trained once).
+- ``numforge tokenizer explain "some text" [--tokenizer FILE]``: how: the
+  regex chunks, each chunk's merges in the order they apply (with their
+  ranks), then the ids (``tokenizer/explain.py``).
+- ``numforge tokenizer stats [--data PATH] [--vocab-sizes 512,1024,...]``:
+  characters per token of a corpus at several vocabulary sizes (each
+  tokenizer trained once, then cached).
 - ``numforge tokenizer train --data FILE... --vocab-size N --out FILE``.
 """
 
@@ -15,10 +21,13 @@ import time
 from pathlib import Path
 
 from ..checks import check_positive_int
-from ..data import DEFAULT_VOCAB_SIZE, default_tokenizer
+from ..data import DEFAULT_CORPUS, DEFAULT_VOCAB_SIZE, default_tokenizer, load_documents, load_or_train_tokenizer
 from ..tokenizer import EOT, BPETokenizer
+from ..tokenizer.explain import explain as explain_text
+from ..tokenizer.explain import token_text
 
-HELP = "show text cut into BPE tokens, or train a byte-level BPE tokenizer"
+HELP = "show text cut into BPE tokens, explain the merges step by step, measure, or train a byte-level BPE tokenizer"
+STATS_VOCAB_SIZES = (512, 1024, 2048, 4096)
 
 # background colours that alternate from token to token on a terminal
 _COLOURS = ("\x1b[48;5;153m", "\x1b[48;5;223m", "\x1b[48;5;194m", "\x1b[48;5;225m")
@@ -28,13 +37,26 @@ _RESET = "\x1b[0m"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     show = sub.add_parser("show", help="show text split into its tokens, with each token's id and bytes")
-    show.add_argument("text", help="the text to tokenize")
-    show.add_argument(
-        "--tokenizer",
-        metavar="FILE",
-        help="a numforge tokenizer file (numforge tokenizer train ...); "
-        f"default: the {DEFAULT_VOCAB_SIZE}-token one of the default corpus (trained once, then cached)",
+    explain = sub.add_parser("explain", help="the regex chunks, each chunk's merges in order (with ranks), the ids")
+    for action in (show, explain):
+        action.add_argument("text", help="the text to tokenize")
+        action.add_argument(
+            "--tokenizer",
+            metavar="FILE",
+            help="a numforge tokenizer file (numforge tokenizer train ...); "
+            f"default: the {DEFAULT_VOCAB_SIZE}-token one of the default corpus (trained once, then cached)",
+        )
+    stats = sub.add_parser("stats", help="characters per token of a corpus at several vocabulary sizes")
+    stats.add_argument(
+        "--data", metavar="PATH", help="a UTF-8 text file or a directory of .txt files (default: the embedded corpus)"
     )
+    stats.add_argument(
+        "--vocab-sizes",
+        metavar="N,N,...",
+        default=",".join(map(str, STATS_VOCAB_SIZES)),
+        help="the vocabulary sizes to train and measure (default %(default)s)",
+    )
+    stats.add_argument("--cache-dir", metavar="DIR", help="where the trained tokenizers are cached")
     show.add_argument(
         "--color",
         choices=("auto", "always", "never"),
@@ -51,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return {"show": show, "train": train}[args.action](args)
+    return {"show": show, "explain": explain, "stats": stats, "train": train}[args.action](args)
 
 
 def show(args: argparse.Namespace) -> int:
@@ -68,6 +90,58 @@ def show(args: argparse.Namespace) -> int:
     for token in ids:
         print(f"{token:>7}  {tok.token_bytes(token)!r}")
     return 0
+
+
+def explain(args: argparse.Namespace) -> int:
+    tok = BPETokenizer.load(args.tokenizer) if args.tokenizer else default_tokenizer(say=_to_stderr)
+    chunks = explain_text(tok, args.text)
+    show = lambda ids: "".join(f"[{token_text(tok.token_bytes(i))}]" for i in ids)  # noqa: E731
+    print(f"{len(chunks)} chunks (the split pattern cuts the text first; merges never cross a chunk's edge)")
+    for n, chunk in enumerate(chunks, 1):
+        if chunk.special:
+            print(f"\nchunk {n}: {chunk.text!r} is a special token: id {chunk.start_ids[0]}")
+            continue
+        count = len(chunk.start_ids)
+        print(f"\nchunk {n}: {chunk.text!r}, {count} byte{'s' * (count != 1)}: {show(chunk.start_ids)}")
+        for merge in chunk.merges:
+            left, right = (token_text(tok.token_bytes(i)) for i in merge.pair)
+            print(f"  rank {merge.rank:>5}: [{left}] + [{right}] -> id {merge.new_id}   {show(merge.ids)}")
+        print(f"  ids: {chunk.ids}")
+    ids = [i for chunk in chunks for i in chunk.ids]
+    print(f"\nids: {ids}")
+    print(f"{len(args.text)} characters, {len(args.text.encode('utf-8'))} bytes -> {len(ids)} tokens")
+    return 0
+
+
+def stats(args: argparse.Namespace) -> int:
+    sizes = _vocab_sizes(args.vocab_sizes)
+    documents = load_documents(args.data)
+    characters = sum(len(d) for d in documents)
+    size = sum(len(d.encode("utf-8")) for d in documents)
+    print(
+        f"corpus: {args.data or DEFAULT_CORPUS}, {len(documents)} documents, {characters:,} characters, {size:,} bytes"
+    )
+    print(f"{'vocabulary':>10}  {'merges':>6}  {'tokens':>9}  {'chars/token':>11}  {'bytes/token':>11}")
+    print(f"{'bytes':>10}  {0:>6}  {size:>9,}  {characters / size:>11.2f}  {1:>11.2f}")
+    for vocab_size in sizes:
+        tok = load_or_train_tokenizer(documents, vocab_size, cache_dir=args.cache_dir, say=_to_stderr)
+        tokens = sum(len(tok.encode_ordinary(d)) for d in documents)
+        ratios = f"{characters / tokens:>11.2f}  {size / tokens:>11.2f}"
+        short = f"  (asked {vocab_size}: no pair left that occurs twice)" if tok.vocab_size < vocab_size else ""
+        print(f"{tok.vocab_size:>10}  {len(tok.merges):>6}  {tokens:>9,}  {ratios}{short}")
+    print("(each tokenizer trained on this corpus and measured on it: in-sample)")
+    return 0
+
+
+def _vocab_sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--vocab-sizes must be integers separated by commas, got {text!r}") from None
+    smallest = 256 + 1  # the bytes and <|endoftext|>
+    if any(size < smallest for size in sizes):
+        raise ValueError(f"--vocab-sizes must each be at least {smallest} (256 bytes + {EOT}), got {text!r}")
+    return sizes
 
 
 def train(args: argparse.Namespace) -> int:
