@@ -13,6 +13,7 @@ from ..checkpoint import load_checkpoint
 from ..data import DEFAULT_VOCAB_SIZE
 from ..model import GPTConfig
 from ..model.flops import COMPONENTS, flop_counts, parameter_counts
+from ..table import format_table
 from ..training import TrainSettings
 from .model_flags import MODEL_FLAGS, add_model_flags, model_options
 
@@ -79,9 +80,6 @@ def breakdown(config: GPTConfig) -> str:
 
 def _table(title: str, counts: dict[str, int], notes: dict[str, str]) -> list[str]:
     total = sum(counts.values())
-    width = max(len(name) for name in [*counts, title])
-    rows = [f"{title:<{width}}  {'count':>13}  {'share':>6}"]
-    for name, count in counts.items():
-        rows.append(f"{name:<{width}}  {count:>13,}  {count / total:>6.1%}  {notes[name]}")
-    rows.append(f"{'total':<{width}}  {total:>13,}  {1:>6.1%}")
-    return rows
+    rows = [(name, f"{count:,}", f"{count / total:.1%}", notes[name]) for name, count in counts.items()]
+    rows.append(("total", f"{total:,}", "100.0%", ""))
+    return format_table((title, "count", "share", ""), rows, align=("left", "right", "right", "left")).splitlines()

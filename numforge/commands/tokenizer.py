@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..checks import check_positive_int
 from ..data import DEFAULT_CORPUS, DEFAULT_VOCAB_SIZE, default_tokenizer, load_documents, load_or_train_tokenizer
+from ..table import format_table
 from ..tokenizer import EOT, BPETokenizer
 from ..tokenizer.explain import explain as explain_text
 from ..tokenizer.explain import token_text
@@ -121,15 +122,16 @@ def stats(args: argparse.Namespace) -> int:
     print(
         f"corpus: {args.data or DEFAULT_CORPUS}, {len(documents)} documents, {characters:,} characters, {size:,} bytes"
     )
-    print(f"{'vocabulary':>10}  {'merges':>6}  {'tokens':>9}  {'chars/token':>11}  {'bytes/token':>11}")
-    print(f"{'bytes':>10}  {0:>6}  {size:>9,}  {characters / size:>11.2f}  {1:>11.2f}")
+    rows = [("bytes", "0", f"{size:,}", f"{characters / size:.2f}", "1.00")]
     for vocab_size in sizes:
         tok = load_or_train_tokenizer(documents, vocab_size, cache_dir=args.cache_dir, say=_to_stderr)
         tokens = sum(len(tok.encode_ordinary(d)) for d in documents)
-        ratios = f"{characters / tokens:>11.2f}  {size / tokens:>11.2f}"
-        short = f"  (asked {vocab_size}: no pair left that occurs twice)" if tok.vocab_size < vocab_size else ""
-        print(f"{tok.vocab_size:>10}  {len(tok.merges):>6}  {tokens:>9,}  {ratios}{short}")
-    print("(each tokenizer trained on this corpus and measured on it: in-sample)")
+        vocabulary = str(tok.vocab_size) + (f" (asked {vocab_size})" if tok.vocab_size < vocab_size else "")
+        ratios = (f"{characters / tokens:.2f}", f"{size / tokens:.2f}")
+        rows.append((vocabulary, str(len(tok.merges)), f"{tokens:,}", *ratios))
+    print(format_table(("vocabulary", "merges", "tokens", "chars/token", "bytes/token"), rows))
+    print("(each tokenizer trained on this corpus and measured on it: in-sample; a vocabulary smaller than")
+    print("asked: no pair was left that occurs twice)")
     return 0
 
 
