@@ -102,3 +102,7 @@ def test_bad_inputs_are_named():
         reference_forward(model.params, model.config, ids, targets[:, :3])
     with pytest.raises(TypeError, match="token_ids must be an integer array"):
         reference_forward(model.params, model.config, ids * 1.0, targets)
+    with pytest.raises(ValueError, match=r"ids in \[0, 13\)"):
+        reference_forward(model.params, model.config, ids - 1, targets)  # -1 would wrap to the last row
+    with pytest.raises(ValueError, match="or the ignore index -1"):
+        reference_forward(model.params, model.config, ids, targets + 13)

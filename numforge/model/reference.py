@@ -9,8 +9,9 @@ gradients (tested equal to 1e-12 in float64 under every ``GPTConfig`` option,
 - attention holds its ``(B,H,T,T)`` scores and weights (no tiles, no online softmax);
 - the logits ``(B,T,V)`` exist, the loss is a plain softmax cross-entropy,
   and its gradient ``softmax - onehot`` is computed in the backward, not fused into the forward;
-- nothing is updated in place; no op of ``numforge/ops`` is called (only the
-  normal CDF of exact GELU and the sinusoidal table are imported);
+- no array is changed in place once computed (the two embedding gradients are
+  filled into zeros); no op of ``numforge/ops`` is called (only the normal CDF
+  of exact GELU and the sinusoidal table are imported);
 - ``reference_backward`` is one function that walks ``reference_forward`` in
   exact reverse order, each step naming the forward line it reverses.
 
@@ -328,4 +329,9 @@ def _check_inputs(config: GPTConfig, token_ids, targets) -> tuple[int, int]:
     B, T = token_ids.shape
     if not 1 <= T <= config.max_seq_len:
         raise ValueError(f"token_ids has sequence length {T}, expected 1 to max_seq_len {config.max_seq_len}")
+    V = config.vocab_size
+    if B < 1 or not bool(((token_ids >= 0) & (token_ids < V)).all()):
+        raise ValueError(f"token_ids must be a non-empty (B,T) array of ids in [0, {V})")
+    if not bool((((targets >= 0) & (targets < V)) | (targets == IGNORE_INDEX)).all()):
+        raise ValueError(f"targets must hold ids in [0, {V}) or the ignore index {IGNORE_INDEX}")
     return B, T
