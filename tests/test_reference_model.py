@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from numforge.backend import asarray, default_rng, to_numpy
-from numforge.gradcheck.model import DROPOUT_SEED, OPTIONS, randomized_model, tiny_batch
+from numforge.gradcheck.model import DROPOUT_SEED, OPTIONS, TINY, randomized_model, tiny_batch
+from numforge.model import GPT, GPTConfig
 from numforge.model.reference import reference_backward, reference_forward
 
 TOL = 1e-12
@@ -106,3 +107,16 @@ def test_bad_inputs_are_named():
         reference_forward(model.params, model.config, ids - 1, targets)  # -1 would wrap to the last row
     with pytest.raises(ValueError, match="or the ignore index -1"):
         reference_forward(model.params, model.config, ids, targets + 13)
+
+
+def test_float32_in_float32_out_and_close_to_the_fast_model():
+    model = GPT(GPTConfig(**{**TINY, "drop_prob": 0.1, "activation": "swiglu"}), seed=1)  # float32
+    ids, targets = tiny_batch(model.config.vocab_size)
+    loss, cache = model.forward(ids, targets, rng=default_rng(3))
+    grads = model.backward(cache)
+    logits, ref_loss, ref_cache = reference_forward(model.params, model.config, ids, targets, rng=default_rng(3))
+    ref_grads = reference_backward(model.params, model.config, ref_cache)
+    assert logits.dtype == ref_loss.dtype == np.float32
+    assert all(g.dtype == np.float32 for g in ref_grads.values())
+    assert abs(float(ref_loss) - float(loss)) <= 1e-6 * abs(float(loss))
+    assert max(relative_difference(ref_grads[name], g) for name, g in grads.items()) <= 1e-4

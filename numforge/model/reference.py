@@ -113,14 +113,15 @@ def reference_forward(params: dict, config: GPTConfig, token_ids, targets, rng=N
     h, cache["final_xhat"], cache["final_rstd"] = _layer_norm(x, params, "final_norm", config.ln_eps)  # (B,T,C)
     cache["final_h"] = h
     logits = h @ _unembedding(params, config).T  # (B,T,C) @ (C,V) -> (B,T,V)
-    probs = _softmax(logits)  # (B,T,V)
+    shifted = logits - logits.max(axis=-1, keepdims=True)  # (B,T,V), at most 0: exp cannot overflow
+    log_probs = shifted - xp.log(xp.exp(shifted).sum(axis=-1, keepdims=True))  # (B,T,V): z - logsumexp(z)
     counted = targets != IGNORE_INDEX  # (B,T) bool
     count = int(counted.sum())
     safe_targets = xp.where(counted, targets, 0)  # (B,T): an ignored position reads index 0, then counts 0
-    picked = xp.take_along_axis(probs, safe_targets[..., None], axis=-1)[..., 0]  # (B,T,V) -> (B,T)
-    nll = -xp.log(picked) * counted  # (B,T)
+    picked = xp.take_along_axis(log_probs, safe_targets[..., None], axis=-1)[..., 0]  # (B,T,V) -> (B,T)
+    nll = -picked * counted  # (B,T)
     loss = nll.sum() / count if count else xp.zeros((), dtype=logits.dtype)  # ()
-    cache.update(probs=probs, counted=counted, count=count, safe_targets=safe_targets)
+    cache.update(probs=xp.exp(log_probs), counted=counted, count=count, safe_targets=safe_targets)  # probs (B,T,V)
     return logits, loss, cache
 
 
@@ -141,7 +142,7 @@ def reference_backward(params: dict, config: GPTConfig, cache: dict) -> dict:
     # forward: loss = mean over counted positions of -log softmax(logits)[target]
     V = cache["probs"].shape[-1]
     onehot = cache["safe_targets"][..., None] == xp.arange(V)  # (B,T,1) == (V,) -> (B,T,V) bool
-    weight = cache["counted"] / cache["count"] if cache["count"] else cache["counted"] * 0.0  # (B,T)
+    weight = cache["counted"].astype(cache["probs"].dtype) / max(cache["count"], 1)  # (B,T): 1/count or 0
     dlogits = (cache["probs"] - onehot) * weight[..., None]  # (B,T,V)
     # forward: logits = h @ unembedding^T
     unembedding = _unembedding(params, config)  # (V,C)
