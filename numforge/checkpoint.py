@@ -20,14 +20,25 @@ which is untouched; older checkpoints are deleted only after the switch.
 
 Why loading cannot run code: arrays are read with ``numpy.load(...,
 allow_pickle=False)`` and everything else is JSON.
+
+Why a damaged or hostile checkpoint gives one clear error: every file is
+read through one reader that turns any failure into a ``ValueError`` naming
+the file and what is wrong with it; the arrays' ``.npy`` headers are read
+first (without the data), checked against each other, against the zip
+member's size and against the machine's memory before a byte of data is
+loaded; and ``restore_model`` compares ``config.json`` with those shapes
+before it builds a model.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import shutil
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -35,11 +46,13 @@ import numpy as np
 
 from .atomic import write_text_atomic
 from .backend import asarray, to_numpy
-from .model import GPT, GPTConfig
+from .model import GPT, GPTConfig, parameter_shapes
+from .resources import DISK_FULL, check_fits
 from .tokenizer import BPETokenizer
 
 LATEST = "LATEST"
 PREFIX = "ckpt-"
+_NAME = re.compile(rf"{PREFIX}[0-9]{{8}}(-[0-9]+)?")  # the names save_checkpoint gives
 FILES = ("params.npz", "optimizer.npz", "optimizer.json", "config.json", "tokenizer.json", "state.json")
 
 
@@ -66,11 +79,27 @@ def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
     write_text_atomic(path, _json_text(data))
 
 
-def read_json(path: Path) -> Any:
+class CheckpointFileError(ValueError):
+    """A checkpoint file that cannot be read or does not hold what it must; the message names the file."""
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``; any failure (missing, not UTF-8, not JSON, not an object) names the file."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ValueError(f"cannot read checkpoint file {path}: {err}") from err
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except Exception as err:  # noqa: BLE001 -- any failure to parse these bytes is the file's fault
+        raise CheckpointFileError(f"cannot read checkpoint file {path}: {_reason(err)}") from err
+    if not isinstance(data, dict):
+        raise CheckpointFileError(f"checkpoint file {path} must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _reason(err: BaseException) -> str:
+    if isinstance(err, UnicodeDecodeError):
+        return f"not UTF-8 text ({err.reason} at byte {err.start})"
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror
+    return str(err) or type(err).__name__
 
 
 # ---------------------------------------------------------------- save
@@ -118,18 +147,33 @@ def save_checkpoint(
         # The live checkpoint already holds this step; overwriting it in place
         # would not be atomic, so write beside it and swap the pointer.
         final = run_dir / f"{PREFIX}{step:08d}-{os.getpid()}"
-    temp = Path(tempfile.mkdtemp(dir=run_dir, prefix=f".{final.name}.", suffix=".tmp"))
     try:
-        _write_checkpoint_files(temp, params, optimizer_state, config, tokenizer, state)
-        if final.exists():  # a complete but unreferenced leftover of an earlier crash
-            shutil.rmtree(final)
-        os.rename(temp, final)
-    except BaseException:
-        shutil.rmtree(temp, ignore_errors=True)
-        raise
-    write_text_atomic(run_dir / LATEST, final.name + "\n")
+        temp = Path(tempfile.mkdtemp(dir=run_dir, prefix=f".{final.name}.", suffix=".tmp"))
+        try:
+            _write_checkpoint_files(temp, params, optimizer_state, config, tokenizer, state)
+            if final.exists():  # a complete but unreferenced leftover of an earlier crash
+                shutil.rmtree(final)
+            os.rename(temp, final)
+        except BaseException:
+            shutil.rmtree(temp, ignore_errors=True)
+            raise
+        write_text_atomic(run_dir / LATEST, final.name + "\n")
+    except OSError as err:
+        if err.errno not in DISK_FULL:
+            raise
+        live = latest_checkpoint_dir(run_dir)
+        kept = f"step {checkpoint_step(live)} ({live})" if live is not None else "none (no checkpoint was written yet)"
+        raise OSError(
+            f"checkpoint step {step} could not be written to {run_dir} (disk full: {err.strerror}); "
+            f"the last complete checkpoint is {kept}"
+        ) from err
     _prune(run_dir, keep)
     return final
+
+
+def checkpoint_step(directory: Path) -> int | None:
+    """The step in a checkpoint directory's name: ``ckpt-00000040`` (or ``ckpt-00000040-<pid>``) -> 40; else None."""
+    return int(directory.name[len(PREFIX) :][:8]) if _NAME.fullmatch(directory.name) else None
 
 
 def _prune(run_dir: Path, keep: int) -> None:
@@ -155,25 +199,69 @@ def latest_checkpoint_dir(path: str | os.PathLike) -> Path | None:
     pointer = path / LATEST
     if not pointer.is_file():
         return None
-    name = pointer.read_text(encoding="utf-8").strip()
-    if not name.startswith(PREFIX) or "/" in name or "\\" in name:
-        raise ValueError(f"{pointer} must name a {PREFIX}* directory, got {name!r}")
+    try:
+        name = pointer.read_bytes()[:256].decode("ascii").strip()
+    except (OSError, UnicodeDecodeError) as err:
+        raise CheckpointFileError(f"cannot read {pointer}: {_reason(err)}") from err
+    if not _NAME.fullmatch(name):
+        raise CheckpointFileError(f"{pointer} must name a {PREFIX}NNNNNNNN directory, got {name!r}")
     return path / name
 
 
+def array_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """name -> (shape, dtype) of every array in an ``.npz`` archive, from the ``.npy`` headers alone.
+
+    No data is read, so a header claiming a terabyte costs nothing. Each
+    header must be a float array whose data exactly fills its zip member.
+    Any failure is a ``CheckpointFileError`` naming the file.
+    """
+    headers = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                name = info.filename.removesuffix(".npy")
+                with archive.open(info) as member:
+                    version = np.lib.format.read_magic(member)
+                    if version not in ((1, 0), (2, 0)):
+                        raise ValueError(f"array {name!r} has .npy format version {version}, expected 1.0 or 2.0")
+                    if version == (1, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+                    else:
+                        shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+                    data_bytes = member.tell() + math.prod(shape) * dtype.itemsize
+                if dtype.hasobject:
+                    raise ValueError(f"array {name!r} holds Python objects (a pickle), which numforge never loads")
+                if dtype.kind != "f":
+                    raise ValueError(f"array {name!r} has dtype {dtype}, expected floating point")
+                if data_bytes != info.file_size:
+                    raise ValueError(
+                        f"array {name!r} claims shape {shape} ({data_bytes:,} bytes with its header) "
+                        f"but its zip member holds {info.file_size:,} bytes"
+                    )
+                headers[name] = (shape, dtype)
+    except CheckpointFileError:
+        raise
+    except Exception as err:  # noqa: BLE001 -- any failure to parse these bytes is the file's fault
+        raise CheckpointFileError(f"cannot read checkpoint arrays {path}: {_reason(err)}") from err
+    return headers
+
+
 def _load_arrays(path: Path) -> dict[str, np.ndarray]:
+    """Every array of an ``.npz`` archive whose headers were checked; never a pickle."""
     try:
         with np.load(path, allow_pickle=False) as archive:
             return {name: archive[name] for name in archive.files}
-    except (OSError, ValueError) as err:
-        raise ValueError(f"cannot read checkpoint arrays {path}: {err}") from err
+    except Exception as err:  # noqa: BLE001 -- any failure to parse these bytes is the file's fault
+        raise CheckpointFileError(f"cannot read checkpoint arrays {path}: {_reason(err)}") from err
 
 
 def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     """Load the checkpoint in ``path`` (a run directory or a checkpoint directory).
 
-    Raises ``FileNotFoundError`` if there is none, and ``ValueError`` if a file
-    is unreadable or the optimizer moments do not match the parameters.
+    Raises ``FileNotFoundError`` if there is none, and ``ValueError`` naming
+    the file if a file is unreadable, the optimizer moments do not match the
+    parameters, or the arrays would not fit in memory (checked from their
+    headers, before loading them).
     """
     directory = latest_checkpoint_dir(path)
     if directory is None:
@@ -183,55 +271,143 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     missing = [name for name in FILES if not (directory / name).is_file()]
     if missing:
         raise ValueError(f"checkpoint {directory} is incomplete: missing {', '.join(missing)}")
-    params = _load_arrays(directory / "params.npz")
-    moments = _load_arrays(directory / "optimizer.npz")
-    optimizer_state = read_json(directory / "optimizer.json")
+    jsons = {name: read_json(directory / f"{name}.json") for name in ("optimizer", "config", "tokenizer", "state")}
+    optimizer_state = jsons["optimizer"]
+    _check_optimizer_json(optimizer_state, directory / "optimizer.json")
+    param_headers = array_headers(directory / "params.npz")
+    moment_headers = array_headers(directory / "optimizer.npz")
+    shapes = {name: shape for name, (shape, _) in param_headers.items()}
     for kind in ("m", "v"):
-        optimizer_state[kind] = {k[2:]: a for k, a in moments.items() if k.startswith(f"{kind}/")}
-        _check_same_arrays(params, optimizer_state[kind], f"optimizer {kind!r}", directory)
+        moments = {k[2:]: shape for k, (shape, _) in moment_headers.items() if k.startswith(f"{kind}/")}
+        _check_same_shapes(shapes, moments, f"optimizer.npz {kind!r}", directory)
+    stored = sum(
+        math.prod(shape) * dtype.itemsize for shape, dtype in [*param_headers.values(), *moment_headers.values()]
+    )
+    check_fits(stored, f"loading checkpoint {directory} (its arrays)")
+    params = _load_arrays(directory / "params.npz")
+    arrays = _load_arrays(directory / "optimizer.npz")
+    for kind in ("m", "v"):
+        optimizer_state[kind] = {k[2:]: a for k, a in arrays.items() if k.startswith(f"{kind}/")}
     return Checkpoint(
         path=directory,
         params=params,
         optimizer_state=optimizer_state,
-        config=read_json(directory / "config.json"),
-        tokenizer=read_json(directory / "tokenizer.json"),
-        state=read_json(directory / "state.json"),
+        config=jsons["config"],
+        tokenizer=jsons["tokenizer"],
+        state=jsons["state"],
     )
 
 
-def _check_same_arrays(params: dict, other: dict, what: str, directory: Path) -> None:
+def _check_optimizer_json(data: dict, path: Path) -> None:
+    step = data.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise CheckpointFileError(f"{path}: 'step' must be an integer >= 0, got {step!r}")
+    if not isinstance(data.get("hyper"), dict):
+        raise CheckpointFileError(f"{path}: 'hyper' must be an object of AdamW settings, got {data.get('hyper')!r}")
+    extra = sorted(set(data) - {"step", "hyper"})
+    if extra:
+        raise CheckpointFileError(f"{path}: unknown keys {extra}; expected 'step' and 'hyper'")
+
+
+def _check_same_shapes(params: dict, other: dict, what: str, directory: Path) -> None:
     if set(other) != set(params):
         extra, lacking = sorted(set(other) - set(params)), sorted(set(params) - set(other))
-        raise ValueError(
+        raise CheckpointFileError(
             f"checkpoint {directory}: {what} names differ from the parameters (extra: {extra}, missing: {lacking})"
         )
-    for name, array in params.items():
-        if other[name].shape != array.shape:
-            raise ValueError(
-                f"checkpoint {directory}: {what}[{name!r}] has shape {other[name].shape}, "
-                f"the parameter has {array.shape}"
+    for name, shape in params.items():
+        if other[name] != shape:
+            raise CheckpointFileError(
+                f"checkpoint {directory}: {what}[{name!r}] has shape {other[name]}, the parameter has {shape}"
             )
+
+
+def checkpoint_config(checkpoint: Checkpoint) -> GPTConfig:
+    """The checkpoint's ``config.json`` as a ``GPTConfig``; a bad field is a ``ValueError`` naming the file."""
+    try:
+        return GPTConfig.from_dict(checkpoint.config)
+    except (ValueError, TypeError) as err:
+        raise CheckpointFileError(f"{checkpoint.path / 'config.json'}: {err}") from err
+
+
+def checkpoint_tokenizer(checkpoint: Checkpoint, trust_pattern: bool = False) -> BPETokenizer:
+    """The checkpoint's ``tokenizer.json``, validated (its split pattern too: see ``BPETokenizer.from_dict``)."""
+    return BPETokenizer.from_dict(
+        checkpoint.tokenizer, source=str(checkpoint.path / "tokenizer.json"), trust_pattern=trust_pattern
+    )
+
+
+def check_tokenizer_fits(tokenizer: BPETokenizer, config: GPTConfig, directory: Path) -> None:
+    """The tokenizer and the model share one vocabulary: every id one can make, the other can read."""
+    if tokenizer.vocab_size != config.vocab_size:
+        problem = (
+            "the model could emit ids the tokenizer cannot decode"
+            if tokenizer.vocab_size < config.vocab_size
+            else "the tokenizer could make ids past the model's embedding table"
+        )
+        raise CheckpointFileError(
+            f"checkpoint {directory}: tokenizer.json has {tokenizer.vocab_size} tokens but config.json's "
+            f"vocab_size is {config.vocab_size}; {problem}"
+        )
 
 
 def restore_model(checkpoint: Checkpoint, dtype: str = "float32") -> GPT:
     """The GPT described by a loaded checkpoint, with its parameters on the selected backend.
 
-    A config that disagrees with the arrays (a missing or extra name, a
-    shape) is a ``ValueError`` naming the checkpoint and the mismatch.
+    The config is compared with the arrays' shapes before a model is built
+    (a config claiming a huge width over small arrays allocates nothing): a
+    missing or extra name, or a shape, is a ``ValueError`` naming the files.
     """
-    config = GPTConfig.from_dict(checkpoint.config)
+    config = checkpoint_config(checkpoint)
+    expected = parameter_shapes(config)
+    stored = {name: tuple(a.shape) for name, a in checkpoint.params.items()}
+    if stored != expected:
+        raise CheckpointFileError(
+            f"checkpoint {checkpoint.path}: its config.json and params.npz disagree: {_difference(expected, stored)}"
+        )
     model = GPT(config, seed=0, dtype=dtype)
     try:
         model.load_params({name: asarray(a) for name, a in checkpoint.params.items()})
     except ValueError as err:
-        raise ValueError(f"checkpoint {checkpoint.path}: its config.json and params.npz disagree: {err}") from err
+        raise CheckpointFileError(
+            f"checkpoint {checkpoint.path}: its config.json and params.npz disagree: {err}"
+        ) from err
     return model
 
 
-def load_model(path: str | os.PathLike, dtype: str = "float32") -> tuple[GPT, BPETokenizer]:
+def _difference(expected: dict, stored: dict) -> str:
+    """The first way two name -> shape maps differ, in words."""
+    missing, extra = sorted(set(expected) - set(stored)), sorted(set(stored) - set(expected))
+    if missing or extra:
+        return f"params.npz lacks {missing} and has extra {extra}"
+    name = next(n for n in expected if expected[n] != stored[n])
+    return f"config.json makes {name!r} {expected[name]}, params.npz holds {stored[name]}"
+
+
+def check_finite_params(checkpoint: Checkpoint) -> None:
+    """``ValueError`` naming the first parameter that holds NaN or infinity (a model that cannot be run)."""
+    for name, array in checkpoint.params.items():
+        bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+        if bad:
+            raise CheckpointFileError(
+                f"{checkpoint.path / 'params.npz'}: parameter {name!r} holds {bad} NaN or infinite values; "
+                "this model cannot be sampled or traced (was it saved from a run that diverged?)"
+            )
+
+
+def load_model(
+    path: str | os.PathLike, dtype: str = "float32", trust_pattern: bool = False
+) -> tuple[GPT, BPETokenizer]:
     """The model and tokenizer of a run directory or one of its ``ckpt-*`` directories, to sample or study.
 
-    The one loader the inference commands (``sample``, ``trace``) share.
+    The one loader the inference commands (``sample``, ``trace``) share. It
+    refuses parameters holding NaN or infinity and a tokenizer whose
+    vocabulary is not the model's, naming the files. ``trust_pattern``:
+    see ``BPETokenizer.from_dict``.
     """
     checkpoint = load_checkpoint(path)
-    return restore_model(checkpoint, dtype), BPETokenizer.from_dict(checkpoint.tokenizer, source=f"{path} tokenizer")
+    check_finite_params(checkpoint)
+    model = restore_model(checkpoint, dtype)
+    tokenizer = checkpoint_tokenizer(checkpoint, trust_pattern)
+    check_tokenizer_fits(tokenizer, model.config, checkpoint.path)
+    return model, tokenizer

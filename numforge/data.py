@@ -61,9 +61,14 @@ def _read_utf8(path: Path) -> str:
 def read_documents(path: str | os.PathLike) -> list[str]:
     """The documents in a UTF-8 text file (one) or a directory of ``.txt`` files (sorted).
 
-    Raises ``FileNotFoundError`` for a missing path and ``ValueError`` for a
-    file that is not UTF-8, an empty file, or a directory with no ``.txt`` text.
+    Raises ``FileNotFoundError`` for a missing path and ``ValueError`` for an
+    empty path (not "the current directory"), a file that is not UTF-8, an
+    empty file, or a directory with no ``.txt`` text.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"the data path must be a str or a path, got {type(path).__name__}")
+    if os.fspath(path) == "":
+        raise ValueError("the data path is empty: name a text file or a directory of .txt files")
     path = Path(path)
     if path.is_dir():
         files = sorted(p for p in path.rglob("*.txt") if p.is_file())
@@ -141,11 +146,16 @@ def load_tokens(documents: Sequence[str], tokenizer, cache_dir: str | os.PathLik
     """The documents' token ids, from the cache when present, else encoded and cached.
 
     The cache file is written atomically, so an interrupted run never leaves
-    a truncated array behind.
+    a truncated array behind. A cache file that is damaged or does not fit
+    the tokenizer (see ``read_cached_tokens``) is derived data: it is
+    encoded again and replaced.
     """
     path = tokens_cache_path(documents, tokenizer, cache_dir or default_cache_dir())
     if path.is_file():
-        return np.load(path, allow_pickle=False)
+        try:
+            return read_cached_tokens(path, tokenizer.vocab_size)
+        except ValueError:
+            pass  # rebuilt below
     tokens = encode_documents(documents, tokenizer)
     with atomic_path(path) as temp:
         with open(temp, "wb") as f:
@@ -153,23 +163,49 @@ def load_tokens(documents: Sequence[str], tokenizer, cache_dir: str | os.PathLik
     return tokens
 
 
+def read_cached_tokens(path: Path, vocab_size: int) -> np.ndarray:
+    """The token array cached in ``path``; a ``ValueError`` naming the file unless it is a 1-D array of
+    ``token_dtype(vocab_size)`` ids below ``vocab_size`` (never a pickle; the header is checked against the
+    file's size before any data is read, through a memory map)."""
+    try:
+        mapped = np.load(path, mmap_mode="r", allow_pickle=False)
+        if not isinstance(mapped, np.ndarray) or mapped.ndim != 1 or mapped.dtype != token_dtype(vocab_size):
+            raise ValueError(f"expected a 1-D {token_dtype(vocab_size)} array, got {getattr(mapped, 'dtype', '?')}")
+        tokens = np.array(mapped)  # (N,) in memory, the file closed
+    except Exception as err:  # noqa: BLE001 -- any failure to parse these bytes is the file's fault
+        raise ValueError(f"token cache {path} is unreadable ({err}); it can be deleted") from err
+    if tokens.size and int(tokens.max()) >= vocab_size:
+        raise ValueError(f"token cache {path} holds id {int(tokens.max())}, past the vocabulary of {vocab_size}")
+    return tokens
+
+
 # ---------------------------------------------------------------- tokenizer
 
 
 def load_or_train_tokenizer(
-    documents, vocab_size: int, tokenizer_path=None, cache_dir=None, say: Callable[[str], None] = print
+    documents,
+    vocab_size: int,
+    tokenizer_path=None,
+    cache_dir=None,
+    say: Callable[[str], None] = print,
+    trust_pattern: bool = False,
 ) -> BPETokenizer:
     """The tokenizer in ``tokenizer_path``, or a BPE of ``vocab_size`` trained on the documents.
 
     A trained tokenizer is cached under a hash of the documents and the
-    vocabulary size, so the next run on the same text skips training.
+    vocabulary size, so the next run on the same text skips training; a
+    damaged cached file is trained again and replaced. ``trust_pattern``:
+    see ``BPETokenizer.from_dict``.
     """
     if tokenizer_path is not None:
-        return BPETokenizer.load(tokenizer_path)
+        return BPETokenizer.load(tokenizer_path, trust_pattern=trust_pattern)
     key = hashlib.sha256(f"{documents_hash(documents)}:{vocab_size}:{EOT}".encode()).hexdigest()
     cached = Path(cache_dir or default_cache_dir()) / "tokenizers" / f"{key[:32]}.json"
     if cached.is_file():
-        return BPETokenizer.load(cached)
+        try:
+            return BPETokenizer.load(cached)
+        except ValueError as err:
+            say(f"note: the cached tokenizer is damaged ({err}); training it again")
     say(f"training a BPE tokenizer with {vocab_size} tokens on {sum(map(len, documents)):,} characters")
     tokenizer = BPETokenizer.train(documents, vocab_size, special_tokens=(EOT,))
     tokenizer.save(cached)

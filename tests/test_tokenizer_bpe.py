@@ -78,7 +78,7 @@ def test_ties_take_the_smallest_pair():
     assert tok.merges == reference.train_merges("ab cd ab cd", 2)
 
 
-@given(st.lists(st.text("ab \né'", max_size=12), max_size=6), st.integers(1, 25))
+@given(st.lists(st.text("ab \né'", max_size=12), max_size=6).filter(any), st.integers(1, 25))
 def test_fast_trainer_equals_reference_on_random_corpora(corpus, num_merges):
     # a small alphabet makes equal counts (ties) common; "é" is two bytes, "'" starts contractions
     fast = _train_quietly(corpus, 256 + num_merges, special_tokens=())
@@ -148,7 +148,7 @@ def test_fast_encoder_equals_reference_on_real_text(tok):
     assert tok.encode_ordinary(text) == reference.encode(text, tok.merges)
 
 
-@given(st.text("abc", min_size=0, max_size=300), st.text("abc", min_size=2, max_size=200))
+@given(st.text("abc", min_size=1, max_size=300), st.text("abc", min_size=2, max_size=200))
 def test_long_chunks_merge_in_rank_order(training_text, text):
     # one chunk of up to 300 letters, many ranks: exercises the rank buckets of merge_chunk
     tok = _train_quietly(training_text, 256 + 40, special_tokens=())

@@ -12,6 +12,8 @@ def read_text(path) -> str:
         return Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
         raise ValueError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    except IsADirectoryError:
+        raise ValueError(f"{path} is a directory; expected a file") from None
 
 
 def read_json(path):
@@ -20,3 +22,5 @@ def read_json(path):
         return json.loads(read_text(path))
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: line {error.lineno} column {error.colno}: {error.msg}") from None
+    except RecursionError:
+        raise ValueError(f"{path}: JSON nested too deeply to read") from None

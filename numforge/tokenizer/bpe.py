@@ -32,13 +32,14 @@ import binascii
 import codecs
 import json
 from collections import Counter
+from collections.abc import Iterable
 from itertools import chain
 
 from ..atomic import write_text_atomic
 from ._files import read_json
 from ._merge import merge_chunk
 from ._train import learn_merges
-from .pretokenize import GPT2_SPLIT_PATTERN, chunker, special_tokens_regex, split_on_specials
+from .pretokenize import GPT2_SPLIT_PATTERN, check_pattern_allowed, chunker, special_tokens_regex, split_on_specials
 
 EOT = "<|endoftext|>"  # GPT-2's end-of-text special token: closes every training document
 FORMAT_NAME = "numforge-bpe"
@@ -87,8 +88,11 @@ class BPETokenizer:
         Tie rule (as in ``reference.train_merges``): the highest count wins; among
         equal counts the smallest pair (p, q) in id order. Stops early, with a
         warning, when no pair occurs twice. Special strings in the text are cut
-        out before counting, so they never take part in a merge.
+        out before counting, so they never take part in a merge. An empty
+        corpus is a ``ValueError``: there is nothing to learn from.
         """
+        if isinstance(text_or_texts, (bytes, bytearray)) or not isinstance(text_or_texts, (str, Iterable)):
+            raise TypeError(f"text_or_texts must be a str or an iterable of str, got {type(text_or_texts).__name__}")
         special_tokens = _check_specials(special_tokens)
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
             raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
@@ -105,6 +109,8 @@ class BPETokenizer:
                 raise TypeError(f"training texts must be str, got {type(text).__name__}")
             for piece in split_on_specials(text, special_tokens):
                 chunk_counts.update(split(piece))
+        if not chunk_counts:
+            raise ValueError("the training text is empty: a tokenizer needs text to learn from")
         merges = learn_merges(chunk_counts, vocab_size - smallest, progress=progress)
         return cls(merges, special_tokens=special_tokens, pattern=pattern)
 
@@ -222,8 +228,12 @@ class BPETokenizer:
         }
 
     @classmethod
-    def from_dict(cls, d: dict, source: str = "tokenizer dict") -> BPETokenizer:
-        """The inverse of ``to_dict``; ``source`` names the dict in error messages."""
+    def from_dict(cls, d: dict, source: str = "tokenizer dict", trust_pattern: bool = False) -> BPETokenizer:
+        """The inverse of ``to_dict``; ``source`` names the dict in error messages.
+
+        The split pattern must be one of ``pretokenize.KNOWN_PATTERNS`` unless
+        ``trust_pattern`` is True: a pattern is code that runs on every text.
+        """
         if not isinstance(d, dict):
             raise ValueError(f"{source}: expected a JSON object, got {type(d).__name__}")
         if d.get("format") != FORMAT_NAME or d.get("version") != FORMAT_VERSION:
@@ -240,6 +250,7 @@ class BPETokenizer:
         ):
             raise ValueError(f"{source}: 'special_tokens' must map strings to int ids, got {specials!r}")
         names = sorted(specials, key=lambda name: specials[name])
+        check_pattern_allowed(d["pattern"], source, trust_pattern)
         try:
             tok = cls(d["merges"], special_tokens=names, pattern=d["pattern"], byte_ids=d["byte_ids"])
         except (ValueError, TypeError) as error:
@@ -266,9 +277,9 @@ class BPETokenizer:
         write_text_atomic(path, json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n")
 
     @classmethod
-    def load(cls, path) -> BPETokenizer:
-        """Read numforge's JSON tokenizer file."""
-        return cls.from_dict(read_json(path), source=str(path))
+    def load(cls, path, trust_pattern: bool = False) -> BPETokenizer:
+        """Read numforge's JSON tokenizer file (``trust_pattern``: see ``from_dict``)."""
+        return cls.from_dict(read_json(path), source=str(path), trust_pattern=trust_pattern)
 
     def __repr__(self) -> str:
         return (

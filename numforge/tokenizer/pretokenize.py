@@ -20,6 +20,17 @@ the tokenizer's file.
 ``split_chunks`` is the plain way (the `regex` package, which knows \\p{L});
 ``chunker`` returns a faster function with the same result for GPT-2's
 pattern, checked against ``split_chunks`` in the tests.
+
+A pattern is code: a regular expression that backtracks catastrophically
+(``(?:a|aa)+$`` on a line of ``a``s) can take longer than the age of the
+universe on a short line. So every match through `regex` runs under a time
+budget (``match_budget``: a second plus 10 us a character, about 100x what
+the known patterns need), past which it stops with a ``ValueError``; and a
+pattern read from a file is used only if it is one of ``KNOWN_PATTERNS``
+(GPT-2's, cl100k's) unless the caller trusts it (``check_pattern_allowed``).
+The ASCII fast path runs in the standard library's `re`, which has no
+budget, but only for GPT-2's pattern, whose alternatives never backtrack
+more than one character.
 """
 
 from __future__ import annotations
@@ -31,6 +42,32 @@ from functools import lru_cache
 import regex
 
 GPT2_SPLIT_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+# GPT-4's (tiktoken's cl100k_base): case-insensitive contractions, numbers in groups of up to 3 digits
+CL100K_SPLIT_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]"""
+    r"""|\s+(?!\S)|\s+"""
+)
+KNOWN_PATTERNS = {GPT2_SPLIT_PATTERN: "GPT-2's", CL100K_SPLIT_PATTERN: "cl100k's"}  # trusted in any file
+MATCH_SECONDS = 1.0  # the budget of one split: this much,
+MATCH_SECONDS_PER_CHAR = 1e-5  # plus this much per character (the known patterns need about 0.1 us)
+
+
+def match_budget(num_chars: int) -> float:
+    """Seconds one split of ``num_chars`` characters may take before it is stopped."""
+    return MATCH_SECONDS + MATCH_SECONDS_PER_CHAR * num_chars
+
+
+def check_pattern_allowed(pattern: str, source: str, trust: bool = False) -> str:
+    """``pattern`` if it is one of ``KNOWN_PATTERNS`` or ``trust`` is True; else a ``ValueError`` naming ``source``."""
+    if not isinstance(pattern, str):
+        raise ValueError(f"{source}: 'pattern' must be a string, got {type(pattern).__name__}")
+    if pattern not in KNOWN_PATTERNS and not trust:
+        raise ValueError(
+            f"{source}: its split pattern {pattern[:80]!r}{'...' if len(pattern) > 80 else ''} is not one numforge "
+            f"knows (GPT-2's or cl100k's). A pattern is code that runs on every text; use it only if you trust "
+            f"the file: trust_pattern=True in Python, --trust-pattern on the command line"
+        )
+    return pattern
 
 
 @lru_cache(maxsize=16)
@@ -47,9 +84,26 @@ def compile_pattern(pattern: str) -> regex.Pattern:
 def split_chunks(text: str, pattern: str = GPT2_SPLIT_PATTERN) -> list[str]:
     """The chunks of `text` under `pattern`, in order; ``"".join(chunks) == text`` for GPT-2's pattern.
 
-    The plain way (``regex`` findall): the reference, and what every other pattern uses.
+    The plain way (``regex`` findall, within ``match_budget``): the reference, and what every other pattern uses.
     """
-    return compile_pattern(pattern).findall(text)
+    return _bounded(pattern)(text)
+
+
+@lru_cache(maxsize=16)
+def _bounded(pattern: str) -> Callable[[str], list[str]]:
+    """``findall`` of ``pattern`` stopped after ``match_budget(len(text))`` seconds with a ``ValueError``."""
+    findall = compile_pattern(pattern).findall
+
+    def split(text: str) -> list[str]:
+        try:
+            return findall(text, timeout=match_budget(len(text)))
+        except TimeoutError:
+            raise ValueError(
+                f"the split pattern {pattern[:80]!r} took more than {match_budget(len(text)):.1f} s on "
+                f"{len(text):,} characters and was stopped: it backtracks catastrophically on this text"
+            ) from None
+
+    return split
 
 
 # The fast path for GPT-2's pattern. On ASCII text, \p{L} is [A-Za-z], \p{N} is [0-9]
@@ -75,7 +129,7 @@ def chunker(pattern: str = GPT2_SPLIT_PATTERN) -> Callable[[str], list[str]]:
     the pattern in `re`, and each stretch holding a non-ASCII character, cut at the
     nearest safe "x\\ny" points around it, through `regex`.
     """
-    full = compile_pattern(pattern).findall
+    full = _bounded(pattern)
     if pattern != GPT2_SPLIT_PATTERN:
         return full
     ascii_only = _GPT2_ASCII.findall

@@ -14,11 +14,39 @@ CSV_FIELDS = ("step", "train_loss", "val_loss", "lr")
 
 
 def read_loss_csv(path: Path, up_to_step: int) -> list[dict]:
-    """The rows of an existing loss log with step <= ``up_to_step`` (later rows were never checkpointed)."""
+    """The rows of an existing loss log with step <= ``up_to_step`` (later rows were never checkpointed).
+
+    A log that is not numforge's (a wrong header, a row whose step is not an
+    integer or whose losses are not numbers) is a ``ValueError`` naming the
+    file and the line.
+    """
     if not path.is_file():
         return []
-    with open(path, newline="", encoding="utf-8") as f:
-        return [row for row in csv.DictReader(f) if int(row["step"]) <= up_to_step]
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            if tuple(reader.fieldnames or ()) != CSV_FIELDS:
+                raise ValueError(f"its header is {reader.fieldnames}, expected {list(CSV_FIELDS)}")
+            rows = []
+            for row in reader:
+                _check_row(row, reader.line_num)
+                if int(row["step"]) <= up_to_step:
+                    rows.append(row)
+            return rows
+    except (ValueError, csv.Error) as err:  # UnicodeDecodeError is a ValueError
+        raise ValueError(f"loss log {path} is damaged: {err}; move it away to resume without it") from err
+
+
+def _check_row(row: dict, line: int) -> None:
+    if None in row or None in row.values():
+        raise ValueError(f"line {line} has {len(row) - (None in row)} fields, expected {len(CSV_FIELDS)}")
+    if not (row["step"].isascii() and row["step"].isdigit()):
+        raise ValueError(f"line {line}: step {row['step']!r} is not a non-negative integer")
+    for name in ("train_loss", "lr") + (("val_loss",) if row["val_loss"] else ()):
+        try:
+            float(row[name])
+        except ValueError:
+            raise ValueError(f"line {line}: {name} {row[name]!r} is not a number") from None
 
 
 def write_loss_csv(path: Path, rows: list[dict]) -> None:

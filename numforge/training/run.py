@@ -16,17 +16,28 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..checkpoint import latest_checkpoint_dir, load_checkpoint, restore_model, save_checkpoint
+from ..checkpoint import (
+    check_tokenizer_fits,
+    checkpoint_step,
+    checkpoint_tokenizer,
+    latest_checkpoint_dir,
+    load_checkpoint,
+    restore_model,
+    save_checkpoint,
+)
 from ..checks import check_positive_int
 from ..data import BatchSampler, load_documents, load_tokens, split_tokens
-from ..model import GPT, GPTConfig
+from ..model import GPT, GPTConfig, parameter_shapes
 from ..optim import AdamW, warmup_cosine_lr
+from ..resources import check_fits
 from ..tokenizer import BPETokenizer
 from .logs import LOSS_CSV, read_loss_csv, write_loss_csv
 
@@ -53,17 +64,24 @@ class TrainSettings:
     seed: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("max_steps", "warmup_steps"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+        for name in ("max_steps", "warmup_steps", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {getattr(self, name)!r}")
         for name in ("batch_size", "seq_len", "schedule_steps", "eval_every", "eval_batches", "save_every"):
             check_positive_int(getattr(self, name), name)
         if self.warmup_steps > self.schedule_steps:
             raise ValueError(f"warmup_steps ({self.warmup_steps}) must be <= schedule_steps ({self.schedule_steps})")
+        for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
         if not 0 <= self.min_lr <= self.lr:
             raise ValueError(f"need 0 <= min_lr <= lr, got min_lr={self.min_lr}, lr={self.lr}")
         if not self.grad_clip > 0:
             raise ValueError(f"grad_clip must be > 0, got {self.grad_clip}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
 
     def lr_at(self, step: int) -> float:
         return warmup_cosine_lr(
@@ -109,6 +127,84 @@ class Run:
         return self.last_checkpoint
 
 
+# ---------------------------------------------------------------- before starting: memory and the state file
+
+
+def training_bytes(config: GPTConfig, settings: TrainSettings) -> int:
+    """A rough estimate of the memory one training step needs, in bytes (float32).
+
+    Parameters, gradients and AdamW's two moments: ``4 P``; activations kept
+    for the backward pass, per layer about ``B T (10 C + 3 F)`` values plus
+    the ``(B, H, T, T)`` attention probabilities; the loss works in row
+    chunks. Under the truth, never over by much: enough to refuse a run that
+    cannot fit before it allocates anything.
+    """
+    B, T, C, F, L = settings.batch_size, settings.seq_len, config.d_model, config.d_ff, config.num_layers
+    params = sum(math.prod(shape) for shape in parameter_shapes(config).values())
+    activations = L * (B * T * (10 * C + 3 * F) + B * config.num_heads * T * T) + 4 * B * T * C
+    return 4 * (4 * params + activations)
+
+
+def check_run_fits(config: GPTConfig, settings: TrainSettings) -> None:
+    """``ValueError`` with the estimate and the machine's limit when a training step cannot fit in memory."""
+    check_fits(
+        training_bytes(config, settings),
+        f"training this model ({config.num_layers} layers, d_model {config.d_model}, vocabulary "
+        f"{config.vocab_size}) on batches of {settings.batch_size} x {settings.seq_len} tokens",
+    )
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def check_state(state: dict, path: Path, step_in_name: int | None) -> TrainSettings:
+    """The settings of a checkpoint's ``state.json``, every field of it checked; errors name the file and field."""
+
+    def bad(field: str, expected: str):
+        return ValueError(f"{path}: {field!r} must be {expected}, got {_get(state, field)!r}")
+
+    expected = {"step", "sampler", "settings", "data"}
+    if set(state) != expected:
+        raise ValueError(f"{path}: expected the fields {sorted(expected)}, got {sorted(state)}")
+    step = state["step"]
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise bad("step", "an integer >= 0")
+    if step_in_name is not None and step != step_in_name:
+        raise ValueError(f"{path}: 'step' is {step} but its directory is named for step {step_in_name}")
+    sampler = state["sampler"]
+    if not isinstance(sampler, dict) or set(sampler) != {"bit_generator", "batches_drawn"}:
+        raise bad("sampler", "an object with 'bit_generator' and 'batches_drawn'")
+    drawn = sampler["batches_drawn"]
+    if isinstance(drawn, bool) or not isinstance(drawn, int) or drawn < 0:
+        raise bad("sampler.batches_drawn", "an integer >= 0")
+    if not isinstance(sampler["bit_generator"], dict):
+        raise bad("sampler.bit_generator", "an object (the generator's state)")
+    data = state["data"]
+    if not isinstance(data, dict) or set(data) != {"source", "num_tokens", "tokens_sha256"}:
+        raise bad("data", "an object with 'source', 'num_tokens' and 'tokens_sha256'")
+    if not (data["source"] is None or isinstance(data["source"], str) and data["source"]):
+        raise bad("data.source", "a path or null (the default corpus)")
+    if isinstance(data["num_tokens"], bool) or not isinstance(data["num_tokens"], int) or data["num_tokens"] < 1:
+        raise bad("data.num_tokens", "an integer >= 1")
+    if not isinstance(data["tokens_sha256"], str) or not _SHA256.fullmatch(data["tokens_sha256"]):
+        raise bad("data.tokens_sha256", "64 lowercase hex digits")
+    if not isinstance(state["settings"], dict):
+        raise bad("settings", "an object")
+    known = {f.name for f in dataclasses.fields(TrainSettings)}
+    if set(state["settings"]) != known:
+        raise bad("settings", f"an object with the fields {sorted(known)}")
+    try:
+        return TrainSettings(**state["settings"])
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"{path}: 'settings': {err}") from err
+
+
+def _get(data: dict, dotted: str):
+    for key in dotted.split("."):
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
+
+
 # ---------------------------------------------------------------- starting and resuming
 
 
@@ -139,10 +235,11 @@ def new_run(
         raise ValueError(
             f"{run_dir} already holds a checkpoint: continue it with --resume {run_dir}, or choose another --out"
         )
+    config = GPTConfig(vocab_size=tokenizer.vocab_size, max_seq_len=settings.seq_len, **model_options)
+    check_run_fits(config, settings)
     if documents is None:
         documents = load_documents(data)
     train_tokens, val_tokens, info = _data_for(tokenizer, documents, data, settings, cache_dir)
-    config = GPTConfig(vocab_size=tokenizer.vocab_size, max_seq_len=settings.seq_len, **model_options)
     model = GPT(config, seed=settings.seed)
     optimizer = AdamW(model.params, lr=settings.lr, betas=BETAS, weight_decay=settings.weight_decay)
     sampler = BatchSampler(train_tokens, settings.batch_size, settings.seq_len, settings.seed)
@@ -150,14 +247,22 @@ def new_run(
 
 
 def resume_run(
-    path, overrides: dict | None = None, *, data=None, cache_dir=None, say: Callable[[str], None] = print
+    path,
+    overrides: dict | None = None,
+    *,
+    data=None,
+    cache_dir=None,
+    say: Callable[[str], None] = print,
+    trust_pattern: bool = False,
 ) -> Run:
     """The run checkpointed in ``path``, ready to continue exactly where it stopped.
 
     ``overrides`` may change settings that do not alter the arithmetic
     (``max_steps``, ``eval_every``, ``save_every``). ``data`` replaces the
     recorded corpus; if the corpus's tokens changed, the resume is not exact
-    and this is said.
+    and this is said. Every file of the checkpoint is validated (``state.json``
+    field by field, the steps of its files against each other, the tokenizer
+    against the model) and ``loss.csv`` too, before training resumes.
     """
     overrides = overrides or {}
     if set(overrides) - set(RESUMABLE):
@@ -166,12 +271,29 @@ def resume_run(
             f"got {sorted(set(overrides) - set(RESUMABLE))}"
         )
     checkpoint = load_checkpoint(path)
-    state = checkpoint.state
+    state, state_file = checkpoint.state, checkpoint.path / "state.json"
+    check_state(state, state_file, checkpoint_step(checkpoint.path))
+    step = state["step"]
+    if checkpoint.optimizer_state["step"] != step:
+        raise ValueError(
+            f"{checkpoint.path / 'optimizer.json'}: 'step' is {checkpoint.optimizer_state['step']}, but the "
+            f"checkpoint is at step {step} (files from different runs or steps?)"
+        )
     settings = TrainSettings(**{**state["settings"], **overrides})
+    tokenizer = checkpoint_tokenizer(checkpoint, trust_pattern)
     model = restore_model(checkpoint)
-    tokenizer = BPETokenizer.from_dict(checkpoint.tokenizer)
+    check_tokenizer_fits(tokenizer, model.config, checkpoint.path)
+    if model.config.max_seq_len < settings.seq_len:
+        raise ValueError(
+            f"{state_file}: 'settings.seq_len' is {settings.seq_len}, longer than config.json's max_seq_len "
+            f"{model.config.max_seq_len}"
+        )
+    check_run_fits(model.config, settings)
     optimizer = AdamW(model.params, lr=settings.lr, betas=BETAS, weight_decay=settings.weight_decay)
-    optimizer.load_state_dict(checkpoint.optimizer_state)
+    try:
+        optimizer.load_state_dict(checkpoint.optimizer_state)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"{checkpoint.path / 'optimizer.json'}: {err}") from err
     source = data if data is not None else state["data"]["source"]
     train_tokens, val_tokens, info = _data_for(tokenizer, load_documents(source), source, settings, cache_dir)
     if info["tokens_sha256"] != state["data"]["tokens_sha256"]:
@@ -182,9 +304,11 @@ def resume_run(
             )
         say(f"note: {data} is not the text this run started on; the run continues on it (not an exact resume)")
     sampler = BatchSampler(train_tokens, settings.batch_size, settings.seq_len, settings.seed)
-    sampler.load_state_dict(state["sampler"])
+    try:
+        sampler.load_state_dict(state["sampler"])
+    except (ValueError, TypeError, KeyError) as err:
+        raise ValueError(f"{state_file}: 'sampler.bit_generator' is not a generator state: {err}") from err
     run_dir = checkpoint.path.parent
-    step = int(state["step"])
     return Run(
         run_dir,
         model,
