@@ -7,6 +7,10 @@ Example: ``check_positive_int(0, "batch_size")`` raises
 
 from __future__ import annotations
 
+import argparse
+import math
+from collections.abc import Callable
+
 import numpy as np
 
 from .backend import FLOAT_DTYPES, is_cupy_array
@@ -69,3 +73,65 @@ def check_same_dtype(a, name: str, like, like_name: str) -> None:
     """A ``TypeError`` unless ``a`` has ``like``'s dtype (no silent promotion: float32 stays float32)."""
     if a.dtype != like.dtype:
         raise TypeError(f"{name} must have {like_name}'s dtype {like.dtype}, got {a.dtype}")
+
+
+# ---------------------------------------------------------------- command-line flags (argparse types)
+# A flag's bad value is an argparse usage error that names the flag: "--seed -1" gives
+# "argument --seed: expected an integer >= 0, got '-1'".
+
+
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+def float_between(low: float, high: float = math.inf, *, low_open: bool = False, high_open: bool = False):
+    """An argparse type: a finite float in the interval from ``low`` to ``high`` (open ends where asked)."""
+    if high == math.inf:
+        interval = f"{'>' if low_open else '>='} {low:g}"
+    else:
+        interval = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        above = value > low if low_open else value >= low
+        below = value < high if high_open else value <= high
+        if not (math.isfinite(value) and above and below):  # NaN fails every comparison
+            raise argparse.ArgumentTypeError(f"expected a finite number {interval}, got {text!r}")
+        return value
+
+    parse.__name__ = f"number {interval}"
+    return parse
+
+
+def path_flag(text: str) -> str:
+    """An argparse type: a path that is not empty (``--data ''`` is not "the current directory")."""
+    if text == "" or "\0" in text:
+        raise argparse.ArgumentTypeError(f"expected a path, got {text!r}")
+    return text
+
+
+def text_flag(text: str) -> str:
+    """An argparse type: UTF-8 text. Bytes of the command line that are not UTF-8 reach Python as
+    lone surrogates ("\\udcff" for byte 0xff); they are refused here, the same way in every command."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        byte = ord(text[error.start]) - 0xDC00
+        where = f"byte 0x{byte:02x}" if 0x80 <= byte <= 0xFF else f"character {text[error.start]!r}"
+        raise argparse.ArgumentTypeError(f"expected UTF-8 text, got {where} at position {error.start}") from None
+    return text

@@ -31,9 +31,9 @@ def test_bench_runs_and_its_own_checks_agree(capsys):
 @pytest.mark.parametrize(
     "option, value, wanted",
     [
-        ("--repeats", "0", "a positive int"),
-        ("--vocab-size", "3.5", "a positive int"),
-        ("--megabytes", "nan", "a positive float"),
+        ("--repeats", "0", "an integer >= 1"),
+        ("--vocab-size", "3.5", "an integer >= 1"),
+        ("--megabytes", "nan", "a finite number > 0"),
     ],
 )
 def test_bad_numbers_are_usage_errors_naming_the_option(capsys, option, value, wanted):

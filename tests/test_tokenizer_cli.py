@@ -55,8 +55,8 @@ def test_errors_are_reported_not_raised(tmp_path, capsys):
     assert capsys.readouterr().err == f"numforge tokenizer: No such file or directory: {missing}\n"
     data = tmp_path / "corpus.txt"
     data.write_text("abc")
-    assert main(["tokenizer", "train", "--data", str(data), "--vocab-size", "10", "--out", str(tmp_path / "t")]) == 2
-    assert "vocab_size=10 is too small" in capsys.readouterr().err
+    assert main(["tokenizer", "train", "--data", str(data), "--vocab-size", "256", "--out", str(tmp_path / "t")]) == 2
+    assert "vocab_size=256 is too small" in capsys.readouterr().err
 
 
 def test_tokenizer_train_refuses_a_missing_output_directory_before_training(tmp_path, capsys):

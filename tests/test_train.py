@@ -310,7 +310,7 @@ def test_command_line_rejects_a_bad_dropout(capsys, value):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["train", "--dropout", value])
     assert exit_info.value.code == 2
-    assert f"argument --dropout: expected a probability P with 0 <= P < 1, got '{value}'" in capsys.readouterr().err
+    assert f"argument --dropout: expected a finite number in [0, 1), got '{value}'" in capsys.readouterr().err
 
 
 def test_default_run_directory_is_the_first_free_one(tmp_path, monkeypatch):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import time
 import tracemalloc
 from collections.abc import Callable
 
 import numpy as np
+
+from ..checks import float_between, int_at_least
 
 MIB = 2**20
 
@@ -86,27 +87,6 @@ def optional_torch():
     return torch
 
 
-def _at_least(kind: type, zero_allowed: bool) -> Callable[[str], object]:
-    """An argparse type: a ``kind`` (int or float) above 0, or at least 0 where ``zero_allowed``.
-
-    Anything else is a usage error naming the value: ``--steps 0`` gives
-    "argument --steps: expected a positive int, got '0'".
-    """
-    wanted = f"{'non-negative' if zero_allowed else 'positive'} {kind.__name__}"
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a {wanted}, got {text!r}") from None
-        if not (value >= 0 if zero_allowed else value > 0):  # also rejects a float NaN
-            raise argparse.ArgumentTypeError(f"expected a {wanted}, got {text!r}")
-        return value
-
-    parse.__name__ = wanted
-    return parse
-
-
-positive_int = _at_least(int, zero_allowed=False)
-positive_float = _at_least(float, zero_allowed=False)
-non_negative_int = _at_least(int, zero_allowed=True)
+positive_int = int_at_least(1)  # the argparse types of the benchmarks' flags
+positive_float = float_between(0, low_open=True)
+non_negative_int = int_at_least(0)

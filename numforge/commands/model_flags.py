@@ -9,24 +9,14 @@ given reads ``None`` (so ``train --resume`` can refuse the ones given);
 from __future__ import annotations
 
 import argparse
-import math
 from dataclasses import fields
 
+from ..checks import float_between, int_at_least
 from ..model import ATTENTION_KINDS, POSITION_KINDS, GPTConfig
 from ..ops.activations import ACTIVATIONS
 
+PROBABILITY = float_between(0, 1, high_open=True)  # an argparse type: "--dropout 1" names the flag and [0, 1)
 GELU_FLAG_VALUES = {"tanh": "tanh", "exact": "none"}  # --gelu value -> GPTConfig.gelu_approximate
-
-
-def probability(text: str) -> float:
-    """An argparse type: a float P with 0 <= P < 1 ("--dropout 1" gives "argument --dropout: ... got '1'")."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 <= value < 1:  # also rejects NaN
-        raise argparse.ArgumentTypeError(f"expected a probability P with 0 <= P < 1, got {text!r}")
-    return value
 
 
 def gelu_form(text: str) -> str:
@@ -41,10 +31,13 @@ def gelu_form(text: str) -> str:
 RUN_DEFAULTS = {"num_layers": 3, "d_model": 96, "num_heads": 4}
 # flag dest -> (GPTConfig field, argparse options)
 MODEL_FLAGS = {
-    "layers": ("num_layers", dict(type=int, help="transformer blocks")),
-    "d_model": ("d_model", dict(type=int, help="model width C")),
-    "heads": ("num_heads", dict(type=int, help="attention heads H (C / H = head width)")),
-    "d_ff": ("d_ff", dict(type=int, help="feed-forward width F (default 4 C; SwiGLU: 8/3 C rounded up to 64)")),
+    "layers": ("num_layers", dict(type=int_at_least(1), help="transformer blocks")),
+    "d_model": ("d_model", dict(type=int_at_least(1), help="model width C")),
+    "heads": ("num_heads", dict(type=int_at_least(1), help="attention heads H (C / H = head width)")),
+    "d_ff": (
+        "d_ff",
+        dict(type=int_at_least(1), help="feed-forward width F (default 4 C; SwiGLU: 8/3 C rounded up to 64)"),
+    ),
     "activation": ("activation", dict(choices=tuple(ACTIVATIONS), help="the feed-forward activation")),
     "gelu": ("gelu_approximate", dict(type=gelu_form, metavar="tanh|exact", help="GELU's form")),
     "no_bias": ("use_bias", dict(action="store_const", const=False, help="no biases (linear layers, norms)")),
@@ -52,8 +45,11 @@ MODEL_FLAGS = {
     "position": ("position", dict(choices=POSITION_KINDS, help="position embeddings")),
     "scale_embeddings": ("scale_embeddings", dict(action="store_const", const=True, help="tokens times sqrt(C)")),
     "attention": ("attention", dict(choices=ATTENTION_KINDS, help="the attention kernel (the same numbers)")),
-    "ln_eps": ("ln_eps", dict(type=float, metavar="EPS", help="layer norm's epsilon")),
-    "dropout": ("drop_prob", dict(type=probability, metavar="P", help="dropout probability while training")),
+    "ln_eps": ("ln_eps", dict(type=float_between(0, low_open=True), metavar="EPS", help="layer norm's epsilon")),
+    "dropout": (
+        "drop_prob",
+        dict(type=PROBABILITY, metavar="P", help="dropout probability while training"),
+    ),
 }
 
 

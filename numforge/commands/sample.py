@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from ..checkpoint import load_model
+from ..checks import float_between, int_at_least, path_flag, text_flag
 from ..generate import generate
 from ..tokenizer import EOT
 
@@ -16,24 +17,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--checkpoint",
         metavar="DIR",
+        type=path_flag,
         required=True,
         help="a run directory written by numforge train (or one of its ckpt-* directories)",
     )
-    parser.add_argument("--prompt", default="", help="text to continue (default: start a new document)")
-    parser.add_argument("--max-new-tokens", type=int, default=200, help="stop after this many tokens (default 200)")
+    parser.add_argument("--prompt", type=text_flag, default="", help="text to continue (default: start a new document)")
     parser.add_argument(
-        "--temperature", type=float, default=0.8, help="0 is greedy; higher is more random (default 0.8)"
+        "--max-new-tokens", type=int_at_least(1), default=200, help="stop after this many tokens (default 200)"
     )
-    parser.add_argument("--top-k", type=int, help="sample only among the K most likely tokens")
     parser.add_argument(
-        "--top-p", type=float, help="sample only among the most likely tokens whose probability sums to P"
+        "--temperature", type=float_between(0), default=0.8, help="0 is greedy; higher is more random (default 0.8)"
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
+    parser.add_argument("--top-k", type=int_at_least(1), help="sample only among the K most likely tokens")
+    parser.add_argument(
+        "--top-p",
+        type=float_between(0, 1, low_open=True),
+        help="sample only among the most likely tokens whose probability sums to P",
+    )
+    parser.add_argument("--seed", type=int_at_least(0), default=0, help="seed of the sampling (default 0)")
+    parser.add_argument(
+        "--trust-pattern",
+        action="store_true",
+        help="use the tokenizer's split pattern even if numforge does not know it (a pattern is code)",
+    )
     parser.add_argument("--no-kv-cache", action="store_true", help="recompute the whole context for every token")
 
 
 def run(args: argparse.Namespace) -> int:
-    model, tokenizer = load_model(args.checkpoint)
+    model, tokenizer = load_model(args.checkpoint, trust_pattern=args.trust_pattern)
     sys.stdout.write(args.prompt)
     sys.stdout.flush()
     result = generate(

@@ -18,10 +18,10 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 
-from ..checks import check_positive_int
+from ..checks import int_at_least, path_flag, text_flag
 from ..data import DEFAULT_CORPUS, DEFAULT_VOCAB_SIZE, default_tokenizer, load_documents, load_or_train_tokenizer
+from ..resources import check_input_file, check_output_file
 from ..table import format_table
 from ..tokenizer import EOT, BPETokenizer
 from ..tokenizer.explain import explain as explain_text
@@ -40,16 +40,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     show = sub.add_parser("show", help="show text split into its tokens, with each token's id and bytes")
     explain = sub.add_parser("explain", help="the regex chunks, each chunk's merges in order (with ranks), the ids")
     for action in (show, explain):
-        action.add_argument("text", help="the text to tokenize")
+        action.add_argument("text", type=text_flag, help="the text to tokenize")
         action.add_argument(
             "--tokenizer",
             metavar="FILE",
+            type=path_flag,
             help="a numforge tokenizer file (numforge tokenizer train ...); "
             f"default: the {DEFAULT_VOCAB_SIZE}-token one of the default corpus (trained once, then cached)",
         )
+        action.add_argument(
+            "--trust-pattern",
+            action="store_true",
+            help="use the tokenizer file's split pattern even if numforge does not know it (a pattern is code)",
+        )
     stats = sub.add_parser("stats", help="characters per token of a corpus at several vocabulary sizes")
     stats.add_argument(
-        "--data", metavar="PATH", help="a UTF-8 text file or a directory of .txt files (default: the embedded corpus)"
+        "--data",
+        metavar="PATH",
+        type=path_flag,
+        help="a UTF-8 text file or a directory of .txt files (default: the embedded corpus)",
     )
     stats.add_argument(
         "--vocab-sizes",
@@ -57,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=",".join(map(str, STATS_VOCAB_SIZES)),
         help="the vocabulary sizes to train and measure (default %(default)s)",
     )
-    stats.add_argument("--cache-dir", metavar="DIR", help="where the trained tokenizers are cached")
+    stats.add_argument("--cache-dir", metavar="DIR", type=path_flag, help="where the trained tokenizers are cached")
     show.add_argument(
         "--color",
         choices=("auto", "always", "never"),
@@ -65,11 +74,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="colour token boundaries (auto: on a terminal, unless NO_COLOR is set); otherwise [brackets]",
     )
     train = sub.add_parser("train", help="learn merges from text files and save the tokenizer")
-    train.add_argument("--data", metavar="FILE", nargs="+", required=True, help="UTF-8 text file(s) to learn from")
-    train.add_argument("--vocab-size", type=int, required=True, help="256 bytes + merges + special tokens")
-    train.add_argument("--out", metavar="FILE", required=True, help="where to write the tokenizer (JSON)")
     train.add_argument(
-        "--special-token", metavar="TEXT", action="append", help=f"a special token (repeat for several); default: {EOT}"
+        "--data", metavar="FILE", type=path_flag, nargs="+", required=True, help="UTF-8 text file(s) to learn from"
+    )
+    train.add_argument(
+        "--vocab-size", type=int_at_least(256), required=True, help="256 bytes + merges + special tokens"
+    )
+    train.add_argument(
+        "--out", metavar="FILE", type=path_flag, required=True, help="where to write the tokenizer (JSON)"
+    )
+    train.add_argument(
+        "--special-token",
+        metavar="TEXT",
+        type=text_flag,
+        action="append",
+        help=f"a special token (repeat for several); default: {EOT}",
     )
 
 
@@ -77,8 +96,15 @@ def run(args: argparse.Namespace) -> int:
     return {"show": show, "explain": explain, "stats": stats, "train": train}[args.action](args)
 
 
+def _tokenizer(args: argparse.Namespace) -> BPETokenizer:
+    """``--tokenizer FILE`` (its pattern trusted only with ``--trust-pattern``), or the default one."""
+    if args.tokenizer is None:
+        return default_tokenizer(say=_to_stderr)
+    return BPETokenizer.load(check_input_file(args.tokenizer, "--tokenizer"), trust_pattern=args.trust_pattern)
+
+
 def show(args: argparse.Namespace) -> int:
-    tok = BPETokenizer.load(args.tokenizer) if args.tokenizer else default_tokenizer(say=_to_stderr)
+    tok = _tokenizer(args)
     ids = tok.encode(args.text, allowed_special="all")
     pieces = [tok.token_bytes(i).decode("utf-8", errors="backslashreplace") for i in ids]
     colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and "NO_COLOR" not in os.environ)
@@ -94,7 +120,7 @@ def show(args: argparse.Namespace) -> int:
 
 
 def explain(args: argparse.Namespace) -> int:
-    tok = BPETokenizer.load(args.tokenizer) if args.tokenizer else default_tokenizer(say=_to_stderr)
+    tok = _tokenizer(args)
     chunks = explain_text(tok, args.text)
     show = lambda ids: "".join(f"[{token_text(tok.token_bytes(i))}]" for i in ids)  # noqa: E731
     print(f"{len(chunks)} chunks (the split pattern cuts the text first; merges never cross a chunk's edge)")
@@ -147,17 +173,18 @@ def _vocab_sizes(text: str) -> list[int]:
 
 
 def train(args: argparse.Namespace) -> int:
-    check_positive_int(args.vocab_size, "--vocab-size")
     specials = tuple(args.special_token) if args.special_token else (EOT,)
+    out = check_output_file(args.out, "--out")  # found now, not after a long training run
+    if not out.absolute().parent.is_dir():
+        raise ValueError(f"cannot write {args.out}: no directory {out.absolute().parent}")
     texts = []
     for path in args.data:
         try:
-            texts.append(Path(path).read_text(encoding="utf-8"))
+            texts.append(check_input_file(path, "--data").read_text(encoding="utf-8"))
         except UnicodeDecodeError as error:
             raise ValueError(f"{path} is not UTF-8 text ({error.reason} at byte {error.start})") from None
-    out_dir = Path(args.out).resolve().parent
-    if not out_dir.is_dir():  # found now, not after a long training run
-        raise ValueError(f"cannot write {args.out}: no directory {out_dir}")
+        if not texts[-1]:
+            raise ValueError(f"--data {path} is empty: a tokenizer needs text to learn from")
     start = time.perf_counter()
     tok = BPETokenizer.train(texts, args.vocab_size, special_tokens=specials, progress=True)
     seconds = time.perf_counter() - start

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import re
 import sys
 import time
 from pathlib import Path
 
-from ..data import DEFAULT_CORPUS, DEFAULT_VOCAB_SIZE, load_documents, load_or_train_tokenizer
+from ..checks import float_between, int_at_least, path_flag
+from ..data import DEFAULT_CORPUS, DEFAULT_VOCAB_SIZE, default_cache_dir, load_documents, load_or_train_tokenizer
 from ..generate import generate
+from ..model import GPTConfig
+from ..resources import check_input_file, check_output_dir
 from ..training import LOSS_CSV, LOSS_PNG, RESUMABLE, TrainingDiverged, TrainSettings, new_run, resume_run, train
+from ..training.run import check_new_run_dir, check_run_fits
 from . import EXIT_FAILED, EXIT_INTERRUPTED
 from .model_flags import MODEL_FLAGS, add_model_flags, model_options
 
@@ -37,16 +43,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument(
         "--data",
         metavar="PATH",
+        type=path_flag,
         help="a UTF-8 text file or a directory of .txt files "
         "(default: the running Python's pydoc_data.topics, about 0.47 MB of English)",
     )
-    data.add_argument("--tokenizer", metavar="FILE", help="a saved numforge tokenizer JSON (default: train a BPE)")
     data.add_argument(
-        "--vocab-size", type=int, help=f"BPE vocabulary size when training one (default {DEFAULT_VOCAB_SIZE})"
+        "--tokenizer", metavar="FILE", type=path_flag, help="a saved numforge tokenizer JSON (default: train a BPE)"
+    )
+    data.add_argument(
+        "--trust-pattern",
+        action="store_true",
+        help="use the tokenizer file's split pattern even if numforge does not know it (a pattern is code)",
+    )
+    data.add_argument(
+        "--vocab-size",
+        type=int_at_least(257),
+        help=f"BPE vocabulary size when training one (default {DEFAULT_VOCAB_SIZE})",
     )
     data.add_argument(
         "--cache-dir",
         metavar="DIR",
+        type=path_flag,
         help="where token arrays and tokenizers are cached "
         "(default $NUMFORGE_CACHE, else $XDG_CACHE_HOME/numforge or ~/.cache/numforge)",
     )
@@ -54,28 +71,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--out",
         metavar="DIR",
+        type=path_flag,
         help=f"run directory for checkpoints and the loss log (default: the first free {RUNS_DIR}/run-1, run-2, ...)",
     )
-    run.add_argument("--resume", metavar="DIR", help="continue the run checkpointed in DIR, in DIR")
-    run.add_argument("--max-steps", type=int, help=f"train until this many updates (default {defaults.max_steps})")
-    run.add_argument("--eval-every", type=int, help=f"validation loss every N steps (default {defaults.eval_every})")
-    run.add_argument("--save-every", type=int, help=f"checkpoint every N steps (default {defaults.save_every})")
-    run.add_argument("--seed", type=int, help=f"seed of the initial weights and the batches (default {defaults.seed})")
+    run.add_argument("--resume", metavar="DIR", type=path_flag, help="continue the run checkpointed in DIR, in DIR")
+    run.add_argument(
+        "--max-steps", type=int_at_least(0), help=f"train until this many updates (default {defaults.max_steps})"
+    )
+    run.add_argument(
+        "--eval-every", type=int_at_least(1), help=f"validation loss every N steps (default {defaults.eval_every})"
+    )
+    run.add_argument(
+        "--save-every", type=int_at_least(1), help=f"checkpoint every N steps (default {defaults.save_every})"
+    )
+    run.add_argument(
+        "--seed", type=int_at_least(0), help=f"seed of the initial weights and the batches (default {defaults.seed})"
+    )
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     model = parser.add_argument_group("model (fixed when a run starts)")
     add_model_flags(model)
-    model.add_argument("--seq-len", type=int, help=f"context length T (default {defaults.seq_len})")
+    model.add_argument("--seq-len", type=int_at_least(1), help=f"context length T (default {defaults.seq_len})")
     optim = parser.add_argument_group("optimization (fixed when a run starts)")
-    optim.add_argument("--batch-size", type=int, help=f"sequences per step B (default {defaults.batch_size})")
+    optim.add_argument(
+        "--batch-size", type=int_at_least(1), help=f"sequences per step B (default {defaults.batch_size})"
+    )
     optim.add_argument(
         "--lr",
-        type=float,
+        type=float_between(0, low_open=True),
         help=f"peak learning rate (default {defaults.lr:g}; warmup then cosine decay to a tenth of it)",
     )
-    optim.add_argument("--warmup-steps", type=int, help=f"linear warmup steps (default {defaults.warmup_steps})")
+    optim.add_argument(
+        "--warmup-steps", type=int_at_least(0), help=f"linear warmup steps (default {defaults.warmup_steps})"
+    )
     optim.add_argument(
         "--schedule-steps",
-        type=int,
+        type=int_at_least(1),
         help="length of the cosine decay (default: the larger of "
         f"--max-steps and {defaults.schedule_steps}; independent of where a run stops, so a "
         "stopped run resumes exactly)",
@@ -95,7 +125,8 @@ def _given(args: argparse.Namespace, names) -> dict:
 
 
 def _start(args: argparse.Namespace, say):
-    """A new run or a resumed one, from the flags."""
+    """A new run or a resumed one, from the flags. Paths and memory are checked before any work."""
+    check_output_dir(args.cache_dir or default_cache_dir(), "--cache-dir" if args.cache_dir else "the cache directory")
     if args.resume is not None:
         fixed = {
             **_given(args, MODEL_FLAGS),
@@ -109,23 +140,53 @@ def _start(args: argparse.Namespace, say):
                 f"{flags} cannot change when resuming: a resumed run keeps the settings in its "
                 f"checkpoint (only --max-steps, --eval-every, --save-every and --data may be given)"
             )
-        return resume_run(args.resume, _given(args, RESUMABLE), data=args.data, cache_dir=args.cache_dir, say=say)
+        check_output_dir(args.resume, "--resume")
+        return resume_run(
+            args.resume,
+            _given(args, RESUMABLE),
+            data=args.data,
+            cache_dir=args.cache_dir,
+            say=say,
+            trust_pattern=args.trust_pattern,
+        )
     out = args.out or next_free_run_dir()
-    settings = _given(args, SETTINGS_FLAGS)
-    settings.setdefault("schedule_steps", max(settings.get("max_steps", 0), TrainSettings.schedule_steps))
-    settings["min_lr"] = settings.get("lr", TrainSettings.lr) / 10
-    settings = TrainSettings(**settings)
+    check_output_dir(out, "--out")
+    check_new_run_dir(out)
+    if args.tokenizer is not None:
+        check_input_file(args.tokenizer, "--tokenizer")
+    vocab_size = DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size
+    with _flag_names():
+        settings = _given(args, SETTINGS_FLAGS)
+        settings.setdefault("schedule_steps", max(settings.get("max_steps", 0), TrainSettings.schedule_steps))
+        settings["min_lr"] = settings.get("lr", TrainSettings.lr) / 10
+        settings = TrainSettings(**settings)
+        options = model_options(args)
+        # the model and its memory, checked before the corpus is read (with --tokenizer: its size is checked again)
+        check_run_fits(GPTConfig(vocab_size=vocab_size, max_seq_len=settings.seq_len, **options), settings)
     documents = load_documents(args.data)  # read once: for the tokenizer and for the run
     tokenizer = load_or_train_tokenizer(
-        documents,
-        DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size,
-        args.tokenizer,
-        args.cache_dir,
-        say=say,
+        documents, vocab_size, args.tokenizer, args.cache_dir, say=say, trust_pattern=args.trust_pattern
     )
-    return new_run(
-        out, settings, model_options(args), tokenizer, data=args.data, documents=documents, cache_dir=args.cache_dir
-    )
+    return new_run(out, settings, options, tokenizer, data=args.data, documents=documents, cache_dir=args.cache_dir)
+
+
+# the settings' and config's field names as the flags that set them, for messages
+FLAG_OF_FIELD = {
+    **{name: "--" + name.replace("_", "-") for name in SETTINGS_FLAGS},
+    **{field: "--" + dest.replace("_", "-") for dest, (field, _) in MODEL_FLAGS.items()},
+    "max_seq_len": "--seq-len",
+    "vocab_size": "--vocab-size",
+}
+
+
+@contextlib.contextmanager
+def _flag_names():
+    """Re-raise a ``ValueError`` about settings with the flags' names: "num_heads" -> "--heads"."""
+    try:
+        yield
+    except ValueError as err:
+        words = re.compile(r"\b(" + "|".join(FLAG_OF_FIELD) + r")\b")
+        raise ValueError(words.sub(lambda m: FLAG_OF_FIELD[m.group()], str(err))) from err
 
 
 def run(args: argparse.Namespace) -> int:

@@ -220,6 +220,16 @@ def _data_for(tokenizer, documents, source, settings: TrainSettings, cache_dir):
     return train_tokens, val_tokens, info
 
 
+def check_new_run_dir(run_dir) -> Path:
+    """``run_dir`` if it holds no checkpoint yet; a fresh run never writes over another."""
+    run_dir = Path(run_dir)
+    if latest_checkpoint_dir(run_dir) is not None:
+        raise ValueError(
+            f"{run_dir} already holds a checkpoint: continue it with --resume {run_dir}, or choose another --out"
+        )
+    return run_dir
+
+
 def new_run(
     run_dir, settings: TrainSettings, model_options: dict, tokenizer, *, data=None, documents=None, cache_dir=None
 ) -> Run:
@@ -230,11 +240,7 @@ def new_run(
     ``documents`` are ``load_documents(data)`` when the caller has read them
     already (to train the tokenizer); otherwise they are read here.
     """
-    run_dir = Path(run_dir)
-    if latest_checkpoint_dir(run_dir) is not None:
-        raise ValueError(
-            f"{run_dir} already holds a checkpoint: continue it with --resume {run_dir}, or choose another --out"
-        )
+    run_dir = check_new_run_dir(run_dir)
     config = GPTConfig(vocab_size=tokenizer.vocab_size, max_seq_len=settings.seq_len, **model_options)
     check_run_fits(config, settings)
     if documents is None:
