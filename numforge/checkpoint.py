@@ -11,6 +11,7 @@ A run directory holds any number of complete checkpoints and one pointer::
         config.json           GPTConfig.to_dict()
         tokenizer.json        BPETokenizer.to_dict()
         state.json            training state: step, batch generator state, settings
+        checksums.json        the SHA-256 of each file above
 
 Why a crash cannot lose the previous checkpoint: a new checkpoint is written
 into a hidden temporary directory, renamed into place when complete, and only
@@ -21,7 +22,11 @@ which is untouched; older checkpoints are deleted only after the switch.
 Why loading cannot run code: arrays are read with ``numpy.load(...,
 allow_pickle=False)`` and everything else is JSON.
 
-Why a damaged or hostile checkpoint gives one clear error: every file is
+Why a damaged checkpoint is never loaded as if it were whole: ``checksums.json``
+records each file's SHA-256 when it is written, and loading compares them
+first, so a truncated file, a flipped bit or a file swapped in from another
+run is refused by name. Why a crafted checkpoint (checksums that match) still
+gives one clear error: every file is
 read through one reader that turns any failure into a ``ValueError`` naming
 the file and what is wrong with it; the arrays' ``.npy`` headers are read
 first (without the data), checked against each other, against the zip
@@ -32,6 +37,7 @@ before it builds a model.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -54,6 +60,7 @@ LATEST = "LATEST"
 PREFIX = "ckpt-"
 _NAME = re.compile(rf"{PREFIX}[0-9]{{8}}(-[0-9]+)?")  # the names save_checkpoint gives
 FILES = ("params.npz", "optimizer.npz", "optimizer.json", "config.json", "tokenizer.json", "state.json")
+CHECKSUMS = "checksums.json"  # {file name: SHA-256 hex digest} of every name in FILES
 
 
 def _json_text(data) -> str:
@@ -118,6 +125,29 @@ def _write_checkpoint_files(directory: Path, params, optimizer_state, config, to
     rest = {k: v for k, v in optimizer_state.items() if k not in ("m", "v")}
     for name, data in (("optimizer", rest), ("config", config), ("tokenizer", tokenizer), ("state", state)):
         (directory / f"{name}.json").write_text(_json_text(data), encoding="utf-8")
+    (directory / CHECKSUMS).write_text(_json_text({name: file_sha256(directory / name) for name in FILES}))
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 hex digest of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_checksums(directory: Path) -> None:
+    """``ValueError`` naming the first file whose SHA-256 is not the one ``checksums.json`` records."""
+    recorded = read_json(directory / CHECKSUMS)
+    if set(recorded) != set(FILES) or not all(isinstance(v, str) for v in recorded.values()):
+        raise CheckpointFileError(f"{directory / CHECKSUMS} must give a SHA-256 for each of {list(FILES)}")
+    for name in FILES:
+        if file_sha256(directory / name) != recorded[name]:
+            raise CheckpointFileError(
+                f"{directory / name} is damaged or comes from another checkpoint: its SHA-256 is not the one "
+                f"{CHECKSUMS} records"
+            )
 
 
 def save_checkpoint(
@@ -268,9 +298,10 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
         raise FileNotFoundError(
             f"no checkpoint in {path}: expected {Path(path) / LATEST} or {Path(path) / 'params.npz'}"
         )
-    missing = [name for name in FILES if not (directory / name).is_file()]
+    missing = [name for name in (*FILES, CHECKSUMS) if not (directory / name).is_file()]
     if missing:
         raise ValueError(f"checkpoint {directory} is incomplete: missing {', '.join(missing)}")
+    verify_checksums(directory)
     jsons = {name: read_json(directory / f"{name}.json") for name in ("optimizer", "config", "tokenizer", "state")}
     optimizer_state = jsons["optimizer"]
     _check_optimizer_json(optimizer_state, directory / "optimizer.json")

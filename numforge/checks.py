@@ -75,6 +75,13 @@ def check_same_dtype(a, name: str, like, like_name: str) -> None:
         raise TypeError(f"{name} must have {like_name}'s dtype {like.dtype}, got {a.dtype}")
 
 
+def describe_error(error: Exception) -> str:
+    """The message of ``error``; an ``OSError`` with its file name (``"No such file or directory: 'x'"``)."""
+    if isinstance(error, OSError) and error.strerror and error.filename is not None:
+        return f"{error.strerror}: {error.filename}"
+    return str(error) or type(error).__name__
+
+
 # ---------------------------------------------------------------- command-line flags (argparse types)
 # A flag's bad value is an argparse usage error that names the flag: "--seed -1" gives
 # "argument --seed: expected an integer >= 0, got '-1'".

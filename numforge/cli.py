@@ -19,6 +19,7 @@ import sys
 from importlib import import_module
 
 from .allocator import retain_freed_memory
+from .checks import describe_error
 from .commands import EXIT_BAD_INPUT, EXIT_INTERRUPTED
 
 COMMANDS = (
@@ -52,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if hasattr(sys.stdout, "reconfigure"):  # a path given in non-UTF-8 bytes prints escaped, never fails a job
+        sys.stdout.reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
     debug = args.debug or os.environ.get("NUMFORGE_DEBUG", "") not in ("", "0")
     retain_freed_memory()  # training steps reuse their freed temporaries instead of faulting in new pages
@@ -65,15 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, OSError) as error:
         if debug:
             raise
-        print(f"numforge {args.command}: {describe(error)}", file=sys.stderr)
+        print(f"numforge {args.command}: {describe_error(error)}", file=sys.stderr)
         return EXIT_BAD_INPUT
-
-
-def describe(error: Exception) -> str:
-    """The message of ``error``; an ``OSError`` with its file name (``"No such file or directory: 'x'"``)."""
-    if isinstance(error, OSError) and error.strerror and error.filename is not None:
-        return f"{error.strerror}: {error.filename}"
-    return str(error) or type(error).__name__
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """Helpers the tests share: arrays of the selected backend, a gradient-check assertion, tiny models and runs."""
 
+import json
+
 import numpy as np
 
 from numforge import backend
@@ -45,3 +47,12 @@ def tiny_run(tmp_path):
     }  # fmt: skip
     assert main(["train", "--no-progress"] + [str(x) for pair in flags.items() for x in pair]) == 0
     return run
+
+
+def reseal(checkpoint_dir):
+    """Record the files of a checkpoint directory edited by a test in its checksums.json, as a crafted
+    (not damaged) checkpoint would: what is loaded next is then checked by the readers themselves."""
+    from numforge import checkpoint
+
+    sums = {name: checkpoint.file_sha256(checkpoint_dir / name) for name in checkpoint.FILES}
+    (checkpoint_dir / checkpoint.CHECKSUMS).write_text(json.dumps(sums))

@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from helpers import randn
+from helpers import randn, reseal
 
 from numforge import atomic, backend, checkpoint
 
@@ -97,6 +97,7 @@ def test_crash_mid_write_leaves_previous_checkpoint_intact(tmp_path, monkeypatch
 def test_pickled_arrays_are_refused(tmp_path):
     where = checkpoint.save_checkpoint(tmp_path, step=1, **fake_run_state())
     np.savez(where / "params.npz", token_embedding=np.array([{"evil": 1}], dtype=object))
+    reseal(where)
     with pytest.raises(ValueError, match=r"params.npz: .*holds Python objects \(a pickle\)"):
         checkpoint.load_checkpoint(tmp_path)
 
@@ -112,6 +113,7 @@ def test_optimizer_moments_that_disagree_with_params_are_named(tmp_path):
             "v/final_norm.weight": np.zeros(3),
         },
     )
+    reseal(where)
     with pytest.raises(
         ValueError, match=r"optimizer.npz 'm'\['token_embedding'\] has shape \(5, 4\), the parameter has \(5, 3\)"
     ):

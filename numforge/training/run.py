@@ -33,7 +33,7 @@ from ..checkpoint import (
     restore_model,
     save_checkpoint,
 )
-from ..checks import check_positive_int
+from ..checks import check_positive_int, describe_error
 from ..data import BatchSampler, load_documents, load_tokens, split_tokens
 from ..model import GPT, GPTConfig, parameter_shapes
 from ..optim import AdamW, warmup_cosine_lr
@@ -301,7 +301,16 @@ def resume_run(
     except (ValueError, TypeError) as err:
         raise ValueError(f"{checkpoint.path / 'optimizer.json'}: {err}") from err
     source = data if data is not None else state["data"]["source"]
-    train_tokens, val_tokens, info = _data_for(tokenizer, load_documents(source), source, settings, cache_dir)
+    try:
+        documents = load_documents(source)
+    except (OSError, ValueError) as err:
+        if data is not None:
+            raise
+        raise ValueError(
+            f"{state_file}: the corpus this run trained on, 'data.source' {source}, cannot be read "
+            f"({describe_error(err)}); pass --data to continue on other text"
+        ) from err
+    train_tokens, val_tokens, info = _data_for(tokenizer, documents, source, settings, cache_dir)
     if info["tokens_sha256"] != state["data"]["tokens_sha256"]:
         if data is None:
             raise ValueError(
