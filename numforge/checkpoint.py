@@ -173,7 +173,7 @@ def save_checkpoint(
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     final = run_dir / f"{PREFIX}{step:08d}"
-    if final.exists() and latest_checkpoint_dir(run_dir) == final:
+    if final.exists() and _live(run_dir) == final:
         # The live checkpoint already holds this step; overwriting it in place
         # would not be atomic, so write beside it and swap the pointer.
         final = run_dir / f"{PREFIX}{step:08d}-{os.getpid()}"
@@ -191,7 +191,7 @@ def save_checkpoint(
     except OSError as err:
         if err.errno not in DISK_FULL:
             raise
-        live = latest_checkpoint_dir(run_dir)
+        live = _live(run_dir)
         kept = f"step {checkpoint_step(live)} ({live})" if live is not None else "none (no checkpoint was written yet)"
         raise OSError(
             f"checkpoint step {step} could not be written to {run_dir} (disk full: {err.strerror}); "
@@ -206,9 +206,17 @@ def checkpoint_step(directory: Path) -> int | None:
     return int(directory.name[len(PREFIX) :][:8]) if _NAME.fullmatch(directory.name) else None
 
 
+def _live(run_dir: Path) -> Path | None:
+    """The checkpoint LATEST names, or None (also when LATEST is damaged: a save then replaces it)."""
+    try:
+        return latest_checkpoint_dir(run_dir)
+    except CheckpointFileError:
+        return None
+
+
 def _prune(run_dir: Path, keep: int) -> None:
     """Delete all but the newest ``keep`` checkpoints (never the one LATEST names)."""
-    live = latest_checkpoint_dir(run_dir)
+    live = _live(run_dir)
     others = sorted(p for p in run_dir.glob(f"{PREFIX}*") if p.is_dir() and p != live)
     for old in others[: max(0, len(others) - (keep - 1))]:
         shutil.rmtree(old, ignore_errors=True)
@@ -235,6 +243,8 @@ def latest_checkpoint_dir(path: str | os.PathLike) -> Path | None:
         raise CheckpointFileError(f"cannot read {pointer}: {_reason(err)}") from err
     if not _NAME.fullmatch(name):
         raise CheckpointFileError(f"{pointer} must name a {PREFIX}NNNNNNNN directory, got {name!r}")
+    if not (path / name).is_dir():
+        raise CheckpointFileError(f"{pointer} names {name}, which is not a directory in {path}")
     return path / name
 
 

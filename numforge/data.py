@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .atomic import atomic_path
+from .atomic import atomic_path, write_text_atomic
 from .checks import check_positive_int
 from .tokenizer import EOT, BPETokenizer
 
@@ -146,9 +146,10 @@ def load_tokens(documents: Sequence[str], tokenizer, cache_dir: str | os.PathLik
     """The documents' token ids, from the cache when present, else encoded and cached.
 
     The cache file is written atomically, so an interrupted run never leaves
-    a truncated array behind. A cache file that is damaged or does not fit
-    the tokenizer (see ``read_cached_tokens``) is derived data: it is
-    encoded again and replaced.
+    a truncated array behind, and a ``.sha256`` file beside it records the
+    tokens' digest. A cache file that is damaged or does not fit the
+    tokenizer (see ``read_cached_tokens``) is derived data: it is encoded
+    again and replaced.
     """
     path = tokens_cache_path(documents, tokenizer, cache_dir or default_cache_dir())
     if path.is_file():
@@ -160,13 +161,15 @@ def load_tokens(documents: Sequence[str], tokenizer, cache_dir: str | os.PathLik
     with atomic_path(path) as temp:
         with open(temp, "wb") as f:
             np.save(f, tokens, allow_pickle=False)
+    write_text_atomic(path.with_suffix(".sha256"), hashlib.sha256(tokens.tobytes()).hexdigest() + "\n")
     return tokens
 
 
 def read_cached_tokens(path: Path, vocab_size: int) -> np.ndarray:
     """The token array cached in ``path``; a ``ValueError`` naming the file unless it is a 1-D array of
-    ``token_dtype(vocab_size)`` ids below ``vocab_size`` (never a pickle; the header is checked against the
-    file's size before any data is read, through a memory map)."""
+    ``token_dtype(vocab_size)`` ids below ``vocab_size`` whose SHA-256 is the one in the ``.sha256`` file
+    beside it (never a pickle; the header is checked against the file's size before any data is read,
+    through a memory map)."""
     try:
         mapped = np.load(path, mmap_mode="r", allow_pickle=False)
         if not isinstance(mapped, np.ndarray) or mapped.ndim != 1 or mapped.dtype != token_dtype(vocab_size):
@@ -176,6 +179,9 @@ def read_cached_tokens(path: Path, vocab_size: int) -> np.ndarray:
         raise ValueError(f"token cache {path} is unreadable ({err}); it can be deleted") from err
     if tokens.size and int(tokens.max()) >= vocab_size:
         raise ValueError(f"token cache {path} holds id {int(tokens.max())}, past the vocabulary of {vocab_size}")
+    digest = path.with_suffix(".sha256")
+    if not digest.is_file() or digest.read_bytes().strip() != hashlib.sha256(tokens.tobytes()).hexdigest().encode():
+        raise ValueError(f"token cache {path} does not match its digest {digest.name}; it can be deleted")
     return tokens
 
 
@@ -203,7 +209,10 @@ def load_or_train_tokenizer(
     cached = Path(cache_dir or default_cache_dir()) / "tokenizers" / f"{key[:32]}.json"
     if cached.is_file():
         try:
-            return BPETokenizer.load(cached)
+            tokenizer = BPETokenizer.load(cached)
+            if set(tokenizer.special_tokens) != {EOT}:
+                raise ValueError(f"its special tokens are {sorted(tokenizer.special_tokens)}, not [{EOT!r}]")
+            return tokenizer
         except ValueError as err:
             say(f"note: the cached tokenizer is damaged ({err}); training it again")
     say(f"training a BPE tokenizer with {vocab_size} tokens on {sum(map(len, documents)):,} characters")

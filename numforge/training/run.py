@@ -136,13 +136,15 @@ def training_bytes(config: GPTConfig, settings: TrainSettings) -> int:
     Parameters, gradients and AdamW's two moments: ``4 P``; activations kept
     for the backward pass, per layer about ``B T (10 C + 3 F)`` values plus
     the ``(B, H, T, T)`` attention probabilities; the loss works in row
-    chunks. Under the truth, never over by much: enough to refuse a run that
+    chunks; validation draws all its ``eval_batches x B`` windows at once
+    (int64). Under the truth, never over by much: enough to refuse a run that
     cannot fit before it allocates anything.
     """
     B, T, C, F, L = settings.batch_size, settings.seq_len, config.d_model, config.d_ff, config.num_layers
     params = sum(math.prod(shape) for shape in parameter_shapes(config).values())
     activations = L * (B * T * (10 * C + 3 * F) + B * config.num_heads * T * T) + 4 * B * T * C
-    return 4 * (4 * params + activations)
+    evaluation = 8 * settings.eval_batches * B * (T + 1)
+    return 4 * (4 * params + activations) + evaluation
 
 
 def check_run_fits(config: GPTConfig, settings: TrainSettings) -> None:
@@ -321,7 +323,7 @@ def resume_run(
     sampler = BatchSampler(train_tokens, settings.batch_size, settings.seq_len, settings.seed)
     try:
         sampler.load_state_dict(state["sampler"])
-    except (ValueError, TypeError, KeyError) as err:
+    except (ValueError, TypeError, KeyError, OverflowError) as err:
         raise ValueError(f"{state_file}: 'sampler.bit_generator' is not a generator state: {err}") from err
     run_dir = checkpoint.path.parent
     return Run(
