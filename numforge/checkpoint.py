@@ -400,12 +400,23 @@ def restore_model(checkpoint: Checkpoint, dtype: str = "float32") -> GPT:
     missing or extra name, or a shape, is a ``ValueError`` naming the files.
     """
     config = checkpoint_config(checkpoint)
+    layers = {name.split(".")[1] for name in checkpoint.params if name.startswith("layers.")}
+    if config.num_layers != len(layers):  # before listing the config's shapes: num_layers may be 10**20
+        raise CheckpointFileError(
+            f"checkpoint {checkpoint.path}: its config.json and params.npz disagree: config.json has "
+            f"num_layers {config.num_layers}, params.npz holds {len(layers)} layers"
+        )
     expected = parameter_shapes(config)
     stored = {name: tuple(a.shape) for name, a in checkpoint.params.items()}
     if stored != expected:
         raise CheckpointFileError(
             f"checkpoint {checkpoint.path}: its config.json and params.npz disagree: {_difference(expected, stored)}"
         )
+    table = 3 * 8 * config.max_seq_len * config.d_model if config.position == "sinusoidal" else 0  # float64 temps
+    check_fits(
+        table + 8 * sum(math.prod(shape) for shape in expected.values()),
+        f"building the model of {checkpoint.path / 'config.json'}",
+    )
     model = GPT(config, seed=0, dtype=dtype)
     try:
         model.load_params({name: asarray(a) for name, a in checkpoint.params.items()})

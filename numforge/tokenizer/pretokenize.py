@@ -24,8 +24,10 @@ pattern, checked against ``split_chunks`` in the tests.
 A pattern is code: a regular expression that backtracks catastrophically
 (``(?:a|aa)+$`` on a line of ``a``s) can take longer than the age of the
 universe on a short line. So every match through `regex` runs under a time
-budget (``match_budget``: a second plus 10 us a character, about 100x what
-the known patterns need), past which it stops with a ``ValueError``; and a
+budget (``match_budget``: a second of processor time plus 10 us a character,
+about 100x what the known patterns need; `regex` counts processor time, so a
+busy machine stretches it in wall-clock time), past which it stops with a
+``ValueError``; and a
 pattern read from a file is used only if it is one of ``KNOWN_PATTERNS``
 (GPT-2's, cl100k's) unless the caller trusts it (``check_pattern_allowed``).
 The ASCII fast path runs in the standard library's `re`, which has no
@@ -99,8 +101,8 @@ def _bounded(pattern: str) -> Callable[[str], list[str]]:
             return findall(text, timeout=match_budget(len(text)))
         except TimeoutError:
             raise ValueError(
-                f"the split pattern {pattern[:80]!r} took more than {match_budget(len(text)):.1f} s on "
-                f"{len(text):,} characters and was stopped: it backtracks catastrophically on this text"
+                f"the split pattern {pattern[:80]!r} took more than {match_budget(len(text)):.1f} s of processor "
+                f"time on {len(text):,} characters and was stopped: it backtracks catastrophically on this text"
             ) from None
 
     return split

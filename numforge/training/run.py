@@ -26,6 +26,7 @@ import numpy as np
 
 from ..checkpoint import (
     check_tokenizer_fits,
+    checkpoint_config,
     checkpoint_step,
     checkpoint_tokenizer,
     latest_checkpoint_dir,
@@ -289,14 +290,18 @@ def resume_run(
         )
     settings = TrainSettings(**{**state["settings"], **overrides})
     tokenizer = checkpoint_tokenizer(checkpoint, trust_pattern)
-    model = restore_model(checkpoint)
-    check_tokenizer_fits(tokenizer, model.config, checkpoint.path)
-    if model.config.max_seq_len < settings.seq_len:
+    config = checkpoint_config(checkpoint)
+    if config.max_seq_len < settings.seq_len:
         raise ValueError(
             f"{state_file}: 'settings.seq_len' is {settings.seq_len}, longer than config.json's max_seq_len "
-            f"{model.config.max_seq_len}"
+            f"{config.max_seq_len}"
         )
-    check_run_fits(model.config, settings)
+    try:
+        check_run_fits(config, settings)
+    except ValueError as err:
+        raise ValueError(f"checkpoint {checkpoint.path} (config.json, state.json 'settings'): {err}") from err
+    model = restore_model(checkpoint)
+    check_tokenizer_fits(tokenizer, model.config, checkpoint.path)
     optimizer = AdamW(model.params, lr=settings.lr, betas=BETAS, weight_decay=settings.weight_decay)
     try:
         optimizer.load_state_dict(checkpoint.optimizer_state)
