@@ -142,10 +142,19 @@ def training_bytes(config: GPTConfig, settings: TrainSettings) -> int:
     cannot fit before it allocates anything.
     """
     B, T, C, F, L = settings.batch_size, settings.seq_len, config.d_model, config.d_ff, config.num_layers
-    params = sum(math.prod(shape) for shape in parameter_shapes(config).values())
+    params = _count_params(config)
     activations = L * (B * T * (10 * C + 3 * F) + B * config.num_heads * T * T) + 4 * B * T * C
     evaluation = 8 * settings.eval_batches * B * (T + 1)
     return 4 * (4 * params + activations) + evaluation
+
+
+def _count_params(config: GPTConfig) -> int:
+    """The number of parameters, counted without listing ``num_layers`` layers (a file may claim 10**20)."""
+    one, two = (
+        sum(math.prod(shape) for shape in parameter_shapes(dataclasses.replace(config, num_layers=n)).values())
+        for n in (1, 2)
+    )
+    return one + (config.num_layers - 1) * (two - one)
 
 
 def check_run_fits(config: GPTConfig, settings: TrainSettings) -> None:
