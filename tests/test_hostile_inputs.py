@@ -307,6 +307,29 @@ def test_a_trusted_catastrophic_pattern_is_stopped_in_bounded_time(tmp_path, mon
     assert time.process_time() - started < limit + 1
 
 
+ADVERSARIAL = {
+    "spaces, then a letter": " " * 100_000 + "x",
+    "spaces and tabs": " \t" * 50_000,
+    "newlines after spaces": "  \n" * 33_000,
+    "carriage returns": "\r\n" * 50_000,
+    "apostrophes": "'" * 100_000,
+    "digits": "7" * 100_000,
+    "symbols, then spaces": "!?" * 50_000 + " " * 1000,
+    "letters and marks": "e\u0301" * 50_000,
+}
+
+
+@pytest.mark.parametrize("pattern", [pretokenize.GPT2_SPLIT_PATTERN, pretokenize.CL100K_SPLIT_PATTERN])
+def test_the_known_patterns_run_in_linear_time_on_adversarial_runs(pattern):
+    # They run without the budget, so their bound is their structure: 100,000 characters of any run take
+    # milliseconds; a quadratic pattern would take 10^10 steps (minutes).
+    for name, text in ADVERSARIAL.items():
+        started = time.process_time()
+        chunks = pretokenize.split_chunks(text, pattern)
+        assert time.process_time() - started < 2, name
+        assert "".join(chunks) == text, name
+
+
 def test_the_command_line_asks_before_running_a_pattern_and_bounds_it(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(pretokenize, "MATCH_SECONDS", 0.1)
     path = str(_tokenizer_file(tmp_path / "evil.json", EVIL_PATTERN))
