@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from ..checkpoint import load_model
+from ..checks import path_flag, text_flag
 from ..data import default_tokenizer
 from ..model import GPT, GPTConfig
 from ..study.prompt import describe_model
@@ -15,13 +16,19 @@ FRESH_CONFIG = dict(max_seq_len=64, d_model=32, num_heads=2, num_layers=2)
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, checkpoint_required: bool = False) -> None:
-    parser.add_argument("--prompt", required=True, help="the text to run through the model")
+    parser.add_argument("--prompt", type=text_flag, required=True, help="the text to run through the model")
     parser.add_argument(
         "--checkpoint",
         metavar="DIR",
+        type=path_flag,
         required=checkpoint_required,
         help="a run directory written by numforge train (or one of its ckpt-* directories)"
         + ("" if checkpoint_required else "; default: a tiny untrained model (seed 0)"),
+    )
+    parser.add_argument(
+        "--trust-pattern",
+        action="store_true",
+        help="use the checkpoint tokenizer's split pattern even if numforge does not know it (a pattern is code)",
     )
 
 
@@ -29,7 +36,7 @@ def study_model(args: argparse.Namespace):
     """``(model, tokenizer)`` of ``args.checkpoint`` (through ``checkpoint.load_model``), or an untrained
     2-layer model (seed 0) on the default corpus's cached tokenizer; says which on stdout."""
     if args.checkpoint is not None:
-        model, tokenizer = load_model(args.checkpoint)
+        model, tokenizer = load_model(args.checkpoint, trust_pattern=args.trust_pattern)
         print(f"checkpoint: {args.checkpoint} ({describe_model(model)})")
         return model, tokenizer
     tokenizer = default_tokenizer(say=lambda text: print(text, file=sys.stderr))

@@ -6,6 +6,8 @@ import argparse
 
 import numpy as np
 
+from ..checks import path_flag
+from ..resources import check_output_file
 from ..study.attention import (
     attention_scores,
     format_matrix,
@@ -27,7 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scores", action="store_true", help="show the scores s q.k before the mask and the softmax instead"
     )
-    parser.add_argument("--out", metavar="FILE.png", help="draw the grid of heatmaps, layers x heads (matplotlib)")
+    parser.add_argument(
+        "--out", metavar="FILE.png", type=path_flag, help="draw the grid of heatmaps, layers x heads (matplotlib)"
+    )
 
 
 def _chosen(value, count: int, flag: str) -> list[int]:
@@ -39,6 +43,8 @@ def _chosen(value, count: int, flag: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.out is not None:
+        check_output_file(args.out, "--out")
     model, tokenizer = study_model(args)
     layers = _chosen(args.layer, model.config.num_layers, "--layer")
     heads = _chosen(args.head, model.config.num_heads, "--head")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..checks import check_positive_int
+from ..checks import check_positive_int, path_flag
+from ..resources import check_output_file
 from ..study.report import inspect_data, write_page
 from ._model import add_model_arguments, study_model
 
@@ -16,12 +17,13 @@ HELP = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    parser.add_argument("--out", metavar="FILE.html", required=True, help="the page to write")
+    parser.add_argument("--out", metavar="FILE.html", type=path_flag, required=True, help="the page to write")
     parser.add_argument("--top", type=int, default=3, metavar="K", help="top-K tokens per prediction (default 3)")
 
 
 def run(args: argparse.Namespace) -> int:
     check_positive_int(args.top, "--top")
+    check_output_file(args.out, "--out")
     model, tokenizer = study_model(args)
     write_page(args.out, inspect_data(model, tokenizer, args.prompt, args.top))
     print(f"wrote {args.out}: open it in a browser (no network needed)")

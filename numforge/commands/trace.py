@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..checks import check_positive_int
+from ..checks import check_positive_int, path_flag
+from ..resources import check_output_file
 from ..study.backward import backward_stages, format_backward
 from ..study.predictions import format_lens, format_predictions, logit_lens, position_predictions
 from ..study.prompt import run_prompt
@@ -28,11 +29,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--lens", action="store_true", help="also show what each residual stream predicts (the logit lens)"
     )
     parser.add_argument("--top", type=int, default=3, metavar="K", help="top-K tokens per prediction (default 3)")
-    parser.add_argument("--dump", metavar="FILE.npz", help="save every stage's array (and gradient) to FILE.npz")
+    parser.add_argument(
+        "--dump", metavar="FILE.npz", type=path_flag, help="save every stage's array (and gradient) to FILE.npz"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     check_positive_int(args.top, "--top")
+    if args.dump is not None:
+        check_output_file(args.dump, "--dump")
     model, tokenizer = study_model(args)
     prompt = run_prompt(model, tokenizer, args.prompt)
     stages = forward_stages(model, prompt)
