@@ -221,6 +221,17 @@ def test_tokenizer_output_and_input_paths_are_checked(tmp_path, capsys, corpus):
     assert status == 2 and "--tokenizer" in err and "is a directory" in err
 
 
+def test_study_output_files_are_checked_before_the_model_is_loaded(tmp_path, capsys):
+    missing = str(tmp_path / "no-checkpoint")  # the path error must come first
+    for argv in (
+        ["inspect", "--prompt", "x", "--out", str(tmp_path)],
+        ["attention", "--prompt", "x", "--out", str(tmp_path)],
+        ["trace", "--prompt", "x", "--dump", str(tmp_path)],
+    ):
+        status, err = error_of(capsys, [*argv, "--checkpoint", missing])
+        assert status == 2 and "is a directory; give a file name" in err, err
+
+
 def _without_root_powers() -> list[str] | None:
     """A command prefix that runs a process without the power to ignore permission bits, or None."""
     if os.geteuid() != 0:
@@ -463,6 +474,8 @@ def test_a_settings_error_found_later_speaks_in_flags(tmp_path, capsys):
         ["tokenizer", "show", "caf\udce9"],
         ["sample", "--checkpoint", "x", "--prompt", "caf\udce9"],
         ["trace", "--prompt", "caf\udce9"],
+        ["attention", "--prompt", "caf\udce9"],
+        ["inspect", "--prompt", "caf\udce9", "--out", "x.html"],
         ["tokenizer", "train", "--data", "x", "--vocab-size", "300", "--out", "y", "--special-token", "caf\udce9"],
     ],
 )
