@@ -161,7 +161,7 @@ def check_run_fits(config: GPTConfig, settings: TrainSettings) -> None:
     """``ValueError`` with the estimate and the machine's limit when a training step cannot fit in memory."""
     check_fits(
         training_bytes(config, settings),
-        f"training this model ({config.num_layers} layers, d_model {config.d_model}, vocabulary "
+        f"training this model ({config.num_layers} layers, width {config.d_model}, vocabulary "
         f"{config.vocab_size}) on batches of {settings.batch_size} x {settings.seq_len} tokens",
     )
 
