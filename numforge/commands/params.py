@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..checkpoint import load_checkpoint
+from ..checkpoint import checkpoint_config, load_checkpoint
+from ..checks import int_at_least, path_flag
 from ..data import DEFAULT_VOCAB_SIZE
 from ..model import GPTConfig
 from ..model.flops import COMPONENTS, flop_counts, parameter_counts
@@ -21,11 +22,13 @@ HELP = "count a GPT's parameters and training FLOPs per component (a checkpoint'
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", metavar="DIR", help="a run directory or checkpoint: count its model")
+    parser.add_argument(
+        "--checkpoint", metavar="DIR", type=path_flag, help="a run directory or checkpoint: count its model"
+    )
     model = parser.add_argument_group("or the model numforge train would build from these flags")
     add_model_flags(model)
-    model.add_argument("--vocab-size", type=int, help=f"vocabulary V (default {DEFAULT_VOCAB_SIZE})")
-    model.add_argument("--seq-len", type=int, help=f"context length T (default {TrainSettings.seq_len})")
+    model.add_argument("--vocab-size", type=int_at_least(1), help=f"vocabulary V (default {DEFAULT_VOCAB_SIZE})")
+    model.add_argument("--seq-len", type=int_at_least(1), help=f"context length T (default {TrainSettings.seq_len})")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,7 +45,7 @@ def _config(args: argparse.Namespace) -> GPTConfig:
     if given:
         flags = ", ".join("--" + dest.replace("_", "-") for dest in given)
         raise ValueError(f"{flags} cannot be given with --checkpoint: the checkpoint's config says what its model is")
-    return GPTConfig.from_dict(load_checkpoint(args.checkpoint).config)
+    return checkpoint_config(load_checkpoint(args.checkpoint))
 
 
 def breakdown(config: GPTConfig) -> str:
