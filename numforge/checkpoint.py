@@ -25,7 +25,8 @@ allow_pickle=False)`` and everything else is JSON.
 Why a damaged checkpoint is never loaded as if it were whole: ``checksums.json``
 records each file's SHA-256 when it is written, and loading compares them
 first, so a truncated file, a flipped bit or a file swapped in from another
-run is refused by name. Why a crafted checkpoint (checksums that match) still
+run is refused by name (a checkpoint written before checksums existed has no
+``checksums.json`` and is read without that comparison). Why a crafted checkpoint (checksums that match) still
 gives one clear error: every file is
 read through one reader that turns any failure into a ``ValueError`` naming
 the file and what is wrong with it; the arrays' ``.npy`` headers are read
@@ -308,10 +309,11 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
         raise FileNotFoundError(
             f"no checkpoint in {path}: expected {Path(path) / LATEST} or {Path(path) / 'params.npz'}"
         )
-    missing = [name for name in (*FILES, CHECKSUMS) if not (directory / name).is_file()]
+    missing = [name for name in FILES if not (directory / name).is_file()]
     if missing:
         raise ValueError(f"checkpoint {directory} is incomplete: missing {', '.join(missing)}")
-    verify_checksums(directory)
+    if (directory / CHECKSUMS).is_file():  # checkpoints of numforge 0.1.0 have none: their files are still checked
+        verify_checksums(directory)
     jsons = {name: read_json(directory / f"{name}.json") for name in ("optimizer", "config", "tokenizer", "state")}
     optimizer_state = jsons["optimizer"]
     _check_optimizer_json(optimizer_state, directory / "optimizer.json")

@@ -157,3 +157,14 @@ def test_restore_model_round_trip_and_config_mismatch(tmp_path):
     loaded.config["d_model"] = 16
     with pytest.raises(ValueError, match=r"config.json and params.npz disagree: .*token_embedding"):
         checkpoint.restore_model(loaded)
+
+
+def test_a_checkpoint_from_before_checksums_still_loads(tmp_path):
+    """numforge 0.1.0 wrote no checksums.json: its checkpoints load, with every other check in place."""
+    where = checkpoint.save_checkpoint(tmp_path, step=2, **fake_run_state())
+    with_sums = checkpoint.load_checkpoint(tmp_path)
+    (where / checkpoint.CHECKSUMS).unlink()
+    without = checkpoint.load_checkpoint(tmp_path)
+    assert without.state == with_sums.state and without.config == with_sums.config
+    for name, array in with_sums.params.items():
+        np.testing.assert_array_equal(without.params[name], array)
