@@ -8,6 +8,7 @@ merge; then the text is encoded with the learned merges and decoded back, and
 the fast BPETokenizer is shown to learn the same merges.
 """
 
+# %%
 from numforge.tokenizer import BPETokenizer, reference
 
 TEXT = "aaabdaaabac"
@@ -19,30 +20,34 @@ def show(ids, merges):
     return " ".join(f"{t}{reference.token_bytes(t, merges).decode()!r}" for t in ids)
 
 
-def main():
-    ids = list(TEXT.encode("utf-8"))
-    merges = []
-    print(f"text {TEXT!r} as bytes: {ids}\n")
-    for k in range(1, NUM_MERGES + 1):
-        counts = reference.count_pairs([ids])
-        pair, count = reference.most_frequent_pair(counts)
-        ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-        print(f"step {k}: pair counts " + ", ".join(f"{p}: {c}" for p, c in ranked))
-        tied = [p for p, c in ranked if c == count]
-        if len(tied) > 1:
-            print(f"  tie at {count} between {tied}: the smallest pair wins")
-        new_id = 255 + k
-        merges.append(pair)
-        ids = reference.replace_pair(ids, pair, new_id)
-        print(f"  merge {pair} -> {new_id} = {reference.token_bytes(new_id, merges)!r}")
-        print(f"  sequence: {ids}\n           {show(ids, merges)}\n")
+# %% [markdown]
+# ## Merge by merge
+# Count every adjacent pair, merge the most frequent into a new token, repeat.
 
-    encoded = reference.encode(TEXT, merges)
-    print(f"merges: {merges}")
-    print(f"encode({TEXT!r}) = {encoded}; decode gives back {reference.decode(encoded, merges)!r}")
-    fast = BPETokenizer.train(TEXT, 256 + NUM_MERGES, special_tokens=())
-    print(f"the fast trainer learns the same merges: {fast.merges == merges}")
+# %%
+ids = list(TEXT.encode("utf-8"))
+merges = []
+print(f"text {TEXT!r} as bytes: {ids}\n")
+for k in range(1, NUM_MERGES + 1):
+    counts = reference.count_pairs([ids])
+    pair, count = reference.most_frequent_pair(counts)
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    print(f"step {k}: pair counts " + ", ".join(f"{p}: {c}" for p, c in ranked))
+    tied = [p for p, c in ranked if c == count]
+    if len(tied) > 1:
+        print(f"  tie at {count} between {tied}: the smallest pair wins")
+    new_id = 255 + k
+    merges.append(pair)
+    ids = reference.replace_pair(ids, pair, new_id)
+    print(f"  merge {pair} -> {new_id} = {reference.token_bytes(new_id, merges)!r}")
+    print(f"  sequence: {ids}\n           {show(ids, merges)}\n")
 
+# %% [markdown]
+# ## Encode, decode, and the fast trainer
 
-if __name__ == "__main__":
-    main()
+# %%
+encoded = reference.encode(TEXT, merges)
+print(f"merges: {merges}")
+print(f"encode({TEXT!r}) = {encoded}; decode gives back {reference.decode(encoded, merges)!r}")
+fast = BPETokenizer.train(TEXT, 256 + NUM_MERGES, special_tokens=())
+print(f"the fast trainer learns the same merges: {fast.merges == merges}")

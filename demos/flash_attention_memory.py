@@ -9,6 +9,7 @@ Plain attention keeps the (T, T) probabilities of every head; the tiled
 version keeps one row statistic per query and works on one tile at a time.
 """
 
+# %%
 import sys
 import tracemalloc
 
@@ -16,6 +17,9 @@ import numpy as np
 
 from numforge.ops.attention import attention_backward, attention_forward
 from numforge.ops.flash_attention import flash_attention_backward, flash_attention_forward
+
+# the sequence length: the first argument when it is a number (a notebook kernel passes other arguments)
+T = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 1024
 
 
 def run_with_peak(forward, backward, q, k, v, dout):
@@ -28,21 +32,23 @@ def run_with_peak(forward, backward, q, k, v, dout):
     return (out, *grads), peak
 
 
-def main() -> None:
-    T = int(sys.argv[1]) if len(sys.argv) > 1 else 1024
-    rng = np.random.default_rng(0)
-    q, k, v, dout = (rng.standard_normal((1, 8, T, 64)).astype(np.float32) for _ in range(4))
+# %% [markdown]
+# ## The same inputs through both kernels
 
-    plain, plain_peak = run_with_peak(attention_forward, attention_backward, q, k, v, dout)
-    tiled, tiled_peak = run_with_peak(flash_attention_forward, flash_attention_backward, q, k, v, dout)
+# %%
+rng = np.random.default_rng(0)
+q, k, v, dout = (rng.standard_normal((1, 8, T, 64)).astype(np.float32) for _ in range(4))
 
-    print(f"causal attention, B=1 H=8 T={T} D=64 float32, forward + backward")
-    for name, a, b in zip(("out", "dq", "dk", "dv"), plain, tiled):
-        print(f"  max |plain - tiled| in {name}: {np.max(np.abs(a - b)):.1e}   (values up to {np.max(np.abs(a)):.1f})")
-    print(f"  the (T, T) probabilities of all heads alone: {8 * T * T * 4 / 2**20:.0f} MiB")
-    print(f"  peak extra memory, plain: {plain_peak / 2**20:.1f} MiB")
-    print(f"  peak extra memory, tiled: {tiled_peak / 2**20:.1f} MiB  ({plain_peak / tiled_peak:.0f}x less)")
+plain, plain_peak = run_with_peak(attention_forward, attention_backward, q, k, v, dout)
+tiled, tiled_peak = run_with_peak(flash_attention_forward, flash_attention_backward, q, k, v, dout)
 
+# %% [markdown]
+# ## Same numbers (float32 rounding), a fraction of the memory
 
-if __name__ == "__main__":
-    main()
+# %%
+print(f"causal attention, B=1 H=8 T={T} D=64 float32, forward + backward")
+for name, a, b in zip(("out", "dq", "dk", "dv"), plain, tiled):
+    print(f"  max |plain - tiled| in {name}: {np.max(np.abs(a - b)):.1e}   (values up to {np.max(np.abs(a)):.1f})")
+print(f"  the (T, T) probabilities of all heads alone: {8 * T * T * 4 / 2**20:.0f} MiB")
+print(f"  peak extra memory, plain: {plain_peak / 2**20:.1f} MiB")
+print(f"  peak extra memory, tiled: {tiled_peak / 2**20:.1f} MiB  ({plain_peak / tiled_peak:.0f}x less)")

@@ -9,6 +9,7 @@ difference estimates the same number:
 Run:  python demos/gradcheck_by_hand.py
 """
 
+# %%
 import numpy as np
 
 from numforge.gradcheck import check_op, format_results
@@ -26,6 +27,10 @@ def f(x):
     return float(np.sum(y * dy))
 
 
+# %% [markdown]
+# ## The analytic gradient, then central differences one coordinate at a time
+
+# %%
 _, cache = layer_norm_forward(x, weight, bias)
 dx, dweight, dbias = layer_norm_backward(dy, cache)
 
@@ -37,6 +42,10 @@ for index in [(0, 0, 0), (0, 2, 3), (1, 1, 4)]:
     numeric = (f(x + bumped) - f(x - bumped)) / (2 * h)
     print(f"{str(index):12s}  {dx[index]: .12f}  {numeric: .12f}  {abs(dx[index] - numeric):.1e}")
 
+# %% [markdown]
+# ## Every coordinate of every argument
+
+# %%
 print("\nEvery coordinate of every argument, with numforge.gradcheck:\n")
 rows = check_op("layer_norm", layer_norm_forward, layer_norm_backward, {"x": x, "weight": weight, "bias": bias})
 print(format_results(rows))

@@ -1,0 +1,70 @@
+"""Experiment: untie the weights, and the token table's two roles get two arrays.
+
+Tied (the default), one (V, C) table embeds the input tokens and scores the
+output ones: logits = h @ table^T. Its gradient is the sum of two paths,
+d table = (scatter-add of dx from the input side) + (dlogits^T h from the
+output side) (demos/derivations/weight_tying.md). Untied, the output side
+gets its own lm_head.weight, and each path's gradient lands in its own array.
+
+The demo shows:
+1. the parameter counts: untying adds V * C parameters;
+2. the sum of two paths, checked: an untied model whose lm_head equals the
+   token table computes the tied model's loss, and its two gradients add up to
+   the tied model's one gradient (to float64 rounding);
+3. both trained the same steps on the same batches (bytes of this Python's
+   documentation): their validation losses. What to expect: close, with a
+   small edge to neither that a different seed can reverse at this size; untying
+   is a question of parameters (V C more) more than of loss here.
+
+Run:  python demos/exp_untied.py   (NUMFORGE_DEMO_QUICK=1: fewer steps)
+"""
+
+# %%
+import os
+
+import numpy as np
+from _experiment import train_tiny
+
+from numforge.gradcheck.model import randomized_model, tiny_batch
+from numforge.model import GPTConfig
+from numforge.model.gpt import parameter_shapes
+
+STEPS = 60 if os.environ.get("NUMFORGE_DEMO_QUICK") == "1" else 300
+SHAPE = dict(vocab_size=256, max_seq_len=32, d_model=48, num_heads=4, num_layers=2)
+
+# %% [markdown]
+# ## 1. Parameters
+
+# %%
+for tie in (True, False):
+    config = GPTConfig(**SHAPE, tie_weights=tie)
+    count = sum(int(np.prod(shape)) for shape in parameter_shapes(config).values())
+    print(f"tie_weights={tie!s:5s}: {count:6d} parameters, V*C = {SHAPE['vocab_size'] * SHAPE['d_model']}")
+
+# %% [markdown]
+# ## 2. One table, two paths: the tied gradient is the sum of the untied ones
+
+# %%
+tied = randomized_model({})
+untied = randomized_model({"tie_weights": False})
+untied.load_params({**tied.params, "lm_head.weight": tied.params["token_embedding"].copy()})
+ids, targets = tiny_batch(tied.config.vocab_size)
+loss_tied, cache_tied = tied.forward(ids, targets)
+loss_untied, cache_untied = untied.forward(ids, targets)
+grads_tied, grads_untied = tied.backward(cache_tied), untied.backward(cache_untied)
+two_paths = grads_untied["token_embedding"] + grads_untied["lm_head.weight"]  # input side + output side
+print(f"loss tied {float(loss_tied):.15f}\nloss untied {float(loss_untied):.15f} (lm_head = token table)")
+print(
+    f"input-side gradient norm {np.linalg.norm(grads_untied['token_embedding']):.3f}, "
+    f"output-side {np.linalg.norm(grads_untied['lm_head.weight']):.3f}"
+)
+difference = np.max(np.abs(grads_tied["token_embedding"] - two_paths))
+print(f"max |tied gradient - (input side + output side)| = {difference:.1e}")
+
+# %% [markdown]
+# ## 3. Trained side by side
+
+# %%
+for tie in (True, False):
+    model, first_loss, val_loss = train_tiny(GPTConfig(**SHAPE, tie_weights=tie), STEPS)
+    print(f"tie_weights={tie!s:5s}: {STEPS} steps, loss {first_loss:.3f} -> validation {val_loss:.3f}")
