@@ -80,3 +80,12 @@ def test_a_strided_input_is_refused_rather_than_silently_unperturbed():
     x = randn(4, 6)[:, ::2]  # a strided view: reshape(-1) would be a copy
     with pytest.raises(ValueError, match="C-contiguous"):
         numeric_gradient(lambda: 0.0, x, np.arange(3))
+
+
+def test_only_takes_an_exact_case_name_or_a_shell_pattern(capsys):
+    from numforge.cli import main
+
+    assert main(["gradcheck", "--list", "--only", "model[gelu]"]) == 0  # brackets: an exact name, not a class
+    assert capsys.readouterr().out.split() == ["model[gelu]"]
+    assert main(["gradcheck", "--list", "--only", "layer_norm*"]) == 0
+    assert capsys.readouterr().out.split("\n")[:2] == ["layer_norm", "layer_norm[no bias]"]

@@ -24,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--only",
         metavar="PATTERN",
         default="*",
-        help="run only the cases whose name matches this shell pattern, e.g. 'layer_norm*'",
+        help="run only the case of this exact name (e.g. 'model[gelu]'), or the cases whose name matches "
+        "this shell pattern (e.g. 'layer_norm*')",
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--list", action="store_true", help="list the case names and exit")
@@ -47,7 +48,10 @@ def run(args: argparse.Namespace) -> int:
         return _write_exercise(args.write_exercise, args.out)
     if args.out:
         raise ValueError("--out goes with --write-exercise")
-    cases = [c for c in all_cases() if fnmatch.fnmatch(c.name, args.only)]
+    # an exact name first: case names hold brackets, which a shell pattern reads as a character class
+    cases = [c for c in all_cases() if c.name == args.only] or [
+        c for c in all_cases() if fnmatch.fnmatchcase(c.name, args.only)
+    ]
     learner = {}
     if args.impl:
         learner = learner_backwards(args.impl, {c.backward for c in all_cases() if c.backward})
