@@ -1,0 +1,202 @@
+"""The course and the derivations say true things: every command they quote runs and prints what they say.
+
+The documents are ``demos/course.md`` and ``demos/derivations/*.md``. In them:
+
+- A ```` ```bash ```` block holds commands: every line is ``numforge ...`` or
+  ``python ...`` (or a ``#`` comment). They run in document order, in one
+  temporary directory per document (so ``numforge train --out runs/x`` feeds a
+  later ``numforge sample --checkpoint runs/x``), with ``NUMFORGE_CACHE`` in a
+  temporary directory, demos in quick mode (``NUMFORGE_DEMO_QUICK=1``) and one
+  BLAS thread. ``numforge ...`` runs as ``python -m numforge ...``; an argument
+  that starts with ``demos/`` or ``numforge/`` names the repository's file.
+  Each must exit 0.
+- An HTML comment ``<!-- check: exit=1 needs="gradcheck --impl" -->`` just
+  before a bash block changes that: ``exit=N`` is the expected exit status;
+  ``needs="WORDS... FEATURE"`` runs the block only where ``numforge WORDS -h``
+  lists FEATURE (a command of issue 14 that lands on another branch). Blocks
+  left out that way are listed in a warning, never silently.
+- A ```` ```text ```` block right after a bash block is (an excerpt of) the
+  output of that block's last command: its lines appear in the output, in
+  order, each inside one output line (spaces collapsed). ``...`` inside a line
+  stands for any text, a line of only ``...`` for any lines, and a number in
+  scientific notation (``2.06e-10``) for any such number (the last digits of a
+  rounding error differ between machines).
+- A ```` ```python ```` block whose first line is ``# numforge/PATH.py::NAME``
+  quotes code: each of its lines appears in the source of that function
+  (``Class.method`` for a method), so a derivation's "this is the line" stays true.
+- Every ``numforge/PATH.py::NAME`` reference names a file that exists and a
+  function or class of that name in it; every relative link resolves.
+"""
+
+import ast
+import os
+import pathlib
+import re
+import shlex
+import subprocess
+import sys
+import warnings
+from dataclasses import dataclass, field
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "demos" / "course.md", *sorted((ROOT / "demos" / "derivations").glob("*.md"))]
+BLOCK = re.compile(r"(?:<!--\s*check:(?P<marks>[^>]*)-->\s*\n)?```(?P<lang>\w*)\n(?P<body>.*?)\n```", re.S)
+REFERENCE = re.compile(r"(numforge/[\w/]+\.py)::([\w.]+)")
+SCIENTIFIC = re.compile(r"[-+]?\d\.\d+e[-+]\d+")
+TIMEOUT = 300
+_PURE_RESULTS = {}  # `numforge gradcheck` commands read and write no file: run each once for all documents
+
+
+@dataclass
+class Block:
+    commands: list[str]
+    exit_status: int = 0
+    needs: str | None = None
+    expected: list[str] = field(default_factory=list)
+
+
+def bash_blocks(text: str) -> list[Block]:
+    """The bash blocks of a document, each with its marks and the text block that follows it."""
+    blocks, previous_end = [], None
+    for match in BLOCK.finditer(text):
+        lang, body = match["lang"], match["body"]
+        if lang == "text" and blocks and previous_end is not None and not text[previous_end : match.start()].strip():
+            blocks[-1].expected = body.splitlines()
+        if lang == "bash":
+            marks = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', match["marks"] or ""))
+            commands = [line for line in body.splitlines() if line.strip() and not line.startswith("#")]
+            block = Block(commands, int(marks.get("exit", 0)), marks.get("needs", "").strip('"') or None)
+            blocks.append(block)
+        previous_end = match.end()
+    return blocks
+
+
+def argv(command: str) -> list[str]:
+    words = shlex.split(command)
+    if words[0] == "numforge":
+        words = [sys.executable, "-m", "numforge", *words[1:]]
+    elif words[0] == "python":
+        words = [sys.executable, *words[1:]]
+    else:
+        raise AssertionError(f"a bash block line must start with 'numforge ' or 'python ': {command!r}")
+    return [str(ROOT / w) if w.startswith(("demos/", "numforge/")) else w for w in words]
+
+
+def environment(tmp_path: pathlib.Path) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env.update(NUMFORGE_CACHE=str(tmp_path / "cache"), NUMFORGE_DEMO_QUICK="1", OPENBLAS_NUM_THREADS="1")
+    env.update(NO_COLOR="1", MPLBACKEND="Agg")
+    return env
+
+
+def available(needs: str, env: dict, cwd: pathlib.Path) -> bool:
+    """Whether ``numforge WORDS -h`` lists FEATURE, for ``needs = "WORDS... FEATURE"``."""
+    *words, feature = needs.split()
+    result = subprocess.run(
+        [sys.executable, "-m", "numforge", *words, "-h"], capture_output=True, text=True, env=env, cwd=cwd
+    )
+    return result.returncode == 0 and re.search(rf"(?<![\w-]){re.escape(feature)}(?![\w-])", result.stdout) is not None
+
+
+def run_command(command: str, env: dict, cwd: pathlib.Path) -> subprocess.CompletedProcess:
+    pure = command.startswith("numforge gradcheck ") and "--impl" not in command and "--write" not in command
+    if pure and command in _PURE_RESULTS:
+        return _PURE_RESULTS[command]
+    result = subprocess.run(argv(command), capture_output=True, text=True, env=env, cwd=cwd, timeout=TIMEOUT)
+    if pure:
+        _PURE_RESULTS[command] = result
+    return result
+
+
+def expected_pattern(line: str) -> re.Pattern:
+    line = " ".join(line.split())
+    parts = []
+    for piece in line.split("..."):
+        numbers = SCIENTIFIC.split(piece)
+        parts.append(SCIENTIFIC.pattern.join(re.escape(p) for p in numbers))
+    return re.compile(".*".join(parts))
+
+
+def assert_output_shows(expected: list[str], output: str, command: str) -> None:
+    lines = [" ".join(line.split()) for line in output.splitlines()]
+    at = 0
+    for want in expected:
+        if want.strip() in ("", "..."):
+            continue
+        pattern = expected_pattern(want)
+        while at < len(lines) and not pattern.search(lines[at]):
+            at += 1
+        assert at < len(lines), f"{command!r} did not print {want!r} (in order). Its output:\n{output}"
+        at += 1
+
+
+def doc_id(path: pathlib.Path) -> str:
+    return str(path.relative_to(ROOT / "demos"))
+
+
+def test_every_derivation_and_the_course_exist():
+    names = {p.name for p in DOCS}
+    assert "course.md" in names and (ROOT / "demos" / "derivations" / "README.md").exists()
+    assert len(names) >= 17  # the course, the index and one derivation per op of issue 14
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=doc_id)
+def test_quoted_commands_run_and_print_what_the_document_says(doc, tmp_path):
+    env, skipped, ran = environment(tmp_path), [], 0
+    for block in bash_blocks(doc.read_text(encoding="utf-8")):
+        if block.needs and not available(block.needs, env, tmp_path):
+            skipped.extend(block.commands)
+            continue
+        for i, command in enumerate(block.commands):
+            result = run_command(command, env, tmp_path)
+            output = result.stdout + result.stderr
+            assert result.returncode == block.exit_status, f"{command!r} exited {result.returncode}:\n{output}"
+            if i == len(block.commands) - 1:
+                assert_output_shows(block.expected, output, command)
+            ran += 1
+    if skipped:
+        message = f"{doc_id(doc)}: {len(skipped)} commands wait for a feature not in this numforge: {skipped}"
+        warnings.warn(message, stacklevel=1)
+    assert ran or skipped, f"{doc_id(doc)} quotes no command to run"
+
+
+def function_source(path: pathlib.Path, name: str) -> str | None:
+    """The source of the function or class ``name`` (``Class.method`` for a method) in ``path``, or None."""
+    source = path.read_text(encoding="utf-8")
+    scope = ast.parse(source)
+    for part in name.split("."):
+        found = [
+            node
+            for node in ast.iter_child_nodes(scope)
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == part
+        ]
+        if not found:
+            return None
+        scope = found[0]
+    return ast.get_source_segment(source, scope)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=doc_id)
+def test_code_references_and_quotes_are_true(doc):
+    text = doc.read_text(encoding="utf-8")
+    for path, name in REFERENCE.findall(text):
+        assert (ROOT / path).exists(), f"{doc_id(doc)} names {path}, which does not exist"
+        assert function_source(ROOT / path, name) is not None, f"{doc_id(doc)}: no {name} in {path}"
+    for match in BLOCK.finditer(text):
+        lines = match["body"].splitlines()
+        reference = REFERENCE.fullmatch(lines[0].lstrip("# ").strip()) if match["lang"] == "python" else None
+        if reference is None:
+            continue
+        source = " ".join(function_source(ROOT / reference[1], reference[2]).split())
+        for line in lines[1:]:
+            assert " ".join(line.split()) in source, f"{doc_id(doc)} quotes {line.strip()!r} from {lines[0]}"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=doc_id)
+def test_relative_links_resolve(doc):
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text(encoding="utf-8")):
+        if "://" not in target:
+            assert (doc.parent / target).exists(), f"{doc_id(doc)} links to {target}, which does not exist"
