@@ -16,8 +16,9 @@ The documents are ``demos/course.md`` and ``demos/derivations/*.md``. In them:
   lists FEATURE (a command of issue 14 that lands on another branch). Blocks
   left out that way are listed in a warning, never silently.
 - A ```` ```text ```` block right after a bash block is (an excerpt of) the
-  output of that block's last command: its lines appear in the output, in
-  order, each inside one output line (spaces collapsed). ``...`` inside a line
+  output of that block's last command: its lines appear in the output, each
+  inside one output line (spaces collapsed), in order within stdout and within
+  stderr. ``...`` inside a line
   stands for any text, a line of only ``...`` for any lines, and a number in
   scientific notation (``2.06e-10``) for any such number (the last digits of a
   rounding error differ between machines).
@@ -120,17 +121,23 @@ def expected_pattern(line: str) -> re.Pattern:
     return re.compile(".*".join(parts))
 
 
-def assert_output_shows(expected: list[str], output: str, command: str) -> None:
-    lines = [" ".join(line.split()) for line in output.splitlines()]
-    at = 0
+def assert_output_shows(expected: list[str], result: subprocess.CompletedProcess, command: str) -> None:
+    """Each expected line appears in stdout or stderr, in order within its stream (results on stdout, progress on
+    stderr: their interleaving is not the document's to promise)."""
+    streams = [[" ".join(line.split()) for line in text.splitlines()] for text in (result.stdout, result.stderr)]
+    at = [0, 0]
     for want in expected:
         if want.strip() in ("", "..."):
             continue
         pattern = expected_pattern(want)
-        while at < len(lines) and not pattern.search(lines[at]):
-            at += 1
-        assert at < len(lines), f"{command!r} did not print {want!r} (in order). Its output:\n{output}"
-        at += 1
+        for i, lines in enumerate(streams):
+            found = next((k for k in range(at[i], len(lines)) if pattern.search(lines[k])), None)
+            if found is not None:
+                at[i] = found + 1
+                break
+        else:
+            output = f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+            raise AssertionError(f"{command!r} did not print {want!r} (in order). Its output:\n{output}")
 
 
 def doc_id(path: pathlib.Path) -> str:
@@ -155,7 +162,7 @@ def test_quoted_commands_run_and_print_what_the_document_says(doc, tmp_path):
             output = result.stdout + result.stderr
             assert result.returncode == block.exit_status, f"{command!r} exited {result.returncode}:\n{output}"
             if i == len(block.commands) - 1:
-                assert_output_shows(block.expected, output, command)
+                assert_output_shows(block.expected, result, command)
             ran += 1
     if skipped:
         message = f"{doc_id(doc)}: {len(skipped)} commands wait for a feature not in this numforge: {skipped}"
