@@ -10,11 +10,9 @@ The documents are ``demos/course.md`` and ``demos/derivations/*.md``. In them:
   BLAS thread. ``numforge ...`` runs as ``python -m numforge ...``; an argument
   that starts with ``demos/`` or ``numforge/`` names the repository's file.
   Each must exit 0.
-- An HTML comment ``<!-- check: exit=1 needs="gradcheck --impl" -->`` just
-  before a bash block changes that: ``exit=N`` is the expected exit status;
-  ``needs="WORDS... FEATURE"`` runs the block only where ``numforge WORDS -h``
-  lists FEATURE (a command of issue 14 that lands on another branch). Blocks
-  left out that way are listed in a warning, never silently.
+- An HTML comment ``<!-- check: exit=1 -->`` just before a bash block sets
+  the exit status its commands must have instead (a grader that finds a
+  backward not written yet exits 1).
 - A ```` ```text ```` block right after a bash block is (an excerpt of) the
   output of that block's last command: its lines appear in the output, each
   inside one output line (spaces collapsed), in order within stdout and within
@@ -36,7 +34,6 @@ import re
 import shlex
 import subprocess
 import sys
-import warnings
 from dataclasses import dataclass, field
 
 import pytest
@@ -54,7 +51,6 @@ _PURE_RESULTS = {}  # `numforge gradcheck` commands read and write no file: run 
 class Block:
     commands: list[str]
     exit_status: int = 0
-    needs: str | None = None
     expected: list[str] = field(default_factory=list)
 
 
@@ -68,7 +64,9 @@ def bash_blocks(text: str) -> list[Block]:
         if lang == "bash":
             marks = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', match["marks"] or ""))
             commands = [line for line in body.splitlines() if line.strip() and not line.startswith("#")]
-            block = Block(commands, int(marks.get("exit", 0)), marks.get("needs", "").strip('"') or None)
+            unknown = set(marks) - {"exit"}
+            assert not unknown, f"unknown check marks {sorted(unknown)} before {commands}"
+            block = Block(commands, int(marks.get("exit", 0)))
             blocks.append(block)
         previous_end = match.end()
     return blocks
@@ -91,15 +89,6 @@ def environment(tmp_path: pathlib.Path) -> dict:
     env.update(NUMFORGE_CACHE=str(tmp_path / "cache"), NUMFORGE_DEMO_QUICK="1", OPENBLAS_NUM_THREADS="1")
     env.update(NO_COLOR="1", MPLBACKEND="Agg")
     return env
-
-
-def available(needs: str, env: dict, cwd: pathlib.Path) -> bool:
-    """Whether ``numforge WORDS -h`` lists FEATURE, for ``needs = "WORDS... FEATURE"``."""
-    *words, feature = needs.split()
-    result = subprocess.run(
-        [sys.executable, "-m", "numforge", *words, "-h"], capture_output=True, text=True, env=env, cwd=cwd
-    )
-    return result.returncode == 0 and re.search(rf"(?<![\w-]){re.escape(feature)}(?![\w-])", result.stdout) is not None
 
 
 def run_command(command: str, env: dict, cwd: pathlib.Path) -> subprocess.CompletedProcess:
@@ -152,11 +141,8 @@ def test_every_derivation_and_the_course_exist():
 
 @pytest.mark.parametrize("doc", DOCS, ids=doc_id)
 def test_quoted_commands_run_and_print_what_the_document_says(doc, tmp_path):
-    env, skipped, ran = environment(tmp_path), [], 0
+    env, ran = environment(tmp_path), 0
     for block in bash_blocks(doc.read_text(encoding="utf-8")):
-        if block.needs and not available(block.needs, env, tmp_path):
-            skipped.extend(block.commands)
-            continue
         for i, command in enumerate(block.commands):
             result = run_command(command, env, tmp_path)
             output = result.stdout + result.stderr
@@ -164,10 +150,7 @@ def test_quoted_commands_run_and_print_what_the_document_says(doc, tmp_path):
             if i == len(block.commands) - 1:
                 assert_output_shows(block.expected, result, command)
             ran += 1
-    if skipped:
-        message = f"{doc_id(doc)}: {len(skipped)} commands wait for a feature not in this numforge: {skipped}"
-        warnings.warn(message, stacklevel=1)
-    assert ran or skipped, f"{doc_id(doc)} quotes no command to run"
+    assert ran, f"{doc_id(doc)} quotes no command to run"
 
 
 def function_source(path: pathlib.Path, name: str) -> str | None:
@@ -207,3 +190,23 @@ def test_relative_links_resolve(doc):
     for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text(encoding="utf-8")):
         if "://" not in target:
             assert (doc.parent / target).exists(), f"{doc_id(doc)} links to {target}, which does not exist"
+
+
+def test_the_checker_of_shown_output_can_fail():
+    shown = subprocess.CompletedProcess([], 0, stdout="op x 2x3 2.06e-10 pass\n5/5 gradients\n", stderr="step 1\n")
+    assert_output_shows(["op x 2x3 9.99e-01 pass", "...", "step 1", "5/5 ..."], shown, "cmd")  # any rounding error
+    for wrong in (["op x 2x3 9.99e-01 FAIL"], ["5/5 gradients", "op x"], ["6/5 gradients"]):
+        with pytest.raises(AssertionError, match="did not print"):
+            assert_output_shows(wrong, shown, "cmd")
+
+
+def test_blocks_read_their_exit_mark_and_their_shown_output():
+    text = "<!-- check: exit=1 -->\n```bash\n# a comment\nnumforge a\nnumforge b\n```\n\n```text\nout\n```\n"
+    text += "```bash\npython c.py\n```\nprose\n```text\nnot its output\n```\n"
+    first, second = bash_blocks(text)
+    assert (first.commands, first.exit_status, first.expected) == (["numforge a", "numforge b"], 1, ["out"])
+    assert (second.commands, second.exit_status, second.expected) == (["python c.py"], 0, [])
+    with pytest.raises(AssertionError, match="unknown check marks"):
+        bash_blocks('<!-- check: needs="x" -->\n```bash\nnumforge a\n```\n')
+    with pytest.raises(AssertionError, match="must start with"):
+        argv("pip install numforge")
