@@ -5,11 +5,10 @@ A training step allocates and frees the same large temporaries every step
 above its mmap threshold (dynamic, at most 32 MiB on 64-bit) with a fresh
 ``mmap`` and returns it to the kernel on ``free``; blocks at the top of the
 heap are trimmed back too. Each step then touches brand-new pages, and every
-page costs a fault: measured on the ``numforge bench train`` medium config,
-~200,000 minor faults and 1.7 s of kernel time in 8 steps.
+page costs a fault (figures in ops/WHY_FAST.md).
 
 ``retain_freed_memory()`` raises both thresholds so freed blocks stay in the
-heap and the next step reuses them (44,000 faults, 0.45 s in the same run).
+heap and the next step reuses them.
 The process keeps its peak footprint instead of shrinking between steps,
 which is what a training process wants. It changes nothing but where malloc
 finds memory; results are bit-identical. The ``numforge`` command calls it

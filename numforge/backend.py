@@ -175,9 +175,8 @@ def scatter_add(target, indices, values) -> None:
     gives [10, 0, 101]. Rows work the same way: ``target (V, C)``,
     ``indices (N,)``, ``values (N, C)``.
 
-    NumPy's ``add.at`` into rows of a 2-D array was 3-6x slower than into a
-    flat array with one index per element (the embedding gradient, N = 2048,
-    C = 128 and 256), so a contiguous target is updated through its flat view.
+    A contiguous target is updated through its flat view, one index per
+    element: NumPy's ``add.at`` is much slower into rows (ops/WHY_FAST.md).
     """
     xp = get_xp(target, indices, values)
     if xp is np:

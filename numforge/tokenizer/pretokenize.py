@@ -117,7 +117,7 @@ def _bounded(pattern: str) -> Callable[[str], list[str]]:
 
 # The fast path for GPT-2's pattern. On ASCII text, \p{L} is [A-Za-z], \p{N} is [0-9]
 # and \s (in `regex`) is [\t\n\v\f\r ]; written that way the pattern runs in the
-# standard library's `re`, which is about 1.7x faster here.
+# standard library's `re`, which is faster (ops/WHY_FAST.md; `numforge bench tokenizer` measures encoding).
 _ASCII_SPACE = r"\t\n\x0b\x0c\r "
 _GPT2_ASCII = re.compile(
     rf"""'(?:[sdmt]|ll|ve|re)| ?[A-Za-z]+| ?[0-9]+| ?[^{_ASCII_SPACE}A-Za-z0-9]+"""
