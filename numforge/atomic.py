@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,3 +37,21 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     with atomic_path(path) as temp:
         with open(temp, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a new temporary directory beside ``path``; on success rename it to ``path``, which must not exist.
+
+    On an exception the temporary directory and all it holds are removed: no half-written ``path`` remains.
+    """
+    path = Path(path)
+    if path.exists():
+        raise ValueError(f"{path} already exists; choose a new directory")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    try:
+        yield temp
+        os.rename(temp, path)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)

@@ -53,6 +53,7 @@ import numpy as np
 
 from .atomic import write_text_atomic
 from .backend import asarray, to_numpy
+from .hf import load_pretrained
 from .model import GPT, GPTConfig, parameter_shapes
 from .resources import DISK_FULL, check_fits
 from .tokenizer import BPETokenizer
@@ -307,7 +308,8 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     directory = latest_checkpoint_dir(path)
     if directory is None:
         raise FileNotFoundError(
-            f"no checkpoint in {path}: expected {Path(path) / LATEST} or {Path(path) / 'params.npz'}"
+            f"no checkpoint in {path}: expected {Path(path) / LATEST} or {Path(path) / 'params.npz'} "
+            f"(or, where a model is read, a Hugging Face GPT-2 directory with config.json)"
         )
     missing = [name for name in FILES if not (directory / name).is_file()]
     if missing:
@@ -381,16 +383,12 @@ def checkpoint_tokenizer(checkpoint: Checkpoint, trust_pattern: bool = False) ->
 
 
 def check_tokenizer_fits(tokenizer: BPETokenizer, config: GPTConfig, directory: Path) -> None:
-    """The tokenizer and the model share one vocabulary: every id one can make, the other can read."""
-    if tokenizer.vocab_size != config.vocab_size:
-        problem = (
-            "the model could emit ids the tokenizer cannot decode"
-            if tokenizer.vocab_size < config.vocab_size
-            else "the tokenizer could make ids past the model's embedding table"
-        )
+    """Every id the tokenizer makes, the model can read. The model's vocabulary may be larger (padded,
+    as nanoGPT pads GPT-2's 50257 to 50304): ``generate`` never samples an id the tokenizer cannot decode."""
+    if tokenizer.vocab_size > config.vocab_size:
         raise CheckpointFileError(
             f"checkpoint {directory}: tokenizer.json has {tokenizer.vocab_size} tokens but config.json's "
-            f"vocab_size is {config.vocab_size}; {problem}"
+            f"vocab_size is {config.vocab_size}; the tokenizer could make ids past the model's embedding table"
         )
 
 
@@ -452,13 +450,16 @@ def check_finite_params(checkpoint: Checkpoint) -> None:
 def load_model(
     path: str | os.PathLike, dtype: str = "float32", trust_pattern: bool = False
 ) -> tuple[GPT, BPETokenizer]:
-    """The model and tokenizer of a run directory or one of its ``ckpt-*`` directories, to sample or study.
+    """The model and tokenizer of a run directory, one of its ``ckpt-*`` directories, or a Hugging Face
+    GPT-2 directory (``hf.load_pretrained``), to sample, study or start a run from.
 
     The one loader the inference commands (``sample``, ``trace``) share. It
     refuses parameters holding NaN or infinity and a tokenizer whose
     vocabulary is not the model's, naming the files. ``trust_pattern``:
     see ``BPETokenizer.from_dict``.
     """
+    if latest_checkpoint_dir(path) is None and (Path(path) / "config.json").is_file():
+        return load_pretrained(path, dtype, trust_pattern)  # not numforge's: a Hugging Face directory
     checkpoint = load_checkpoint(path)
     check_finite_params(checkpoint)
     model = restore_model(checkpoint, dtype)

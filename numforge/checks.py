@@ -15,6 +15,8 @@ import numpy as np
 
 from .backend import FLOAT_DTYPES, is_cupy_array
 
+_FLOAT_DTYPES = tuple(np.dtype(name) for name in FLOAT_DTYPES)
+
 
 def is_real(value: object) -> bool:
     """A Python or NumPy real number that is not a bool (``True`` is an int in Python)."""
@@ -56,7 +58,7 @@ def check_array(a: object, name: str, ndim: int | tuple[int, ...] | None = None)
 def check_float(a: object, name: str, ndim: int | tuple[int, ...] | None = None):
     """``check_array`` plus: the dtype is float32 or float64."""
     check_array(a, name, ndim)
-    if a.dtype.name not in FLOAT_DTYPES:
+    if a.dtype not in _FLOAT_DTYPES:  # not ``a.dtype.name``: NumPy computes names slowly, and decoding checks often
         raise TypeError(f"{name} must be float32 or float64, got {a.dtype}")
     return a
 
@@ -142,3 +144,10 @@ def text_flag(text: str) -> str:
         where = f"byte 0x{byte:02x}" if 0x80 <= byte <= 0xFF else f"character {text[error.start]!r}"
         raise argparse.ArgumentTypeError(f"expected UTF-8 text, got {where} at position {error.start}") from None
     return text
+
+
+class MissingDependencyError(ImportError):
+    """An optional package that a command needs is not installed; the message says how to install it.
+
+    ``cli.main`` reports it like a bad input (exit status 2), without a traceback.
+    """

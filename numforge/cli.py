@@ -2,8 +2,9 @@
 
 Each sub-command is a module in ``numforge.commands`` with ``HELP``,
 ``add_arguments(parser)`` and ``run(args) -> int``. A command reports a bad
-input by raising ``ValueError`` / ``TypeError`` (or letting an ``OSError``
-through); ``main`` prints it as ``numforge <command>: <message>`` on stderr.
+input by raising ``ValueError`` / ``TypeError`` (or letting an ``OSError``, or a
+``MissingDependencyError`` that says what to install, through); ``main``
+prints it as ``numforge <command>: <message>`` on stderr.
 
 Exit status: 0 done; 1 the job ran and failed (a gradient check off, a
 training run that diverged); 2 bad input (a flag, a file, a path), as
@@ -19,7 +20,7 @@ import sys
 from importlib import import_module
 
 from .allocator import retain_freed_memory
-from .checks import describe_error
+from .checks import MissingDependencyError, describe_error
 from .commands import EXIT_BAD_INPUT, EXIT_INTERRUPTED
 
 COMMANDS = (
@@ -27,6 +28,7 @@ COMMANDS = (
     "sample",
     "tokenizer",
     "trace",
+    "convert",
     "attention",
     "inspect",
     "gradcheck",
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"numforge {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except (ValueError, TypeError, OSError) as error:
+    except (ValueError, TypeError, OSError, MissingDependencyError) as error:
         if debug:
             raise
         print(f"numforge {args.command}: {describe_error(error)}", file=sys.stderr)

@@ -101,13 +101,16 @@ def generate_ids(
     seed: int | None = None,
     stop_id: int | None = None,
     use_kv_cache: bool = True,
+    allowed: np.ndarray | None = None,
 ) -> Iterator[int]:
     """Yield up to ``max_new_tokens`` new ids after ``prompt_ids``, stopping after ``stop_id``.
 
     ``prompt_ids`` must be non-empty and at most ``max_seq_len`` long
     (``generate`` crops a longer prompt). Without the cache every step runs
     the last ``max_seq_len`` tokens through the whole model: the oracle the
-    cached path is tested against.
+    cached path is tested against. ``allowed`` (a boolean ``(V,)`` mask, or
+    None for every id) limits the ids that can come out: the logits of the
+    others are set to -inf.
     """
     check_sampling(temperature, top_k, top_p)
     context = model.config.max_seq_len
@@ -126,11 +129,26 @@ def generate_ids(
             feed, cache = ids[-1:], kv_cache
         logits = model.logits(asarray(np.asarray(feed)[None, :]), last_only=True, kv_cache=cache)  # (1,T) -> (1,V)
         row = to_numpy(logits).reshape(-1)  # (1,V) -> (V,)
+        if allowed is not None:
+            row = np.where(allowed, row, -np.inf)  # (V,): ids outside the tokenizer can never be drawn
         token = sample_next(row, rng, temperature, top_k, top_p)
         ids.append(token)
         yield token
         if token == stop_id:
             return
+
+
+def decodable_ids(tokenizer, vocab_size: int) -> np.ndarray | None:
+    """A boolean ``(V,)`` mask of the ids `tokenizer` can decode, or None when it decodes all ``vocab_size``.
+
+    Example: a model padded to V = 8 with a tokenizer of ids 0..5 -> [T, T, T, T, T, T, F, F].
+    """
+    token_ids = tokenizer.token_ids()
+    if token_ids == list(range(vocab_size)):
+        return None
+    allowed = np.zeros(vocab_size, dtype=bool)
+    allowed[[i for i in token_ids if i < vocab_size]] = True
+    return allowed
 
 
 def generate(
@@ -153,7 +171,8 @@ def generate(
     ``<|endoftext|>``); an empty prompt starts from ``<|endoftext|>``. A prompt
     longer than the model's context is cropped from the left and
     ``on_notice`` is told so. Generation stops at ``<|endoftext|>``, which is
-    not part of the returned text.
+    not part of the returned text. Only ids the tokenizer can decode are
+    sampled (a model's vocabulary may be padded beyond the tokenizer's).
     """
     if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
@@ -183,6 +202,7 @@ def generate(
         seed=seed,
         stop_id=stop_id,
         use_kv_cache=use_kv_cache,
+        allowed=decodable_ids(tokenizer, model.config.vocab_size),
     ):
         if token == stop_id:
             stopped = True

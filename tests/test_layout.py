@@ -20,7 +20,7 @@ FLOORS = {
     "tokenizer": 3,
     "model": 4,
     "optim": 5,
-    "data": 6,
+    "data": 6, "hf": 6,
     "checkpoint": 7,
     "training": 8, "generate": 8,
     "study": 9, "gradcheck": 9,

@@ -131,6 +131,18 @@ def test_gpt2_import_keeps_the_files_ids(tmp_path):
     assert tok.decode([83, 257, 258, 77]) == "the then"
 
 
+def test_gpt2_import_keeps_any_ids_the_file_gives(tmp_path):
+    # merges whose results are numbered out of merge order, and a special token after a gap
+    tok = load_gpt2(*_write_gpt2(tmp_path, TINY_GPT2[0], {"Ġt": 258, "he": 256, "Ġthe": 257, "<|endoftext|>": 300}))
+    assert tok.merge_ids == [258, 256, 257] and tok.merges == [(220, 83), (71, 68), (258, 256)]
+    assert tok.encode("the then") == [83, 256, 257, 77]
+    assert tok.encode("<|endoftext|>", allowed_special="all") == [300] and tok.vocab_size == 301
+    assert tok.decode([83, 256, 257, 77, 300]) == "the then<|endoftext|>"
+    with pytest.raises(ValueError, match=r"token id 299 is not in the vocabulary \(ids 0..300, 41 of them unused\)"):
+        tok.decode([299])
+    assert BPETokenizer.from_dict(json.loads(json.dumps(tok.to_dict()))).encode("the then") == [83, 256, 257, 77]
+
+
 def test_gpt2_export_reproduces_the_files(tmp_path):
     encoder_path, bpe_path = _write_gpt2(tmp_path, *TINY_GPT2)
     tok = load_gpt2(encoder_path, bpe_path)
@@ -154,12 +166,12 @@ def test_malformed_gpt2_files(tmp_path):
         load_gpt2(*_write_gpt2(tmp_path, ["Ġ t", "h e x", "Ġt he"], encoder))
     with pytest.raises(ValueError, match=r"vocab.bpe: line 4: 'Ġthe' is not in .*encoder.json"):
         load_gpt2(*_write_gpt2(tmp_path, merges, {k: v for k, v in encoder.items() if k != "Ġthe"}))
-    with pytest.raises(ValueError, match=r"vocab.bpe: line 3: the merge makes 'he'.*needs merge 1 to make id 257"):
-        load_gpt2(*_write_gpt2(tmp_path, merges, encoder | {"he": 258, "Ġthe": 257}))
+    with pytest.raises(ValueError, match=r"encoder.json: merge 1 is \(71, 258\), but 258 is neither"):
+        load_gpt2(*_write_gpt2(tmp_path, ["Ġ t", "h Ġthe", "Ġt he"], encoder | {"hĠthe": 300}))
+    with pytest.raises(ValueError, match=r"encoder.json: 'he' and 'Ġthe' have the same id 257"):
+        load_gpt2(*_write_gpt2(tmp_path, merges, encoder | {"Ġthe": 257}))
     with pytest.raises(ValueError, match=r"vocab.bpe: line 2: '\u4e16' is not one of GPT-2's 256 byte characters"):
         load_gpt2(*_write_gpt2(tmp_path, ["x\u4e16 t"], {}))
-    with pytest.raises(ValueError, match="consecutive from 259"):
-        load_gpt2(*_write_gpt2(tmp_path, merges, encoder | {"<|endoftext|>": 300}))
     encoder_path, bpe_path = _write_gpt2(tmp_path, merges, encoder)
     encoder_path.write_text(encoder_path.read_text(encoding="utf-8")[:100], encoding="utf-8")
     with pytest.raises(ValueError, match=r"encoder.json: line 1 column \d+"):
@@ -209,3 +221,35 @@ def _base64_bytes():
     import base64
 
     return [base64.b64encode(bytes([b])).decode() for b in range(256)]
+
+
+# ---------------------------------------------------------------- ids as a file gives them
+
+
+def test_any_layout_encodes_as_the_default_one_up_to_renaming_the_ids(tok):
+    # specials first (0, 1), bytes reversed at 2..257, merges numbered backwards from the top
+    n = len(tok.merges)
+    byte_ids = [257 - b for b in range(256)]
+    merge_ids = [258 + n - 1 - i for i in range(n)]
+    rename = {b: byte_ids[b] for b in range(256)} | {256 + i: merge_ids[i] for i in range(n)}
+    rename |= {tok.special_tokens["<|endoftext|>"]: 0, tok.special_tokens["<|pad|>"]: 1}
+    merges = [(rename[p], rename[q]) for p, q in tok.merges]
+    other = BPETokenizer(merges, {"<|endoftext|>": 0, "<|pad|>": 1}, byte_ids=byte_ids, merge_ids=merge_ids)
+    text = DOCS[40_000:60_000] + SAMPLE
+    ids = tok.encode(text, allowed_special="all")
+    assert other.encode(text, allowed_special="all") == [rename[i] for i in ids]
+    assert other.decode([rename[i] for i in ids]) == text
+    assert other.vocab_size == tok.vocab_size and not other.default_layout() and tok.default_layout()
+    again = BPETokenizer.from_dict(json.loads(json.dumps(other.to_dict())))
+    assert again.to_dict()["version"] == 2 and again.encode(text, allowed_special="all") == [rename[i] for i in ids]
+
+
+def test_inconsistent_ids_are_named():
+    with pytest.raises(ValueError, match="merge 0 makes id 97, which a byte or an earlier merge already has"):
+        BPETokenizer([(97, 98)], merge_ids=[97])
+    with pytest.raises(ValueError, match="the special token '<s>' has id 256, which another token already has"):
+        BPETokenizer([(97, 98)], {"<s>": 256})
+    with pytest.raises(ValueError, match=r"merge 1 is \(301, 97\), but 301 is neither a byte's id"):
+        BPETokenizer([(97, 98), (301, 97)], merge_ids=[300, 301])  # merge 1 would use the token it makes
+    with pytest.raises(ValueError, match="byte_ids must list 256 ids, distinct ints >= 0"):
+        BPETokenizer([], byte_ids=[-1, *range(1, 256)])

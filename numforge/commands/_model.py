@@ -22,8 +22,8 @@ def add_model_arguments(parser: argparse.ArgumentParser, checkpoint_required: bo
         metavar="DIR",
         type=path_flag,
         required=checkpoint_required,
-        help="a run directory written by numforge train (or one of its ckpt-* directories)"
-        + ("" if checkpoint_required else "; default: a tiny untrained model (seed 0)"),
+        help="a run directory written by numforge train (or one of its ckpt-* directories), or a Hugging Face "
+        "GPT-2 directory" + ("" if checkpoint_required else "; default: a tiny untrained model (seed 0)"),
     )
     parser.add_argument(
         "--trust-pattern",

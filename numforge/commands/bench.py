@@ -15,6 +15,7 @@ BENCHMARKS = {  # name -> one-line help; each is numforge/bench/<name>.py
     "cross_entropy": "weight-tied cross-entropy: chunked vs materialized logits (vs torch): time and peak memory",
     "tokenizer": "BPE training and encoding on stdlib sources vs reference, HF tokenizers, tiktoken",
     "train": "training step (forward, backward, AdamW): tokens/s and MFU vs PyTorch eager",
+    "generate": "greedy decoding with the KV cache at GPT-2 124M's shape: prefill, tokens/s, memory vs transformers",
 }
 
 

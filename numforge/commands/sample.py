@@ -1,4 +1,4 @@
-"""``numforge sample``: continue a prompt with a trained checkpoint, streaming the text."""
+"""``numforge sample``: continue a prompt with a trained checkpoint (or a Hugging Face GPT-2), streaming the text."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         type=path_flag,
         required=True,
-        help="a run directory written by numforge train (or one of its ckpt-* directories)",
+        help="a run directory written by numforge train (or one of its ckpt-* directories), "
+        "or a Hugging Face GPT-2 directory (config.json, model.safetensors, tokenizer files)",
     )
     parser.add_argument("--prompt", type=text_flag, default="", help="text to continue (default: start a new document)")
     parser.add_argument(

@@ -16,6 +16,7 @@ from ..model import GPTConfig
 from ..resources import check_input_file, check_output_dir
 from ..training import LOSS_CSV, LOSS_PNG, RESUMABLE, TrainingDiverged, TrainSettings, new_run, resume_run, train
 from ..training.run import check_new_run_dir, check_run_fits
+from ..training.init_from import start_from
 from . import EXIT_FAILED, EXIT_INTERRUPTED
 from .model_flags import MODEL_FLAGS, add_model_flags, model_options
 
@@ -76,6 +77,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--resume", metavar="DIR", type=path_flag, help="continue the run checkpointed in DIR, in DIR")
     run.add_argument(
+        "--init-from",
+        metavar="SRC",
+        type=path_flag,
+        help="start a new run from a pretrained model (fine-tuning): a numforge run or checkpoint, or a "
+        "Hugging Face GPT-2 directory; its tokenizer and shape are kept",
+    )
+    run.add_argument(
         "--max-steps", type=int_at_least(0), help=f"train until this many updates (default {defaults.max_steps})"
     )
     run.add_argument(
@@ -128,6 +136,8 @@ def _start(args: argparse.Namespace, say):
     """A new run or a resumed one, from the flags. Paths and memory are checked before any work."""
     check_output_dir(args.cache_dir or default_cache_dir(), "--cache-dir" if args.cache_dir else "the cache directory")
     if args.resume is not None:
+        if args.init_from is not None:
+            raise ValueError("--init-from starts a new run; it cannot be combined with --resume")
         fixed = {
             **_given(args, MODEL_FLAGS),
             **_given(args, SETTINGS_FLAGS),
@@ -164,6 +174,8 @@ def _start(args: argparse.Namespace, say):
         # the model and its memory, checked before the corpus is read (with --tokenizer: its size is checked again)
         check_run_fits(GPTConfig(vocab_size=vocab_size, max_seq_len=settings.seq_len, **options), settings)
     documents = load_documents(args.data)  # read once: for the tokenizer and for the run
+    if args.init_from is not None:
+        return _fine_tune(args, out, settings, documents)
     tokenizer = load_or_train_tokenizer(
         documents, vocab_size, args.tokenizer, args.cache_dir, say=say, trust_pattern=args.trust_pattern
     )
@@ -187,6 +199,17 @@ def _flag_names():
     except ValueError as err:
         words = re.compile(r"\b(" + "|".join(FLAG_OF_FIELD) + r")\b")
         raise ValueError(words.sub(lambda m: FLAG_OF_FIELD[m.group()], str(err))) from err
+
+
+def _fine_tune(args: argparse.Namespace, out, settings: TrainSettings, documents):
+    """A new run from the pretrained model in ``--init-from``, with its tokenizer and shape."""
+    if args.tokenizer is not None or args.vocab_size is not None:
+        raise ValueError("--init-from uses the pretrained model's tokenizer; leave out --tokenizer and --vocab-size")
+    flags = {flag: (MODEL_FLAGS[flag][0], value) for flag, value in _given(args, MODEL_FLAGS).items()}
+    model, tokenizer = start_from(args.init_from, settings.seq_len, flags, args.trust_pattern)
+    return new_run(
+        out, settings, {}, tokenizer, data=args.data, documents=documents, cache_dir=args.cache_dir, model=model
+    )
 
 
 def run(args: argparse.Namespace) -> int:

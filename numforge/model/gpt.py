@@ -192,12 +192,17 @@ class GPT:
             record("embedding sum", dx, parts)
         return {name: grads[name] for name in self.params}  # params' order; drops absent biases
 
-    def _blocks(self, x, rng, training: bool, kv_cache: KVCache | None = None):
-        """Every layer in turn on ``x (B,T,C)``: ``(x, [BlockCache per layer])``."""
+    def _blocks(self, x, rng, training: bool, kv_cache: KVCache | None = None, keep_caches: bool = True):
+        """Every layer in turn on ``x (B,T,C)``: ``(x, [BlockCache per layer])``.
+
+        Without ``keep_caches`` (inference) each layer's cache is dropped as soon as the
+        next layer starts, so memory does not grow with the number of layers; the list is empty.
+        """
         caches = []
         for i, layer in enumerate(self.layers):
             x, block_cache = block_forward(x, layer, self.config, rng, training, kv_cache, i)  # (B,T,C)
-            caches.append(block_cache)
+            if keep_caches:
+                caches.append(block_cache)
         return x, caches
 
     # -------------------------------------------------------------- embeddings
@@ -238,7 +243,7 @@ class GPT:
         start = 0 if kv_cache is None else self._check_kv_cache(kv_cache, token_ids.shape)
         p, config = self.params, self.config
         x, _ = self._embed(token_ids, start)  # (B,T) -> (B,T,C)
-        x, _ = self._blocks(x, None, training=False, kv_cache=kv_cache)  # (B,T,C)
+        x, _ = self._blocks(x, None, training=False, kv_cache=kv_cache, keep_caches=False)  # (B,T,C)
         if kv_cache is not None:
             kv_cache.advance(token_ids.shape[1])
         if last_only:

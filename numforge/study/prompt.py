@@ -30,7 +30,10 @@ class Prompt(NamedTuple):
 
 def token_label(tokenizer, token_id: int) -> str:
     """The text of one token; a token that is not whole UTF-8 (a piece of a multi-byte character)
-    is written as its bytes in hex, ``<e4 b8>``, instead of the replacement character."""
+    is written as its bytes in hex, ``<e4 b8>``, instead of the replacement character; an id
+    the tokenizer has no token for (a model's vocabulary padded beyond it) as ``(no token)``."""
+    if not tokenizer.has_token(token_id):
+        return "(no token)"
     raw = tokenizer.token_bytes(token_id)
     try:
         return raw.decode("utf-8")

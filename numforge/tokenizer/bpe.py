@@ -1,15 +1,22 @@
 """BPETokenizer: the fast byte-level BPE trainer and encoder, decoding, special tokens.
 
-Vocabulary layout, always: 256 byte tokens, then one token per merge
-(``merges[i]`` makes id ``256 + i``), then the special tokens, so
-``vocab_size = 256 + len(merges) + len(special_tokens)``. A trained tokenizer
-gives byte b the id b; one imported from GPT-2's files keeps the file's ids,
-where the byte tokens are a permutation of 0..255 (id 0 is "!").
+Vocabulary: 256 byte tokens (``byte_ids[b]`` is the id of byte b), one token
+per merge (``merges[i]`` joins two earlier tokens into id ``merge_ids[i]``),
+and the special tokens (``special_tokens``: string -> id). numforge's own
+layout, what ``train`` makes: byte b has id b, merge i makes ``256 + i``, the
+special tokens follow, so ``vocab_size = 256 + len(merges) + len(special_tokens)``.
+Files made elsewhere put ids where they like and are loaded with their ids:
+GPT-2's byte tokens are a permutation of 0..255 (id 0 is "!"), a tokenizer
+trained by Hugging Face's trainer numbers its special tokens first, cl100k
+leaves ids unused. ``vocab_size`` is the largest id + 1.
 
 Encoding: split the text with the pattern, then merge each chunk by rank
 (``_merge.merge_chunk``), remembering each distinct chunk's ids in a bounded
 cache; code and prose repeat their chunks, so most chunks are a dict lookup.
-It gives the same ids as ``reference.encode``, which the tests check.
+The merging runs on internal ids (byte b is b, merge i makes 256 + i, so an
+id is its own rank); a chunk's ids are translated to the file's ids once,
+when the chunk enters the cache. It gives the same ids as
+``reference.encode``, which the tests check.
 
 numforge's own file (``save`` / ``load``; ``to_dict`` is the same content)::
 
@@ -20,9 +27,14 @@ numforge's own file (``save`` / ``load``; ``to_dict`` is the same content)::
      "special_tokens": {"<|endoftext|>": 8191},
      "tokens": ["<base64 of token 0's bytes>", ...]}   every non-special id, in order
 
+Version 2, written only for a layout other than numforge's own, adds
+``"merge_ids": [id made by merge 0, ...]``, lets the special ids be anything
+free, and keys ``tokens`` by id: ``{"5": "<base64>", ...}``. Version 1 files
+load as they always did.
+
 The merges are the model; ``tokens`` stores every token's bytes losslessly for
 other readers and is checked against the merges on load. Other tokenizers'
-files (GPT-2, tiktoken) are read and written by ``interop.py``.
+files (GPT-2, tiktoken, Hugging Face) are read and written by ``interop.py``.
 """
 
 from __future__ import annotations
@@ -43,7 +55,7 @@ from .pretokenize import GPT2_SPLIT_PATTERN, check_pattern_allowed, chunker, spe
 
 EOT = "<|endoftext|>"  # GPT-2's end-of-text special token: closes every training document
 FORMAT_NAME = "numforge-bpe"
-FORMAT_VERSION = 1
+FORMAT_VERSIONS = (1, 2)
 CACHE_ENTRIES = 1 << 16  # distinct chunks remembered before the cache starts over
 CACHE_CHUNK_CHARS = 256  # longer chunks are encoded each time, not remembered
 
@@ -58,18 +70,22 @@ class BPETokenizer:
     [258, 100, 258, 97, 99]
     """
 
-    def __init__(self, merges, special_tokens=(), pattern: str = GPT2_SPLIT_PATTERN, byte_ids=None):
-        self.merges = _check_merges(merges)
+    def __init__(self, merges, special_tokens=(), pattern: str = GPT2_SPLIT_PATTERN, byte_ids=None, merge_ids=None):
+        merges = list(merges)
         self.byte_ids = _check_byte_ids(byte_ids)
+        self.merge_ids = _check_merge_ids(merge_ids, len(merges), self.byte_ids)
+        self.merges = _check_merges(merges, self.byte_ids, self.merge_ids)
         self.pattern = pattern
         self._split = chunker(pattern)
-        first_special = 256 + len(self.merges)
-        self.special_tokens = {name: first_special + j for j, name in enumerate(_check_specials(special_tokens))}
-        self.vocab_size = first_special + len(self.special_tokens)
-        self._merged = {pair: 256 + i for i, pair in enumerate(self.merges)}  # (p, q) -> id it makes
-        self._byte_table = bytes.maketrans(bytes(range(256)), bytes(self.byte_ids))  # byte -> id, ids < 256
-        specials_bytes = [name.encode("utf-8") for name in self.special_tokens]
-        self._token_bytes = _expand_tokens(self.byte_ids, self.merges) + specials_bytes  # id -> its bytes
+        ordinary = self.byte_ids + self.merge_ids  # internal id -> id: byte value b is b, merge i makes 256 + i
+        self.special_tokens = _special_ids(special_tokens, ordinary)
+        self.vocab_size = max(ordinary + list(self.special_tokens.values())) + 1
+        # The encoder merges internal ids, where merge i makes 256 + i, so that an id is its own rank
+        # (``_merge``); the file's ids replace them once per distinct chunk (none to replace by default).
+        internal = {token: i for i, token in enumerate(ordinary)}
+        self._merged = {(internal[p], internal[q]): 256 + i for i, (p, q) in enumerate(self.merges)}
+        self._external = None if ordinary == list(range(len(ordinary))) else ordinary
+        self._token_bytes = _expand_tokens(self.byte_ids, self.merges, self.merge_ids, self.special_tokens)
         self._cache = _ChunkCache(self._encode_chunk)
 
     # ---------------------------------------------------------------- training
@@ -176,7 +192,8 @@ class BPETokenizer:
             raise ValueError(
                 f"the text has a lone surrogate {chunk[error.start]!r}, which has no UTF-8 encoding"
             ) from None
-        return merge_chunk(list(data.translate(self._byte_table)), self._merged)
+        ids = merge_chunk(list(data), self._merged)  # internal ids
+        return ids if self._external is None else list(map(self._external.__getitem__, ids))
 
     # ---------------------------------------------------------------- decoding
 
@@ -189,12 +206,26 @@ class BPETokenizer:
         ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
         try:
             if ids and (min(ids) < 0 or max(ids) >= self.vocab_size):
-                bad = next(t for t in ids if not 0 <= t < self.vocab_size)
-                raise ValueError(f"token id {bad} is not in the vocabulary (ids 0..{self.vocab_size - 1})")
-            return b"".join(map(self._token_bytes.__getitem__, ids))
-        except TypeError:
-            bad = next((t for t in ids if not hasattr(t, "__index__")), ids)
-            raise TypeError(f"token ids must be integers, got {bad!r} ({type(bad).__name__})") from None
+                raise IndexError
+            return b"".join(map(self._token_bytes.__getitem__, ids))  # an id without a token gives None: TypeError
+        except (TypeError, IndexError):
+            bad = next((t for t in ids if not hasattr(t, "__index__")), None)
+            if bad is not None:
+                raise TypeError(f"token ids must be integers, got {bad!r} ({type(bad).__name__})") from None
+            bad = next(t for t in ids if not 0 <= t < self.vocab_size or self._token_bytes[t] is None)
+            raise ValueError(f"token id {bad} is not in the vocabulary ({self._describe_ids()})") from None
+
+    def _describe_ids(self) -> str:
+        gaps = self._token_bytes.count(None)
+        return f"ids 0..{self.vocab_size - 1}" + (f", {gaps} of them unused" if gaps else "")
+
+    def has_token(self, token: int) -> bool:
+        """Whether id `token` stands for a token (``decode`` accepts it); False for unused and padded ids."""
+        return 0 <= token < self.vocab_size and self._token_bytes[token] is not None
+
+    def token_ids(self) -> list[int]:
+        """Every id that has a token (ordinary or special), ascending: what ``decode`` accepts."""
+        return [token for token, data in enumerate(self._token_bytes) if data is not None]
 
     def decode(self, ids, errors: str = "replace") -> str:
         """The text of `ids`; bytes that are not valid UTF-8 become U+FFFD (errors="replace")."""
@@ -206,53 +237,77 @@ class BPETokenizer:
 
     # ---------------------------------------------------------------- files
 
-    def ordinary_token_bytes(self) -> list[bytes]:
-        """The bytes of every non-special token, by id: ``256 + len(merges)`` entries.
+    def ordinary_tokens(self) -> dict[int, bytes]:
+        """id -> bytes of every non-special token, in id order: what every file format stores
+        (special tokens are kept by name, or not at all).
 
-        What every file format stores (special tokens are kept by name, or not
-        at all). Example: ``BPETokenizer([(97, 97), (256, 98)])`` ->
-        ``[b"\\x00", ..., b"\\xff", b"aa", b"aab"]``.
+        Example: ``BPETokenizer([(97, 97), (256, 98)]).ordinary_tokens()`` ->
+        ``{0: b"\\x00", ..., 255: b"\\xff", 256: b"aa", 257: b"aab"}``.
         """
-        return self._token_bytes[: 256 + len(self.merges)]
+        ordinary = sorted(self.byte_ids + self.merge_ids)
+        return {token: self._token_bytes[token] for token in ordinary}
+
+    def ordinary_token_bytes(self) -> list[bytes]:
+        """The bytes of every non-special token, in id order (numforge's layout: token i is entry i)."""
+        return list(self.ordinary_tokens().values())
+
+    def default_layout(self) -> bool:
+        """Whether the ids follow numforge's own layout: bytes 0..255 (any order), merge i makes 256 + i,
+        the special tokens next, consecutive. Such a tokenizer is saved in version 1 of the file format."""
+        first_special = 256 + len(self.merges)
+        return (
+            sorted(self.byte_ids) == list(range(256))
+            and self.merge_ids == list(range(256, first_special))
+            and sorted(self.special_tokens.values()) == list(range(first_special, self.vocab_size))
+        )
 
     def to_dict(self) -> dict:
-        """The tokenizer as a JSON-serialisable dict: the content of the saved file."""
-        return {
+        """The tokenizer as a JSON-serialisable dict: the content of the saved file (version 1 for
+        numforge's own layout, version 2 with ``merge_ids`` and tokens keyed by id for any other)."""
+        d = {
             "format": FORMAT_NAME,
-            "version": FORMAT_VERSION,
+            "version": 1,
             "pattern": self.pattern,
             "byte_ids": list(self.byte_ids),
             "merges": [list(pair) for pair in self.merges],
             "special_tokens": dict(self.special_tokens),
-            "tokens": [base64.b64encode(data).decode("ascii") for data in self.ordinary_token_bytes()],
+            "tokens": [_base64(data) for data in self.ordinary_token_bytes()],
         }
+        if not self.default_layout():
+            d["version"] = 2
+            d["merge_ids"] = list(self.merge_ids)
+            d["tokens"] = {str(token): _base64(data) for token, data in self.ordinary_tokens().items()}
+        return d
 
     @classmethod
     def from_dict(cls, d: dict, source: str = "tokenizer dict", trust_pattern: bool = False) -> BPETokenizer:
-        """The inverse of ``to_dict``; ``source`` names the dict in error messages.
+        """The inverse of ``to_dict`` (either version); ``source`` names the dict in error messages.
 
         The split pattern must be one of ``pretokenize.KNOWN_PATTERNS`` unless
         ``trust_pattern`` is True: a pattern is code that runs on every text.
         """
         if not isinstance(d, dict):
             raise ValueError(f"{source}: expected a JSON object, got {type(d).__name__}")
-        if d.get("format") != FORMAT_NAME or d.get("version") != FORMAT_VERSION:
+        version = d.get("version")
+        if d.get("format") != FORMAT_NAME or version not in FORMAT_VERSIONS:
             raise ValueError(
-                f"{source}: not a numforge tokenizer (format {d.get('format')!r} version {d.get('version')!r}; "
-                f"expected {FORMAT_NAME!r} version {FORMAT_VERSION})"
+                f"{source}: not a numforge tokenizer (format {d.get('format')!r} version {version!r}; "
+                f"expected {FORMAT_NAME!r} version {' or '.join(map(str, FORMAT_VERSIONS))})"
             )
-        missing = [key for key in ("pattern", "byte_ids", "merges", "special_tokens", "tokens") if key not in d]
+        keys = ("pattern", "byte_ids", "merges", "special_tokens", "tokens") + (("merge_ids",) if version == 2 else ())
+        missing = [key for key in keys if key not in d]
         if missing:
             raise ValueError(f"{source}: missing keys {missing}")
         specials = d["special_tokens"]
-        if not isinstance(specials, dict) or not all(
-            isinstance(i, int) and not isinstance(i, bool) for i in specials.values()
-        ):
+        if not isinstance(specials, dict) or not all(_is_int(i) for i in specials.values()):
             raise ValueError(f"{source}: 'special_tokens' must map strings to int ids, got {specials!r}")
-        names = sorted(specials, key=lambda name: specials[name])
         check_pattern_allowed(d["pattern"], source, trust_pattern)
         try:
-            tok = cls(d["merges"], special_tokens=names, pattern=d["pattern"], byte_ids=d["byte_ids"])
+            if version == 1:  # the special tokens are numbered after the merges, in id order
+                names = sorted(specials, key=lambda name: specials[name])
+                tok = cls(d["merges"], special_tokens=names, pattern=d["pattern"], byte_ids=d["byte_ids"])
+            else:
+                tok = cls(d["merges"], specials, d["pattern"], byte_ids=d["byte_ids"], merge_ids=d["merge_ids"])
         except (ValueError, TypeError) as error:
             raise ValueError(f"{source}: {error}") from None
         if tok.special_tokens != specials:
@@ -260,16 +315,7 @@ class BPETokenizer:
                 f"{source}: special token ids {specials} must be consecutive after the merges, "
                 f"from {256 + len(tok.merges)}"
             )
-        tokens, made = d["tokens"], tok.ordinary_token_bytes()
-        if not isinstance(tokens, list) or len(tokens) != len(made):
-            raise ValueError(f"{source}: 'tokens' must list {len(made)} base64 strings")
-        for i, (encoded, data) in enumerate(zip(tokens, made)):
-            try:
-                stored = base64.b64decode(encoded, validate=True)
-            except (binascii.Error, TypeError):
-                raise ValueError(f"{source}: tokens[{i}] is not base64: {encoded!r}") from None
-            if stored != data:
-                raise ValueError(f"{source}: tokens[{i}] is {stored!r} but the merges make {data!r}")
+        _check_stored_tokens(d["tokens"], tok, source)
         return tok
 
     def save(self, path) -> None:
@@ -325,40 +371,90 @@ class _ChunkCache(dict):
         return ids
 
 
-def _check_merges(merges) -> list[tuple[int, int]]:
-    """Merges as a list of int pairs; merge i may use only ids below 256 + i, and no pair twice."""
+def _base64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _check_stored_tokens(tokens, tok: BPETokenizer, source: str) -> None:
+    """The file's ``tokens`` must be the bytes the merges make: a list by id (version 1) or a dict
+    keyed by id (version 2), of base64 strings."""
+    made = tok.ordinary_tokens()
+    if isinstance(tokens, dict):
+        if set(tokens) != {str(token) for token in made}:
+            raise ValueError(f"{source}: 'tokens' must map the {len(made)} ordinary ids to base64 strings")
+        pairs = [(str(token), tokens[str(token)], data) for token, data in made.items()]
+    else:
+        if not isinstance(tokens, list) or len(tokens) != len(made):
+            raise ValueError(f"{source}: 'tokens' must list {len(made)} base64 strings")
+        pairs = list(zip(map(str, range(len(made))), tokens, made.values()))
+    for key, encoded, data in pairs:
+        try:
+            stored = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, TypeError):
+            raise ValueError(f"{source}: tokens[{key}] is not base64: {encoded!r}") from None
+        if stored != data:
+            raise ValueError(f"{source}: tokens[{key}] is {stored!r} but the merges make {data!r}")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_byte_ids(byte_ids) -> list[int]:
+    """The id of each byte value: identity by default, else 256 distinct ids >= 0."""
+    if byte_ids is None:
+        return list(range(256))
+    byte_ids = list(byte_ids)
+    if len(byte_ids) != 256 or not all(_is_int(b) and b >= 0 for b in byte_ids) or len(set(byte_ids)) != 256:
+        raise ValueError(
+            "byte_ids must list 256 ids, distinct ints >= 0 (the id of each byte value; "
+            "a permutation of 0..255 in numforge's own layout)"
+        )
+    return byte_ids
+
+
+def _check_merge_ids(merge_ids, num_merges: int, byte_ids: list[int]) -> list[int]:
+    """The id each merge makes: by default the ids after the largest byte id (256 + i for 0..255)."""
+    if merge_ids is None:
+        first = max(byte_ids) + 1
+        return list(range(first, first + num_merges))
+    merge_ids = list(merge_ids)
+    if len(merge_ids) != num_merges or not all(_is_int(t) and t >= 0 for t in merge_ids):
+        raise ValueError(f"merge_ids must list {num_merges} ints >= 0 (the id each merge makes), got {merge_ids!r}")
+    taken = set(byte_ids)
+    for i, token in enumerate(merge_ids):
+        if token in taken:
+            raise ValueError(f"merge {i} makes id {token}, which a byte or an earlier merge already has")
+        taken.add(token)
+    return merge_ids
+
+
+def _check_merges(merges: list, byte_ids: list[int], merge_ids: list[int]) -> list[tuple[int, int]]:
+    """Merges as a list of int pairs; merge i may use only byte ids and ids made by merges before it,
+    and no pair twice."""
     checked = []
     seen = set()
+    known = set(byte_ids)
+    contiguous = sorted(byte_ids) == list(range(256)) and merge_ids == list(range(256, 256 + len(merge_ids)))
     for i, pair in enumerate(merges):
-        if (
-            not isinstance(pair, (tuple, list))
-            or len(pair) != 2
-            or not all(isinstance(t, int) and not isinstance(t, bool) for t in pair)
-        ):
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2 or not all(map(_is_int, pair)):
             raise ValueError(f"merge {i} must be a pair of ints, got {pair!r}")
         p, q = int(pair[0]), int(pair[1])
-        if not (0 <= p < 256 + i and 0 <= q < 256 + i):
-            raise ValueError(f"merge {i} is {(p, q)}, but only ids 0..{255 + i} exist before it")
+        if p not in known or q not in known:
+            if contiguous:
+                raise ValueError(f"merge {i} is {(p, q)}, but only ids 0..{255 + i} exist before it")
+            bad = p if p not in known else q
+            raise ValueError(f"merge {i} is {(p, q)}, but {bad} is neither a byte's id nor made by an earlier merge")
         if (p, q) in seen:
             raise ValueError(f"merge {i} repeats the pair {(p, q)}")
         seen.add((p, q))
         checked.append((p, q))
+        known.add(merge_ids[i])
     return checked
 
 
-def _check_byte_ids(byte_ids) -> list[int]:
-    """The id of each byte value: identity by default, else a permutation of 0..255."""
-    if byte_ids is None:
-        return list(range(256))
-    byte_ids = list(byte_ids)
-    if not all(isinstance(b, int) and not isinstance(b, bool) for b in byte_ids) or sorted(byte_ids) != list(
-        range(256)
-    ):
-        raise ValueError("byte_ids must list 256 ids, a permutation of 0..255 (the id of each byte value)")
-    return byte_ids
-
-
 def _check_specials(special_tokens) -> tuple[str, ...]:
+    """Special token names: a sequence of distinct non-empty strings."""
     if isinstance(special_tokens, str):
         raise TypeError(f"special_tokens must be a sequence of strings, got the string {special_tokens!r}")
     names = tuple(special_tokens)
@@ -370,11 +466,30 @@ def _check_specials(special_tokens) -> tuple[str, ...]:
     return names
 
 
-def _expand_tokens(byte_ids: list[int], merges: list[tuple[int, int]]) -> list[bytes]:
-    """The bytes of every non-special token: bytes first, then each merge as the join of its pair."""
-    table = [b""] * 256
+def _special_ids(special_tokens, ordinary: list[int]) -> dict[str, int]:
+    """Special token name -> id: a dict as given, or a sequence of names numbered after the ordinary ids."""
+    if not isinstance(special_tokens, dict):
+        first = max(ordinary) + 1
+        return {name: first + j for j, name in enumerate(_check_specials(special_tokens))}
+    _check_specials(list(special_tokens))
+    taken = set(ordinary)
+    for name, token in special_tokens.items():
+        if not _is_int(token) or token < 0:
+            raise ValueError(f"the special token {name!r} must have an int id >= 0, got {token!r}")
+        if token in taken:
+            raise ValueError(f"the special token {name!r} has id {token}, which another token already has")
+        taken.add(token)
+    return dict(special_tokens)
+
+
+def _expand_tokens(byte_ids: list[int], merges, merge_ids: list[int], special_tokens: dict) -> list:
+    """The bytes of every id (None where no token has it): bytes, each merge as the join of its pair,
+    the special tokens' UTF-8."""
+    table = [None] * (max(byte_ids + merge_ids + list(special_tokens.values())) + 1)
     for value, token in enumerate(byte_ids):
         table[token] = bytes([value])
-    for p, q in merges:
-        table.append(table[p] + table[q])
+    for (p, q), token in zip(merges, merge_ids):
+        table[token] = table[p] + table[q]
+    for name, token in special_tokens.items():
+        table[token] = name.encode("utf-8")
     return table

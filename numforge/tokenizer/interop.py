@@ -1,12 +1,16 @@
 """Other tokenizers' files, in and out: GPT-2's encoder.json + vocab.bpe, tiktoken rank files.
 
+Hugging Face's vocab.json + merges.txt are GPT-2's two files under other names;
+its tokenizer.json is read and written by ``hf_json.py`` on top of this module.
+
 numforge's own file belongs to ``BPETokenizer`` (``save`` / ``load``); this
 module imports the class, never the reverse.
 
 GPT-2's files write bytes as printable characters (``byte_to_unicode``): byte
 0x20 (space) is "Ġ", so " the" is "Ġthe". encoder.json maps those strings to
-ids (the byte tokens are not in byte order: id 0 is "!"); vocab.bpe lists the
-merges, one "left right" per line after a "#version" line. A tiktoken rank file
+ids (the byte tokens are not in byte order: id 0 is "!"; other files put their
+special tokens first); vocab.bpe lists the merges, one "left right" per line
+after a "#version" line, in rank order. A tiktoken rank file
 has one "base64-bytes rank" per line and no merges: merge r is recovered by
 encoding token r's bytes with the merges below r, which must leave two tokens.
 
@@ -63,53 +67,65 @@ def _gpt2_bytes(text: str, where: str) -> bytes:
 
 
 def load_gpt2(encoder_json_path, vocab_bpe_path, pattern: str = GPT2_SPLIT_PATTERN) -> BPETokenizer:
-    """A tokenizer from GPT-2's encoder.json and vocab.bpe, keeping the file's ids.
+    """A tokenizer from GPT-2's encoder.json and vocab.bpe (Hugging Face: vocab.json and merges.txt),
+    keeping the file's ids.
 
-    encoder.json must give the 256 byte tokens ids 0..255, merge i (line order in
-    vocab.bpe) id 256 + i, and any further entries (GPT-2: "<|endoftext|>" = 50256)
-    the ids after that; those become the special tokens.
+    Merge i is line i of vocab.bpe (its rank); every entry of encoder.json is a
+    byte token, the result of a merge, or else a special token
+    (GPT-2: "<|endoftext|>" = 50256).
     """
     encoder = read_json(encoder_json_path)
     if not isinstance(encoder, dict) or not all(type(i) is int for i in encoder.values()):
         raise ValueError(f"{encoder_json_path}: expected a JSON object mapping token strings to int ids")
-    for b, char in byte_to_unicode().items():
-        if char not in encoder:
-            raise ValueError(f"{encoder_json_path}: no entry for byte {b} (written {char!r})")
-    byte_ids = [encoder[byte_to_unicode()[b]] for b in range(256)]
     merges = []
     for line_number, line in _merge_lines(vocab_bpe_path):
-        where = f"{vocab_bpe_path}: line {line_number}"
         parts = line.split(" ")
         if len(parts) != 2 or not all(parts):
-            raise ValueError(f"{where}: expected two tokens separated by one space, got {line!r}")
-        left, right = parts
+            raise ValueError(
+                f"{vocab_bpe_path}: line {line_number}: expected two tokens separated by one space, got {line!r}"
+            )
+        merges.append((f"{vocab_bpe_path}: line {line_number}", *parts))
+    return from_gpt2_strings(encoder, merges, pattern, str(encoder_json_path))
+
+
+def from_gpt2_strings(vocab: dict, merges, pattern: str, vocab_name: str, special_tokens=None) -> BPETokenizer:
+    """A tokenizer from a vocabulary written in GPT-2's byte characters and its merges, with the vocabulary's ids.
+
+    vocab: token string -> id; merges: ``(where, left, right)`` in rank order,
+    ``where`` naming the merge's line in errors; special_tokens: name -> id, or
+    None to take every vocabulary entry that is neither a byte nor a merge's
+    result as a special token. Shared by GPT-2's files and Hugging Face's tokenizer.json.
+    """
+    if len(set(vocab.values())) != len(vocab):
+        seen = {}
+        name, token = next((name, i) for name, i in vocab.items() if seen.setdefault(i, name) != name)
+        raise ValueError(f"{vocab_name}: {seen[token]!r} and {name!r} have the same id {token}")
+    for b, char in byte_to_unicode().items():
+        if char not in vocab:
+            raise ValueError(f"{vocab_name}: no entry for byte {b} (written {char!r})")
+    byte_ids = [vocab[byte_to_unicode()[b]] for b in range(256)]
+    pairs, merge_ids = [], []
+    for where, left, right in merges:
         _gpt2_bytes(left + right, where)
         for token in (left, right, left + right):
-            if token not in encoder:
-                raise ValueError(f"{where}: {token!r} is not in {encoder_json_path}")
-        new_id = 256 + len(merges)
-        if encoder[left + right] != new_id:
-            raise ValueError(
-                f"{where}: the merge makes {left + right!r}, whose id in {encoder_json_path} is "
-                f"{encoder[left + right]}; numforge needs merge {len(merges)} to make id {new_id}"
-            )
-        merges.append((encoder[left], encoder[right]))
-    first_special = 256 + len(merges)
-    specials = sorted((name for name, i in encoder.items() if i >= first_special), key=encoder.get)
-    if [encoder[name] for name in specials] != list(range(first_special, first_special + len(specials))):
+            if token not in vocab:
+                raise ValueError(f"{where}: {token!r} is not in {vocab_name}")
+        pairs.append((vocab[left], vocab[right]))
+        merge_ids.append(vocab[left + right])
+    ordinary = set(byte_ids) | set(merge_ids)
+    rest = {name: i for name, i in vocab.items() if i not in ordinary}
+    if special_tokens is None:
+        special_tokens = rest
+    elif unexplained := sorted(set(rest) - set(special_tokens), key=rest.get):
         raise ValueError(
-            f"{encoder_json_path}: the ids after the {len(merges)} merges must be consecutive from {first_special}, "
-            f"got {[encoder[name] for name in specials]}"
-        )
-    if len(encoder) != first_special + len(specials):
-        raise ValueError(
-            f"{encoder_json_path}: {len(encoder)} entries, but 256 bytes + {len(merges)} merges + "
-            f"{len(specials)} special tokens make {first_special + len(specials)} (repeated ids?)"
+            f"{vocab_name}: {len(unexplained)} entries are neither a byte, a merge's result nor an added token "
+            f"(first: {unexplained[0]!r} = {rest[unexplained[0]]}); numforge cannot place them"
         )
     try:
-        return BPETokenizer(merges, special_tokens=specials, pattern=pattern, byte_ids=byte_ids)
+        tok = BPETokenizer(pairs, special_tokens, pattern, byte_ids=byte_ids, merge_ids=merge_ids)
     except ValueError as error:
-        raise ValueError(f"{encoder_json_path}, {vocab_bpe_path}: {error}") from None
+        raise ValueError(f"{vocab_name}: {error}") from None
+    return tok
 
 
 def _merge_lines(path):
@@ -121,14 +137,22 @@ def _merge_lines(path):
         yield line_number, line
 
 
+def gpt2_vocabulary(tok: BPETokenizer) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """``(vocab, merges)`` of `tok` in GPT-2's byte characters: token string -> id for every token
+    (special tokens as themselves), by id, and each merge as ``(left, right)`` in rank order."""
+    strings = {token: _gpt2_string(data) for token, data in tok.ordinary_tokens().items()}
+    strings.update({token: name for name, token in tok.special_tokens.items()})
+    vocab = {string: token for token, string in sorted(strings.items())}
+    if len(vocab) != len(strings):
+        _check_distinct(strings, "GPT-2's vocabulary")
+    return vocab, [(strings[p], strings[q]) for p, q in tok.merges]
+
+
 def export_gpt2(tok: BPETokenizer, encoder_json_path, vocab_bpe_path) -> None:
-    """Write GPT-2's encoder.json and vocab.bpe for `tok` (atomically, each)."""
-    strings = [_gpt2_string(data) for data in tok.ordinary_token_bytes()]
-    _check_distinct(strings, "GPT-2 files")
-    encoder = {string: i for i, string in enumerate(strings)} | dict(tok.special_tokens)
-    merge_lines = [f"{strings[p]} {strings[q]}\n" for p, q in tok.merges]
-    write_text_atomic(encoder_json_path, json.dumps(encoder, ensure_ascii=False) + "\n")
-    write_text_atomic(vocab_bpe_path, "#version: 0.2\n" + "".join(merge_lines))
+    """Write GPT-2's encoder.json and vocab.bpe for `tok` (atomically, each), with its ids."""
+    vocab, merges = gpt2_vocabulary(tok)
+    write_text_atomic(encoder_json_path, json.dumps(vocab, ensure_ascii=False) + "\n")
+    write_text_atomic(vocab_bpe_path, "#version: 0.2\n" + "".join(f"{left} {right}\n" for left, right in merges))
 
 
 # ------------------------------------------------------------------ tiktoken rank files
@@ -138,7 +162,8 @@ def load_tiktoken(path, special_tokens=(), pattern: str = GPT2_SPLIT_PATTERN) ->
     """A tokenizer from a tiktoken rank file ("base64-bytes rank" per line); ids are the ranks.
 
     Ranks must be 0..N-1 with the 256 single bytes at 0..255; `special_tokens`
-    (strings) get the ids after N, in order.
+    are strings that get the ids after N, in order, or a dict of string -> id
+    (cl100k's, for example, leave ids unused).
     """
     rank_bytes: dict[int, bytes] = {}
     for line_number, line in enumerate(read_text(path).split("\n"), start=1):
@@ -158,7 +183,7 @@ def load_tiktoken(path, special_tokens=(), pattern: str = GPT2_SPLIT_PATTERN) ->
         rank_bytes[rank] = data
     if sorted(rank_bytes) != list(range(len(rank_bytes))):
         raise ValueError(f"{path}: ranks must be 0..{len(rank_bytes) - 1} with none missing")
-    _check_distinct(list(rank_bytes.values()), str(path))
+    _check_distinct(rank_bytes, str(path))
     singles = {data[0]: rank for rank, data in rank_bytes.items() if len(data) == 1}
     if len(singles) != 256 or max(singles.values()) != 255:
         raise ValueError(f"{path}: the 256 single bytes must have ranks 0..255")
@@ -179,20 +204,26 @@ def load_tiktoken(path, special_tokens=(), pattern: str = GPT2_SPLIT_PATTERN) ->
 
 
 def export_tiktoken(tok: BPETokenizer, path) -> None:
-    """Write a tiktoken rank file for `tok`'s non-special tokens (rank = id), atomically."""
-    tokens = tok.ordinary_token_bytes()
+    """Write a tiktoken rank file for `tok`'s non-special tokens (rank = id), atomically.
+
+    A rank is also a merge's priority, so the ids must rise with the merge
+    order, above every byte's id; otherwise a ValueError.
+    """
+    if tok.merge_ids != sorted(tok.merge_ids) or (tok.merges and min(tok.merge_ids) < max(tok.byte_ids)):
+        raise ValueError("a tiktoken rank file needs ids that rise with the merge order, above the bytes' ids")
+    tokens = tok.ordinary_tokens()
     _check_distinct(tokens, "a tiktoken rank file")
-    lines = [f"{base64.b64encode(data).decode('ascii')} {i}\n" for i, data in enumerate(tokens)]
+    lines = [f"{base64.b64encode(data).decode('ascii')} {i}\n" for i, data in tokens.items()]
     write_text_atomic(path, "".join(lines))
 
 
 # ------------------------------------------------------------------ helpers
 
 
-def _check_distinct(tokens: list, target: str) -> None:
-    """Both file formats key tokens by their bytes, so two ids with the same bytes cannot be written."""
+def _check_distinct(tokens: dict, target: str) -> None:
+    """The file formats key tokens by their bytes (or strings), so two ids with the same cannot be written."""
     seen = {}
-    for i, token in enumerate(tokens):
+    for i, token in tokens.items():
         if token in seen:
             raise ValueError(f"{target}: ids {seen[token]} and {i} have the same bytes {token!r}")
         seen[token] = i

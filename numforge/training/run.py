@@ -243,7 +243,15 @@ def check_new_run_dir(run_dir) -> Path:
 
 
 def new_run(
-    run_dir, settings: TrainSettings, model_options: dict, tokenizer, *, data=None, documents=None, cache_dir=None
+    run_dir,
+    settings: TrainSettings,
+    model_options: dict,
+    tokenizer,
+    *,
+    data=None,
+    documents=None,
+    cache_dir=None,
+    model: GPT | None = None,
 ) -> Run:
     """A fresh run in ``run_dir`` (which must not hold a checkpoint yet), on the text of ``data``.
 
@@ -251,14 +259,20 @@ def new_run(
     ``max_seq_len``, which come from the tokenizer and ``settings.seq_len``.
     ``documents`` are ``load_documents(data)`` when the caller has read them
     already (to train the tokenizer); otherwise they are read here.
+    ``model``, when given, is the model to start from (``--init-from``,
+    ``init_from.start_from``) instead of a fresh one of ``model_options``.
     """
     run_dir = check_new_run_dir(run_dir)
-    config = GPTConfig(vocab_size=tokenizer.vocab_size, max_seq_len=settings.seq_len, **model_options)
+    if model is None:
+        config = GPTConfig(vocab_size=tokenizer.vocab_size, max_seq_len=settings.seq_len, **model_options)
+    else:
+        config = model.config
     check_run_fits(config, settings)
     if documents is None:
         documents = load_documents(data)
     train_tokens, val_tokens, info = _data_for(tokenizer, documents, data, settings, cache_dir)
-    model = GPT(config, seed=settings.seed)
+    if model is None:
+        model = GPT(config, seed=settings.seed)
     optimizer = AdamW(model.params, lr=settings.lr, betas=BETAS, weight_decay=settings.weight_decay)
     sampler = BatchSampler(train_tokens, settings.batch_size, settings.seq_len, settings.seed)
     return Run(run_dir, model, optimizer, tokenizer, sampler, val_tokens, settings, info)
@@ -290,6 +304,10 @@ def resume_run(
         )
     checkpoint = load_checkpoint(path)
     state, state_file = checkpoint.state, checkpoint.path / "state.json"
+    if isinstance(state, dict) and "converted_from" in state:
+        raise ValueError(
+            f"{checkpoint.path} holds a converted model, not a training run: start a run from it with --init-from"
+        )
     check_state(state, state_file, checkpoint_step(checkpoint.path))
     step = state["step"]
     if checkpoint.optimizer_state["step"] != step:

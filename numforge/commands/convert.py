@@ -1,0 +1,49 @@
+"""``numforge convert SRC DST``: a numforge run or checkpoint <-> a Hugging Face GPT-2 directory.
+
+The direction follows from SRC: a Hugging Face directory (a config.json, no
+numforge checkpoint) becomes a numforge run directory DST whose one checkpoint,
+step 0, holds the model and its tokenizer (fresh AdamW moments; start
+training from it with ``numforge train --init-from DST``); anything else is
+read as a numforge run or checkpoint and written as a Hugging Face directory
+that ``transformers`` opens. DST must not exist; it appears whole or not at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..atomic import atomic_directory
+from ..checkpoint import latest_checkpoint_dir, load_model, save_checkpoint
+from ..hf import save_pretrained
+from ..optim import AdamW
+
+HELP = "convert a numforge run or checkpoint to a Hugging Face GPT-2 directory, or back"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("src", metavar="SRC", help="a numforge run or ckpt-* directory, or a Hugging Face directory")
+    parser.add_argument("dst", metavar="DST", help="the directory to write (must not exist)")
+
+
+def run(args: argparse.Namespace) -> int:
+    src, dst = Path(args.src), Path(args.dst)
+    if dst.exists():
+        raise ValueError(f"{dst} already exists; choose a new directory")
+    model, tokenizer = load_model(src)
+    if latest_checkpoint_dir(src) is None:  # load_model read a Hugging Face directory
+        with atomic_directory(dst) as temp:
+            save_checkpoint(
+                temp,
+                step=0,
+                params=model.params,
+                optimizer_state=AdamW(model.params, lr=0.0).state_dict(),
+                config=model.config.to_dict(),
+                tokenizer=tokenizer.to_dict(),
+                state={"step": 0, "converted_from": str(src.resolve())},
+            )
+        print(f"{src} (Hugging Face) -> {dst} (numforge checkpoint; fine-tune with: numforge train --init-from {dst})")
+    else:
+        save_pretrained(model, tokenizer, dst)
+        print(f"{src} (numforge) -> {dst} (Hugging Face; transformers: AutoModelForCausalLM.from_pretrained(DST))")
+    return 0

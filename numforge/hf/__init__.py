@@ -1,0 +1,20 @@
+"""Hugging Face GPT-2 model directories in and out: ``load_pretrained`` and ``save_pretrained``.
+
+A directory as ``transformers`` saves it (the ``snapshots/<hash>`` folder of
+a downloaded ``gpt2`` is one)::
+
+    config.json                      model_type "gpt2" and the shape      config.py
+    model.safetensors                the tensors (or shards listed in      weights.py
+      (model.safetensors.index.json)   model.safetensors.index.json)
+    tokenizer.json                   and/or vocab.json + merges.txt       numforge.tokenizer.hf_json, .interop
+    tokenizer_config.json, special_tokens_map.json                        (written for transformers; not read)
+
+Only local files are read, and never a pickle: a directory that holds only
+``pytorch_model.bin`` (or any ``.bin``/``.pt``/``.pth``/``.ckpt``) is refused
+with a note on converting it to safetensors. ``GPT`` and ``BPETokenizer``
+know nothing of this format; this package maps it onto them.
+"""
+
+from .directory import load_pretrained, save_pretrained
+
+__all__ = ["load_pretrained", "save_pretrained"]

@@ -1,0 +1,43 @@
+"""``numforge train --init-from SRC``: a new run that starts from a pretrained model (fine-tuning).
+
+SRC is anything ``checkpoint.load_model`` reads: a numforge run or checkpoint,
+or a Hugging Face GPT-2 directory. The run takes SRC's weights, shape and
+tokenizer; AdamW, the schedule and the batches start fresh. Shape flags may
+be given only if they agree with SRC; ``--dropout`` and ``--attention`` set
+the new run's; ``--seq-len`` may not exceed SRC's positions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..checkpoint import load_model
+from ..model import GPT
+from ..tokenizer import BPETokenizer
+
+SETTABLE = ("drop_prob", "attention")  # config fields a fine-tuning run may set; the others are the model's shape
+
+
+def start_from(
+    path, seq_len: int, flags: dict[str, tuple[str, object]], trust_pattern: bool = False
+) -> tuple[GPT, BPETokenizer]:
+    """The model and tokenizer of ``path`` to fine-tune, with ``flags`` (flag -> (GPTConfig field, value)) checked.
+
+    A shape flag that disagrees with the model, or ``seq_len`` beyond its
+    ``max_seq_len``, is a ``ValueError`` naming both values; ``drop_prob`` and
+    ``attention`` (the same numbers by either kernel) are set on the model's config.
+    ``trust_pattern``: see ``BPETokenizer.from_dict``.
+    """
+    model, tokenizer = load_model(path, trust_pattern=trust_pattern)
+    config = model.config
+    for flag, (field, value) in flags.items():
+        if field not in SETTABLE and getattr(config, field) != value:
+            raise ValueError(
+                f"--{flag.replace('_', '-')} {value} disagrees with {path}, whose {field} is {getattr(config, field)}; "
+                "a run started with --init-from keeps the model's shape (leave the flag out)"
+            )
+    if seq_len > config.max_seq_len:
+        raise ValueError(f"--seq-len {seq_len} exceeds the {config.max_seq_len} positions of {path}")
+    settable = {field: value for field, value in flags.values() if field in SETTABLE}
+    model.config = dataclasses.replace(config, **settable)
+    return model, tokenizer
