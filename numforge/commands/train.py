@@ -15,8 +15,8 @@ from ..generate import generate
 from ..model import GPTConfig
 from ..resources import check_input_file, check_output_dir
 from ..training import LOSS_CSV, LOSS_PNG, RESUMABLE, TrainingDiverged, TrainSettings, new_run, resume_run, train
-from ..training.run import check_new_run_dir, check_run_fits
 from ..training.init_from import start_from
+from ..training.run import check_new_run_dir, check_run_fits
 from . import EXIT_FAILED, EXIT_INTERRUPTED
 from .model_flags import MODEL_FLAGS, add_model_flags, model_options
 
