@@ -349,7 +349,7 @@ def resume_run(
         if data is None:
             raise ValueError(
                 f"the corpus {source or 'python-docs'} changed since {checkpoint.path} was written "
-                f"(its tokens differ); pass --data to continue on different text"
+                f"(its tokens differ from {state_file.name}'s 'data'); pass --data to continue on different text"
             )
         say(f"note: {data} is not the text this run started on; the run continues on it (not an exact resume)")
     sampler = BatchSampler(train_tokens, settings.batch_size, settings.seq_len, settings.seed)
