@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 import pytest
-from hf_dirs import TINY, gpt2_tensors, tiny_tokenizer, write_gpt2_dir, write_raw_safetensors
+from hf_dirs import TINY, gpt2_shapes, gpt2_tensors, tiny_tokenizer, write_gpt2_dir, write_raw_safetensors
 
 from numforge import backend
 from numforge.checks import MissingDependencyError
@@ -190,6 +190,17 @@ def test_missing_misshapen_unknown_and_unsupported_tensors_are_named(tmp_path):
     ints = tensors | {"transformer.ln_f.bias": np.zeros(16, np.int32)}
     with pytest.raises(ValueError, match="'transformer.ln_f.bias' has dtype 'I32'"):
         load_pretrained(write("ints", ints))
+
+
+def test_a_model_too_large_for_the_machine_is_refused_before_any_data_is_read(tmp_path):
+    # a crafted directory: headers that claim a 2**40-token table, with no data behind them
+    huge = TINY | {"vocab_size": 2**40}
+    path, _ = write_gpt2_dir(tmp_path / "huge")
+    (path / "config.json").write_text(json.dumps({"model_type": "gpt2", **huge}))
+    claimed = {name: ("F32", shape, b"") for name, shape in gpt2_shapes(huge).items()}
+    write_raw_safetensors(path / "model.safetensors", claimed)
+    with pytest.raises(ValueError, match=r"loading .*huge needs about .* of memory"):
+        load_pretrained(path)
 
 
 def test_a_tokenizer_larger_than_the_model_is_refused(tmp_path):

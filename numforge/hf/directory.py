@@ -14,11 +14,13 @@ a model GPT-2 cannot express is refused before anything is written.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from ..atomic import atomic_directory
 from ..backend import asarray, resolve_dtype, to_numpy
 from ..model import GPT, parameter_shapes
+from ..resources import check_fits
 from ..tokenizer import EOT, BPETokenizer
 from ..tokenizer._files import read_json
 from ..tokenizer.hf_json import export_tokenizer_json, load_tokenizer_json
@@ -52,7 +54,11 @@ def load_pretrained(path, dtype="float32", trust_pattern: bool = False) -> tuple
             f"{path}: the tokenizer has ids up to {tokenizer.vocab_size - 1}, but the model's vocab_size is "
             f"{config.vocab_size}"
         )
-    found = gather(files, parameter_shapes(config), config.tie_weights)
+    shapes = parameter_shapes(config)
+    found = gather(files, shapes, config.tie_weights)  # every name and shape checked, no data read yet
+    # the arrays read, and the model's own (its float64 initial values are drawn first, then replaced)
+    size = sum(math.prod(shape) for shape in shapes.values())
+    check_fits((8 + 2 * resolve_dtype(dtype).itemsize) * size, f"loading {path}")
     arrays = read_tensors(found, resolve_dtype(dtype))
     model = GPT(config, seed=0, dtype=dtype)
     model.load_params({name: asarray(array) for name, array in arrays.items()})
