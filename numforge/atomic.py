@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,3 +37,24 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     with atomic_path(path) as temp:
         with open(temp, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a hidden temporary directory beside ``path``; on success rename it to ``path``.
+
+    ``path`` appears whole or not at all: on an exception (Ctrl-C included) the
+    temporary directory is removed, and a process killed outright leaves only a
+    hidden ``.NAME.*.tmp`` that nothing reads. Raises ``FileExistsError`` if
+    ``path`` exists when the rename comes.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    try:
+        yield temp
+        if path.exists():
+            raise FileExistsError(f"{path} appeared while it was being written")
+        os.rename(temp, path)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)

@@ -23,6 +23,7 @@ from .checks import describe_error
 from .commands import EXIT_BAD_INPUT, EXIT_INTERRUPTED
 
 COMMANDS = (
+    "prepare",
     "train",
     "sample",
     "tokenizer",
