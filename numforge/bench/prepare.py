@@ -9,7 +9,9 @@ runs in a fresh process (``python -c ...``), so that its peak resident memory
 1. tokenizer training on the whole corpus by streamed chunk counts on N workers:
    time and peak memory;
 2. ``prepare_tokens`` at 1 worker and at N, taking turns, ``--repeats`` times;
-   the best time of each gives MB/s; the files must be identical;
+   the best time of each gives MB/s, with the CPU seconds it took (the process
+   itself, its workers): on a busy machine they show the work, wall time the share
+   of cores it got; the files must be identical;
 3. when ``tiktoken`` is importable: ``encode_ordinary_batch`` with its default
    threads on the same pieces of text, with an encoding built from the trained
    vocabulary (``tokenizer.tiktoken_encoding``), timed in this process, its ids
@@ -87,9 +89,11 @@ def run(args: argparse.Namespace) -> int:
         best = {w: min(t["seconds"] for t in runs) for w, runs in times.items()}
         for workers, runs in times.items():
             each = ", ".join(f"{run['seconds']:.2f}" for run in runs)
+            cpu = min(runs, key=lambda run: run["seconds"])
             print(
                 f"  numforge, {workers} worker{'s' if workers > 1 else ' '}    {best[workers]:7.2f} s "
-                f"{megabytes / best[workers]:7.2f} MB/s   (runs: {each} s)"
+                f"{megabytes / best[workers]:7.2f} MB/s   (runs: {each} s; CPU s of the best: process "
+                f"{cpu['cpu']:.1f}, workers {cpu['worker_cpu']:.1f})"
             )
         print(f"  identical token files from every run: {'yes' if len(files) == 1 else 'NO'}")
         if encoding is not None:
@@ -159,6 +163,7 @@ def _child(what: str, corpus: Path, tokenizer_path: Path, workers: int, vocab_si
 def child_main(job: str) -> None:
     """In the measuring process: train a tokenizer or prepare tokens; print seconds and peak RSS as JSON."""
     what, corpus, tokenizer_path, workers, vocab_size, out = json.loads(job)
+    imports = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
     if what == "tokenizer":
         train_tokenizer(corpus, vocab_size, workers=workers).save(tokenizer_path)
@@ -168,8 +173,13 @@ def child_main(job: str) -> None:
     # VmHWM starts afresh at exec (getrusage's ru_maxrss would keep the forking parent's peak); the workers,
     # forked from here, are reaped by the pool, so RUSAGE_CHILDREN holds the largest one's peak (Linux: KiB).
     own = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmHWM:"))
-    workers_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-    print(json.dumps({"seconds": seconds, "rss": own, "worker_rss": workers_peak}))
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN)
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = {
+        "cpu": me.ru_utime + me.ru_stime - imports.ru_utime - imports.ru_stime,  # the work, not the imports
+        "worker_cpu": workers.ru_utime + workers.ru_stime,
+    }
+    print(json.dumps({"seconds": seconds, "rss": own, "worker_rss": workers.ru_maxrss * 1024, **cpu}))
 
 
 def _rss(report: dict) -> str:
