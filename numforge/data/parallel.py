@@ -22,6 +22,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 
+from ..checks import check_positive_int
+
 _worker = None  # in a worker process: the callable made by make_worker
 
 
@@ -32,9 +34,7 @@ def default_workers() -> int:
 
 def ordered_map(make_worker: Callable, worker_args: tuple, tasks: Iterable, workers: int) -> Iterator:
     """``make_worker(*worker_args)(task)`` for each task, in order, on ``workers`` processes."""
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
-    if workers == 1:
+    if check_positive_int(workers, "workers") == 1:
         work = make_worker(*worker_args)
         yield from map(work, tasks)
         return

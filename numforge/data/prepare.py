@@ -26,6 +26,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..atomic import atomic_directory
+from ..checks import check_positive_int
 from ..tokenizer import EOT, BPETokenizer
 from ..tokenizer.pretokenize import last_safe_cut
 from .parallel import default_workers, ordered_map
@@ -99,7 +100,7 @@ def prepare_tokens(
         raise ValueError(f"{out} already exists; choose another --out or remove it")
     if not 0.0 < val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
-    workers = default_workers() if workers is None else workers
+    workers = default_workers() if workers is None else check_positive_int(workers, "workers")
     dtype = token_dtype(tokenizer.vocab_size)
     stats = ReadStats()
     pieces = read_pieces(source, stats, lambda text: last_safe_cut(text, tokenizer.pattern))

@@ -72,7 +72,9 @@ def train_tokenizer(
         pieces = first_bytes(pieces, max_bytes)
     counts = Counter()
     worker_args = (special_tokens, pattern)
-    for part in ordered_map(ChunkCounter, worker_args, tasks(pieces), workers or default_workers()):
+    for part in ordered_map(
+        ChunkCounter, worker_args, tasks(pieces), default_workers() if workers is None else workers
+    ):
         counts.update(part)
     return BPETokenizer.train_from_chunk_counts(counts, vocab_size, special_tokens, pattern, progress=progress)
 
