@@ -18,6 +18,7 @@ tests hold the prepared file to.
 from __future__ import annotations
 
 import hashlib
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -39,6 +40,7 @@ from .tokens import (
     TOKENIZER_FILE,
     TOKENS_FILE,
     TokenWriter,
+    open_prepared,
     token_dtype,
     write_index,
 )
@@ -160,14 +162,25 @@ def prepared_for(data, tokenizer: BPETokenizer, cache_dir=None, *, workers=None,
     """The cached prepared directory of ``data`` under ``tokenizer``, prepared first if missing.
 
     Its name is a hash of the documents and of the tokenizer, so a changed
-    corpus or tokenizer is never served stale tokens.
+    corpus or tokenizer is never served stale tokens. A cached directory that
+    is damaged (unreadable, ids past the vocabulary, a SHA-256 or an index that
+    does not match) is derived data: it is prepared again.
     """
     source = as_source(data)
     key = f"{CACHE_FORMAT}:{source_hash(source)}:{tokenizer_hash(tokenizer)}"
     path = Path(cache_dir or default_cache_dir()) / "tokens" / hashlib.sha256(key.encode()).hexdigest()[:32]
-    if not (path / INDEX_FILE).is_file():
+    if path.exists():
         try:
-            prepare_tokens(source, tokenizer, path, workers=workers, progress=progress, say=say)
-        except FileExistsError:  # another process prepared it meanwhile
-            pass
+            index = open_prepared(path, tokenizer.vocab_size, verify=True).index
+            if (index["val_fraction"], index["tokenizer_sha256"]) != (DEFAULT_VAL_FRACTION, tokenizer_hash(tokenizer)):
+                raise ValueError(f"{path / INDEX_FILE} does not describe these tokens")
+            return path
+        except (OSError, ValueError) as err:
+            if say is not None:
+                say(f"note: the cached tokens are damaged ({err}); preparing them again")
+            shutil.rmtree(path)
+    try:
+        prepare_tokens(source, tokenizer, path, workers=workers, progress=progress, say=say)
+    except FileExistsError:  # another process prepared it meanwhile
+        pass
     return path

@@ -35,6 +35,7 @@ TOKENIZER_FILE = "tokenizer.json"
 INDEX_FILE = "index.json"
 FORMAT_NAME = "numforge-tokens"
 FORMAT_VERSION = 1
+CHECK_BLOCK = 1 << 24  # ids checked at a time when a map is opened
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -107,8 +108,16 @@ class PreparedTokens:
         }
 
 
-def open_prepared(directory) -> PreparedTokens:
-    """The prepared tokens in ``directory``; a clear error if it is missing, incomplete or inconsistent."""
+INDEX_KEYS = ("format", "version", "num_tokens", "dtype", "tokens_sha256", "val_fraction", "tokenizer_sha256")
+
+
+def open_prepared(directory, vocab_size: int | None = None, verify: bool = False) -> PreparedTokens:
+    """The prepared tokens in ``directory``; a clear ``ValueError`` if missing, incomplete or inconsistent.
+
+    With ``vocab_size``, every id is checked to be below it, and with ``verify``
+    the ids' SHA-256 against the index: one pass over the map, a block at a time
+    (a damaged file fails here, not deep in an embedding lookup).
+    """
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"no such directory: {directory}")
@@ -119,12 +128,28 @@ def open_prepared(directory) -> PreparedTokens:
         index = json.loads(index_path.read_text(encoding="utf-8"))
     except ValueError as err:
         raise ValueError(f"{index_path}: not JSON: {err}") from None
-    if index.get("format") != FORMAT_NAME or index.get("version") != FORMAT_VERSION:
+    if not isinstance(index, dict) or any(key not in index for key in INDEX_KEYS):
+        raise ValueError(f"{index_path}: expected an object with the keys {list(INDEX_KEYS)}")
+    if index["format"] != FORMAT_NAME or index["version"] != FORMAT_VERSION:
         raise ValueError(f"{index_path}: not a {FORMAT_NAME} version {FORMAT_VERSION} index")
-    tokens = np.load(directory / TOKENS_FILE, mmap_mode="r", allow_pickle=False)
-    if tokens.shape != (index["num_tokens"],) or tokens.dtype != np.dtype(index["dtype"]):
+    try:
+        tokens = np.load(directory / TOKENS_FILE, mmap_mode="r", allow_pickle=False)
+        expected = ((index["num_tokens"],), np.dtype(index["dtype"]))
+    except Exception as err:  # noqa: BLE001 -- any failure to parse these bytes is the files' fault
+        raise ValueError(f"{directory / TOKENS_FILE} is unreadable ({err})") from err
+    if (tokens.shape, tokens.dtype) != expected:
         raise ValueError(
             f"{directory / TOKENS_FILE} holds {tokens.shape} {tokens.dtype}, but {INDEX_FILE} says "
-            f"({index['num_tokens']},) {index['dtype']}"
+            f"{expected[0]} {expected[1]}"
         )
+    digest = hashlib.sha256()
+    for start in range(0, len(tokens), CHECK_BLOCK) if vocab_size is not None or verify else ():
+        block = tokens[start : start + CHECK_BLOCK]  # (<= CHECK_BLOCK,) a view of the map
+        if vocab_size is not None and int(block.max()) >= vocab_size:
+            raise ValueError(
+                f"{directory / TOKENS_FILE} holds id {int(block.max())}, past the vocabulary of {vocab_size}"
+            )
+        digest.update(block.tobytes() if verify else b"")
+    if verify and digest.hexdigest() != index["tokens_sha256"]:
+        raise ValueError(f"{directory / TOKENS_FILE} does not match the SHA-256 in {INDEX_FILE}")
     return PreparedTokens(directory, index, tokens)

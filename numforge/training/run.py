@@ -34,7 +34,9 @@ from ..checkpoint import (
 )
 from ..checks import check_positive_int, describe_error
 from ..data import BatchSampler, Source, as_source, open_prepared, prepared_for
+from ..data.sources import ERRORS
 from ..data.tokenizers import tokenizer_hash
+from ..data.tokens import TOKENS_FILE
 from ..model import GPT, GPTConfig, parameter_shapes
 from ..optim import AdamW, warmup_cosine_lr
 from ..resources import check_fits
@@ -201,6 +203,17 @@ def check_state(state: dict, path: Path, step_in_name: int | None) -> TrainSetti
         raise bad("data.num_tokens", "an integer >= 1")
     if not isinstance(data["tokens_sha256"], str) or not _SHA256.fullmatch(data["tokens_sha256"]):
         raise bad("data.tokens_sha256", "64 lowercase hex digits")
+    if not (data.get("tokens_dir") is None or isinstance(data["tokens_dir"], str) and data["tokens_dir"]):
+        raise bad("data.tokens_dir", "a directory or null (the cache)")
+    if "files" in data and data["files"] != [TOKENS_FILE]:
+        raise bad("data.files", f"[{TOKENS_FILE!r}]")
+    options = data.get("source_options", {})
+    if not isinstance(options, dict) or set(options) - {"glob", "text_field", "errors"}:
+        raise bad("data.source_options", "an object with 'glob', 'text_field' and 'errors'")
+    if not all(isinstance(value, str) and value for value in options.values()) or (
+        options.get("errors", "strict") not in ERRORS
+    ):
+        raise bad("data.source_options", f"non-empty strings, 'errors' one of {ERRORS}")
     if not isinstance(state["settings"], dict):
         raise bad("settings", "an object")
     known = {f.name for f in dataclasses.fields(TrainSettings)}
@@ -229,13 +242,13 @@ def _open_tokens(tokenizer, settings: TrainSettings, *, data=None, tokens=None, 
     cache first, once. The info is what a checkpoint records to know the tokens again.
     """
     if tokens is not None:
-        prepared = open_prepared(tokens)
+        prepared = open_prepared(tokens, tokenizer.vocab_size)
         if prepared.index["tokenizer_sha256"] != tokenizer_hash(tokenizer):
             raise ValueError(f"the tokens in {tokens} were made by another tokenizer than this run's")
         info = {"source": prepared.index["source"]}
     else:
         source = as_source(data)
-        prepared = open_prepared(prepared_for(source, tokenizer, cache_dir))
+        prepared = open_prepared(prepared_for(source, tokenizer, cache_dir))  # its ids checked there
         info = {
             "source": None if source == Source() else source.describe(),
             "source_options": {"glob": source.glob, "text_field": source.text_field, "errors": source.errors},
@@ -344,8 +357,9 @@ def resume_run(
             f"cannot be read: {describe_error(err)}"
         ) from err
     if (info["num_tokens"], info["tokens_sha256"]) != (recorded["num_tokens"], recorded["tokens_sha256"]):
+        name = tokens or info["source"] or "python-docs"
         raise ValueError(
-            f"the tokens of {tokens or data or 'python-docs'} changed since {checkpoint.path} was written "
+            f"{state_file}: the tokens of {name} changed since {checkpoint.path} was written "
             f"({info['num_tokens']:,} tokens now, {recorded['num_tokens']:,} then, and their hashes differ): "
             "a resumed run reads the token files it trained on; start a new run to train on other text"
         )
