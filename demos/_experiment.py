@@ -8,7 +8,7 @@ corpus is the first characters of this Python's documentation.
 import numpy as np
 
 from numforge.backend import asarray
-from numforge.data import BatchSampler, default_documents, split_tokens, windows
+from numforge.data import BatchSampler, load_documents, split_tokens, windows
 from numforge.model import GPT
 from numforge.optim import AdamW, clip_grad_norm, warmup_cosine_lr
 
@@ -19,7 +19,7 @@ EVAL_WINDOWS = 64
 
 def byte_tokens(num_chars: int = 200_000) -> np.ndarray:
     """The corpus as UTF-8 bytes, ``(N,)`` int64 ids in [0, 256)."""
-    text = "\n".join(default_documents())[:num_chars]
+    text = "\n".join(load_documents(None))[:num_chars]  # None: the embedded corpus
     return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)
 
 

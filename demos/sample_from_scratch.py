@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from numforge.backend import asarray, to_numpy
-from numforge.data import load_documents, load_or_train_tokenizer
+from numforge.data import load_or_train_tokenizer
 from numforge.generate import generate, generate_ids, next_token_probs
 from numforge.training import TrainSettings, new_run, train
 
@@ -35,8 +35,7 @@ MODEL_SHAPE = {"num_layers": 1 if QUICK else 3, "d_model": 32 if QUICK else 96, 
 
 # %%
 with tempfile.TemporaryDirectory() as scratch:
-    documents = load_documents(None)
-    tokenizer = load_or_train_tokenizer(documents, 2048, cache_dir=scratch)
+    tokenizer = load_or_train_tokenizer(None, 2048, cache_dir=scratch)  # None: the embedded corpus
     settings = TrainSettings(
         max_steps=STEPS,
         batch_size=16,
@@ -50,7 +49,7 @@ with tempfile.TemporaryDirectory() as scratch:
         save_every=STEPS,
         seed=0,
     )
-    run = new_run(f"{scratch}/run", settings, MODEL_SHAPE, tokenizer, documents=documents, cache_dir=scratch)
+    run = new_run(f"{scratch}/run", settings, MODEL_SHAPE, tokenizer, cache_dir=scratch)
     train(run, progress=not QUICK)
 model = run.model
 

@@ -41,9 +41,13 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
 
 @contextlib.contextmanager
 def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a new temporary directory beside ``path``; on success rename it to ``path``, which must not exist.
+    """Yield a hidden temporary directory beside ``path``; on success rename it to ``path``, which must not exist.
 
-    On an exception the temporary directory and all it holds are removed: no half-written ``path`` remains.
+    ``path`` appears whole or not at all: on an exception (Ctrl-C included) the
+    temporary directory is removed, and a process killed outright leaves only a
+    hidden ``.NAME.*.tmp`` that nothing reads. An existing ``path`` is a
+    ``ValueError`` before anything is written; one that appears meanwhile, a
+    ``FileExistsError`` at the rename.
     """
     path = Path(path)
     if path.exists():
@@ -52,6 +56,8 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     temp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
     try:
         yield temp
+        if path.exists():
+            raise FileExistsError(f"{path} appeared while it was being written")
         os.rename(temp, path)
     finally:
         shutil.rmtree(temp, ignore_errors=True)

@@ -24,6 +24,7 @@ from .checks import MissingDependencyError, describe_error
 from .commands import EXIT_BAD_INPUT, EXIT_INTERRUPTED
 
 COMMANDS = (
+    "prepare",
     "train",
     "sample",
     "tokenizer",

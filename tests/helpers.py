@@ -64,19 +64,18 @@ WORDS = "the cat sat on a mat while one dog ran to the old red barn and back".sp
 def make_tiny_run(root, seed=5, steps=4):
     """A finished run in ``root/run`` (a 1-layer, d_model 8 model, 4 steps on 3 KB of words), its corpus
     ``root/corpus.txt`` and its caches in ``root/cache``: every file a run writes, in a fraction of a second."""
-    from numforge.data import load_documents, load_or_train_tokenizer
+    from numforge.data import load_or_train_tokenizer
     from numforge.training import TrainSettings, new_run, train
 
     corpus = root / "corpus.txt"
     rng = np.random.default_rng(seed)
     corpus.write_text(" ".join(WORDS[i] for i in rng.integers(0, len(WORDS), 600)), encoding="utf-8")
-    documents = load_documents(corpus)
-    tokenizer = load_or_train_tokenizer(documents, 270, cache_dir=root / "cache", say=lambda _: None)
+    tokenizer = load_or_train_tokenizer(corpus, 270, cache_dir=root / "cache", say=lambda _: None)
     settings = TrainSettings(
         max_steps=steps, batch_size=2, seq_len=8, warmup_steps=1, schedule_steps=8, eval_every=2,
         eval_batches=1, save_every=2, seed=seed,
     )  # fmt: skip
     model = {"num_layers": 1, "d_model": 8, "num_heads": 2}
-    run = new_run(root / "run", settings, model, tokenizer, data=corpus, documents=documents, cache_dir=root / "cache")
+    run = new_run(root / "run", settings, model, tokenizer, data=corpus, cache_dir=root / "cache")
     train(run, progress=False, say=lambda _: None)
     return root / "run"

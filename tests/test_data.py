@@ -1,4 +1,4 @@
-"""Corpus reading, the token cache, the train/validation split and the batch sampler."""
+"""Corpus reading, the prepared-token cache, the train/validation split and the batch sampler."""
 
 import json
 
@@ -8,27 +8,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from numforge import data
+from numforge.tokenizer import EOT, BPETokenizer
 
 
 class ByteTokenizer:
-    """A stand-in with the tokenizer interface the data module uses: one id per UTF-8 byte.
+    """A stand-in with the tokenizer interface ``encode_documents`` uses: one id per UTF-8 byte."""
 
-    The cache logic only needs ``encode_ordinary``, ``special_tokens``,
-    ``vocab_size`` and ``to_dict``; counting calls shows when the cache is hit.
-    """
-
-    def __init__(self, vocab_size=257, tag="a"):
-        self.vocab_size = vocab_size
-        self.special_tokens = {data.EOT: 256}
-        self.tag = tag
-        self.encode_calls = 0
+    vocab_size = 257
+    special_tokens = {EOT: 256}
 
     def encode_ordinary(self, text):
-        self.encode_calls += 1
         return list(text.encode("utf-8"))
-
-    def to_dict(self):
-        return {"kind": "bytes", "tag": self.tag}
 
 
 def test_default_corpus_is_pydoc_topics_in_sorted_key_order():
@@ -36,6 +26,7 @@ def test_default_corpus_is_pydoc_topics_in_sorted_key_order():
 
     documents = data.load_documents(None)
     assert documents == [topics[k] for k in sorted(topics)]
+    assert [piece.text for piece in data.read_pieces(data.as_source(None))] == documents
     assert sum(len(d) for d in documents) > 100_000
 
 
@@ -44,8 +35,9 @@ def test_read_documents_file_and_directory(tmp_path):
     (tmp_path / "a.txt").write_text("first é", encoding="utf-8")
     (tmp_path / "skip.md").write_text("not a .txt", encoding="utf-8")
     (tmp_path / "empty.txt").write_text("  \n", encoding="utf-8")
-    assert data.read_documents(tmp_path) == ["first é", "second"]
-    assert data.read_documents(tmp_path / "b.txt") == ["second"]
+    assert data.load_documents(tmp_path) == ["first é", "second"]
+    assert data.load_documents(tmp_path / "b.txt") == ["second"]
+    assert data.load_documents(tmp_path, glob="*.md") == ["not a .txt"]
 
 
 @pytest.mark.parametrize(
@@ -56,14 +48,14 @@ def test_read_documents_rejects_empty_and_non_utf8(tmp_path, content, message):
     path = tmp_path / "bad.txt"
     path.write_bytes(content)
     with pytest.raises(ValueError, match=message):
-        data.read_documents(path)
+        data.load_documents(path)
 
 
 def test_read_documents_missing_path_and_empty_directory(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope"):
-        data.read_documents(tmp_path / "nope")
-    with pytest.raises(ValueError, match="no .txt files"):
-        data.read_documents(tmp_path)
+        data.load_documents(tmp_path / "nope")
+    with pytest.raises(ValueError, match="no files matching --glob"):
+        data.load_documents(tmp_path)
 
 
 def test_encode_documents_appends_end_of_text_after_each_document():
@@ -77,22 +69,26 @@ def test_token_dtype_is_uint16_only_when_ids_fit():
     assert data.token_dtype(65537) == np.uint32
 
 
-def test_token_cache_is_reused_and_keyed_by_text_and_tokenizer(tmp_path):
-    tok = ByteTokenizer()
-    first = data.load_tokens(["hello"], tok, tmp_path)
-    assert tok.encode_calls == 1
-    again = data.load_tokens(["hello"], tok, tmp_path)
-    assert tok.encode_calls == 1  # served from the cache
-    np.testing.assert_array_equal(first, again)
-    cached = list((tmp_path / "tokens").glob("*.npy"))
-    assert len(cached) == 1
-    assert not list((tmp_path / "tokens").glob(".*"))  # no temporary file left behind
+def test_prepared_cache_is_reused_and_keyed_by_text_and_tokenizer(tmp_path, monkeypatch):
+    from numforge.data import prepare as preparing
 
-    changed = data.load_tokens(["hellO"], tok, tmp_path)  # changed corpus: re-encoded
-    assert tok.encode_calls == 2 and changed.tolist()[:5] == list(b"hellO")
-    data.load_tokens(["hello"], ByteTokenizer(tag="b"), tmp_path)  # changed tokenizer
-    data.load_tokens(["hel", "lo"], tok, tmp_path)  # same text, other boundaries
-    assert len(list((tmp_path / "tokens").glob("*.npy"))) == 4
+    tok = BPETokenizer.train("hello there, hello there, the hero", 262)
+    calls = []
+    real = preparing.prepare_tokens
+    monkeypatch.setattr(preparing, "prepare_tokens", lambda *a, **k: calls.append(a) or real(*a, **k))
+
+    first = data.prepared_for(["hello"], tok, tmp_path, workers=1)
+    again = data.prepared_for(["hello"], tok, tmp_path, workers=1)
+    assert first == again and len(calls) == 1  # served from the cache
+    assert data.open_prepared(first).tokens.tolist() == tok.encode_ordinary("hello") + [tok.special_tokens[EOT]]
+    assert not [p for p in (tmp_path / "tokens").iterdir() if p.name.startswith(".")]  # no temporary left behind
+
+    changed = data.prepared_for(["hellO"], tok, tmp_path, workers=1)  # changed corpus: prepared again
+    other_tokenizer = data.prepared_for(
+        ["hello"], BPETokenizer.train("hello there, hello there, the hero", 260), tmp_path, workers=1
+    )
+    boundaries = data.prepared_for(["hel", "lo"], tok, tmp_path, workers=1)  # same text, other documents
+    assert len({first, changed, other_tokenizer, boundaries}) == 4 and len(calls) == 4
 
 
 def test_split_is_90_10_and_rejects_short_text():

@@ -70,7 +70,7 @@ def runs(tmp_path_factory):
 def snapshot(run_dir, cache_dir):
     """Everything ``resume_run`` and ``load_model`` read from a run, comparable with ``==``."""
     with time_limit():
-        run = resume_run(run_dir, cache_dir=cache_dir, say=lambda _: None)
+        run = resume_run(run_dir, cache_dir=cache_dir)
         model, tokenizer = checkpoint.load_model(run_dir)
     optimizer = run.optimizer.state_dict()
     return {
@@ -212,7 +212,7 @@ def test_a_crafted_json_file_that_is_not_an_object_is_named(runs, name):
 def test_a_damaged_token_cache_is_rebuilt(runs, data):
     first, _, pristine = runs
     with copy_of(first) as (run_dir, cache_dir):
-        path = data.draw(st.sampled_from(sorted((cache_dir / "tokens").iterdir())))  # the array or its digest
+        path = data.draw(st.sampled_from(sorted((cache_dir / "tokens").glob("*/*"))))  # the array or its index
         path.write_bytes(data.draw(damage(path.read_bytes())))
         assert snapshot(run_dir, cache_dir) == pristine
 
@@ -266,11 +266,11 @@ def test_every_file_a_run_writes_is_read_back_and_validated_by_its_reader(runs, 
     from numforge.training.run import check_state  # state.json
 
     assert dataclasses.asdict(check_state(loaded.state, directory / "state.json", 4)) == pristine["settings"]
-    from numforge.data import read_cached_tokens  # the token cache
+    from numforge.data import open_prepared  # the token cache
     from numforge.training.logs import read_loss_csv  # loss.csv
 
-    (tokens_file,) = (first.parent / "cache" / "tokens").glob("*.npy")
-    tokens = read_cached_tokens(tokens_file, config.vocab_size)
+    (tokens_dir,) = (first.parent / "cache" / "tokens").iterdir()
+    tokens = open_prepared(tokens_dir, config.vocab_size).tokens
     assert (
         tokens[-len(np.frombuffer(pristine["validation tokens"], tokens.dtype)) :].tobytes()
         == (pristine["validation tokens"])

@@ -18,7 +18,7 @@ import pytest
 from helpers import make_tiny_run, reseal
 
 from numforge import checkpoint, cli, resources
-from numforge.data import load_documents, load_tokens, read_documents, tokens_cache_path
+from numforge.data import load_documents, open_prepared, prepared_for
 from numforge.tokenizer import BPETokenizer, pretokenize
 from numforge.training import resume_run, train
 from numforge.training.logs import read_loss_csv
@@ -87,14 +87,17 @@ def test_latest_holding_binary_junk_names_the_file(run_copy):
 
 def test_a_pickled_or_truncated_token_cache_is_rebuilt(tiny, tmp_path):
     # before: "Object arrays cannot be loaded" / "Failed to read all data", naming no file
-    documents = load_documents(tiny.parent / "corpus.txt")
+    corpus = tiny.parent / "corpus.txt"
     tokenizer = checkpoint.load_model(tiny)[1]
     shutil.copytree(cache_of(tiny), tmp_path / "cache")
-    expected = load_tokens(documents, tokenizer, tmp_path / "cache")
-    path = tokens_cache_path(documents, tokenizer, tmp_path / "cache")
+    prepared = prepared_for(corpus, tokenizer, tmp_path / "cache")
+    expected = np.array(open_prepared(prepared).tokens)
+    path = prepared / "tokens.npy"
     for damage in (lambda: np.save(path, np.array([{"x": 1}], dtype=object)), lambda: path.write_bytes(b"\x93NUMPY")):
         damage()
-        np.testing.assert_array_equal(load_tokens(documents, tokenizer, tmp_path / "cache"), expected)
+        np.testing.assert_array_equal(
+            open_prepared(prepared_for(corpus, tokenizer, tmp_path / "cache")).tokens, expected
+        )
 
 
 def test_a_loss_log_that_is_not_numforges_names_the_file(tmp_path):
@@ -176,14 +179,14 @@ def test_state_json_is_validated_field_by_field(tiny, run_copy, change, field):
     run_dir, directory = run_copy
     edit_json(directory, "state.json", change)
     with pytest.raises(ValueError, match=r"state\.json: .*" + field.replace("(", r"\(").replace(")", r"\)")):
-        resume_run(run_dir, cache_dir=cache_of(tiny), say=lambda _: None)
+        resume_run(run_dir, cache_dir=cache_of(tiny))
 
 
 def test_optimizer_json_of_another_step_is_named(tiny, run_copy):
     run_dir, directory = run_copy
     edit_json(directory, "optimizer.json", lambda o: o.update(step=3))
     with pytest.raises(ValueError, match=r"optimizer\.json: 'step' is 3, but the checkpoint is at step 4"):
-        resume_run(run_dir, cache_dir=cache_of(tiny), say=lambda _: None)
+        resume_run(run_dir, cache_dir=cache_of(tiny))
 
 
 # ---------------------------------------------------------------- 4. output paths, checked before the work
@@ -269,7 +272,7 @@ def test_a_full_disk_says_which_checkpoint_was_kept(tiny, tmp_path, monkeypatch)
     # before: "OSError: [Errno 28] No space left on device" traceback
     shutil.copytree(tiny.parent, tmp_path / "t")
     run_dir = tmp_path / "t" / "run"
-    run = resume_run(run_dir, {"max_steps": 8}, cache_dir=tmp_path / "t" / "cache", say=lambda _: None)
+    run = resume_run(run_dir, {"max_steps": 8}, cache_dir=tmp_path / "t" / "cache")
 
     def full_disk(*args):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -387,16 +390,14 @@ def test_a_model_vocabulary_padded_beyond_the_tokenizer_loads_and_samples_only_i
 
 def test_a_token_cache_with_ids_past_the_vocabulary_is_refused_and_rebuilt(tiny, tmp_path):
     # before: an uncaught ValueError deep in the embedding lookup
-    from numforge.data import read_cached_tokens
-
-    documents = load_documents(tiny.parent / "corpus.txt")
+    corpus = tiny.parent / "corpus.txt"
     tokenizer = checkpoint.load_model(tiny)[1]
-    expected = load_tokens(documents, tokenizer, tmp_path)
-    path = tokens_cache_path(documents, tokenizer, tmp_path)
-    np.save(path, np.full(100, 60000, dtype=np.uint16))
-    with pytest.raises(ValueError, match=r"token cache .* holds id 60000, past the vocabulary of 270"):
-        read_cached_tokens(path, 270)
-    np.testing.assert_array_equal(load_tokens(documents, tokenizer, tmp_path), expected)
+    prepared = prepared_for(corpus, tokenizer, tmp_path)
+    expected = np.array(open_prepared(prepared).tokens)
+    np.save(prepared / "tokens.npy", np.full(len(expected), 60000, dtype=np.uint16))  # same length and type
+    with pytest.raises(ValueError, match=r"tokens\.npy holds id 60000, past the vocabulary of 270"):
+        open_prepared(prepared, 270)
+    np.testing.assert_array_equal(open_prepared(prepared_for(corpus, tokenizer, tmp_path)).tokens, expected)
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
@@ -424,13 +425,13 @@ def test_an_empty_corpus_is_an_error_everywhere(tmp_path, capsys):
     empty.write_text("")
     argv = ["tokenizer", "train", "--data", str(empty), "--vocab-size", "300", "--out", str(tmp_path / "t.json")]
     status, err = error_of(capsys, argv)
-    assert status == 2 and "empty.txt is empty" in err and not (tmp_path / "t.json").exists()
+    assert status == 2 and "empty.txt contains no text" in err and not (tmp_path / "t.json").exists()
     with pytest.raises(ValueError, match="the training text is empty"):
         BPETokenizer.train(["", ""], 300)
     (tmp_path / "dir").mkdir()
     for data in (empty, tmp_path / "dir"):
-        with pytest.raises(ValueError, match="contains no"):
-            read_documents(data)
+        with pytest.raises(ValueError, match="contains no|has no files"):
+            load_documents(data)
 
 
 def test_an_empty_path_is_an_error_not_the_current_directory(tmp_path, capsys, monkeypatch):
@@ -438,7 +439,7 @@ def test_an_empty_path_is_an_error_not_the_current_directory(tmp_path, capsys, m
     monkeypatch.chdir(tmp_path)
     (tmp_path / "notes.txt").write_text("not a corpus " * 100)
     with pytest.raises(ValueError, match="the data path is empty"):
-        read_documents("")
+        load_documents("")
     for argv in (["train", "--data", ""], ["train", "--out", ""], ["sample", "--checkpoint", ""]):
         status, err = error_of(capsys, argv)
         assert status == 2 and f"argument {argv[1]}: expected a path, got ''" in err

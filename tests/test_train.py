@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from numforge import checkpoint, cli
-from numforge.data import load_documents, load_or_train_tokenizer
+from numforge.data import load_or_train_tokenizer
 from numforge.model import GPTConfig
 from numforge.training import LOSS_CSV, TrainingDiverged, TrainSettings, dropout_rng, new_run, resume_run, train
 from numforge.training.logs import read_loss_csv
@@ -43,16 +43,9 @@ def settings(**changes):
 
 
 def start(run_dir, corpus, cache, drop_prob=0.0, **changes):
-    documents = load_documents(corpus)
-    tokenizer = load_or_train_tokenizer(documents, VOCAB, cache_dir=cache, say=lambda _: None)
+    tokenizer = load_or_train_tokenizer(corpus, VOCAB, cache_dir=cache, say=lambda _: None)
     return new_run(
-        run_dir,
-        settings(**changes),
-        {**MODEL, "drop_prob": drop_prob},
-        tokenizer,
-        data=corpus,
-        documents=documents,
-        cache_dir=cache,
+        run_dir, settings(**changes), {**MODEL, "drop_prob": drop_prob}, tokenizer, data=corpus, cache_dir=cache
     )
 
 
@@ -199,12 +192,13 @@ def test_resume_refuses_a_changed_corpus(tmp_path, corpus):
 
 
 def test_tokenizer_is_cached_by_corpus_and_vocab_size(tmp_path, corpus, monkeypatch):
-    documents = load_documents(corpus)
-    first = load_or_train_tokenizer(documents, VOCAB, cache_dir=tmp_path, say=lambda _: None)
+    first = load_or_train_tokenizer(corpus, VOCAB, cache_dir=tmp_path, say=lambda _: None)
     from numforge.tokenizer import BPETokenizer
 
-    monkeypatch.setattr(BPETokenizer, "train", lambda *a, **k: pytest.fail("trained again despite the cache"))
-    assert load_or_train_tokenizer(documents, VOCAB, cache_dir=tmp_path).to_dict() == first.to_dict()
+    monkeypatch.setattr(
+        BPETokenizer, "train_from_chunk_counts", lambda *a, **k: pytest.fail("trained again despite the cache")
+    )
+    assert load_or_train_tokenizer(corpus, VOCAB, cache_dir=tmp_path).to_dict() == first.to_dict()
 
 
 def test_command_line_train_resume_and_sample(tmp_path, corpus, capsys):
@@ -263,46 +257,6 @@ def test_command_line_train_resume_and_sample(tmp_path, corpus, capsys):
         == 0
     )
     assert capsys.readouterr().out.startswith("the cat")
-
-
-def test_command_line_reads_the_corpus_once(tmp_path, corpus, monkeypatch):
-    import numforge.commands.train as command
-    import numforge.training.run as training
-
-    reads = []
-
-    def counted(data):
-        reads.append(data)
-        return load_documents(data)
-
-    monkeypatch.setattr(command, "load_documents", counted)
-    monkeypatch.setattr(training, "load_documents", counted)
-    argv = [
-        "train",
-        "--data",
-        str(corpus),
-        "--cache-dir",
-        str(tmp_path),
-        "--vocab-size",
-        "257",
-        "--layers",
-        "1",
-        "--d-model",
-        "16",
-        "--heads",
-        "2",
-        "--seq-len",
-        "16",
-        "--batch-size",
-        "2",
-        "--max-steps",
-        "1",
-        "--out",
-        str(tmp_path / "run"),
-        "--no-progress",
-    ]
-    assert cli.main(argv) == 0
-    assert reads == [str(corpus)]
 
 
 @pytest.mark.parametrize("value", ["1", "-0.1", "nan", "half"])

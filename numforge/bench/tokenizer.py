@@ -91,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
     if hf_train_s:
         _row(f"HF tokenizers (Rust, {os.cpu_count()} threads)", min(hf_train_s), megabytes)
 
-    tiktoken_encode = None if args.no_peers else _tiktoken_encoder(tok)
+    encoding = None if args.no_peers else tiktoken_encoding(tok)
+    tiktoken_encode = None if encoding is None else encoding.encode_ordinary  # one thread
     encode_s, encode_cpu_s, tiktoken_s, tiktoken_cpu_s = [], [], [], []
     for _ in range(args.repeats):
         fresh = BPETokenizer(
@@ -199,16 +200,15 @@ def _hf_trainer(texts: list[str], vocab_size: int):
     return train
 
 
-def _tiktoken_encoder(tok: BPETokenizer):
-    """tiktoken's single-threaded encode_ordinary with `tok`'s token bytes and pattern, or None."""
+def tiktoken_encoding(tok: BPETokenizer):
+    """A ``tiktoken.Encoding`` with `tok`'s token bytes and pattern (no special tokens), or None without tiktoken."""
     try:
         import tiktoken
     except ImportError:
         print("(tiktoken not importable: skipped)")
         return None
     ranks = {data: i for i, data in enumerate(tok.ordinary_token_bytes())}
-    encoding = tiktoken.Encoding("numforge-bench", pat_str=tok.pattern, mergeable_ranks=ranks, special_tokens={})
-    return encoding.encode_ordinary
+    return tiktoken.Encoding("numforge-bench", pat_str=tok.pattern, mergeable_ranks=ranks, special_tokens={})
 
 
 def _timed(work):

@@ -13,6 +13,7 @@ HELP = "measure speed and memory side by side with a plain reference or a peer l
 BENCHMARKS = {  # name -> one-line help; each is numforge/bench/<name>.py
     "attention": "plain vs tiled attention (vs torch SDPA): forward+backward time and peak memory",
     "cross_entropy": "weight-tied cross-entropy: chunked vs materialized logits (vs torch): time and peak memory",
+    "prepare": "numforge prepare on 100 MB of stdlib source: MB/s at 1 and N workers, peak memory, vs tiktoken",
     "tokenizer": "BPE training and encoding on stdlib sources vs reference, HF tokenizers, tiktoken",
     "train": "training step (forward, backward, AdamW): tokens/s and MFU vs PyTorch eager",
     "generate": "greedy decoding with the KV cache at GPT-2 124M's shape: prefill, tokens/s, memory vs transformers",

@@ -9,7 +9,9 @@
 - ``numforge tokenizer stats [--data PATH] [--vocab-sizes 512,1024,...]``:
   characters per token of a corpus at several vocabulary sizes (each
   tokenizer trained once, then cached).
-- ``numforge tokenizer train --data FILE... --vocab-size N --out FILE``.
+- ``numforge tokenizer train --data PATH --vocab-size N --out FILE [--max-bytes N]``: the
+  corpus is streamed, its chunks counted on every core, so memory grows with the
+  number of distinct chunks, not with the corpus.
 """
 
 from __future__ import annotations
@@ -20,12 +22,21 @@ import sys
 import time
 
 from ..checks import int_at_least, path_flag, text_flag
-from ..data import DEFAULT_CORPUS, DEFAULT_VOCAB_SIZE, default_tokenizer, load_documents, load_or_train_tokenizer
+from ..data import (
+    DEFAULT_CORPUS,
+    DEFAULT_VOCAB_SIZE,
+    default_tokenizer,
+    load_documents,
+    load_or_train_tokenizer,
+    train_tokenizer,
+)
+from ..data.sources import ReadStats
 from ..resources import check_input_file, check_output_file
 from ..table import format_table
 from ..tokenizer import EOT, BPETokenizer
 from ..tokenizer.explain import explain as explain_text
 from ..tokenizer.explain import token_text
+from ._data_flags import add_reading_flags, add_workers_flag, source_from
 
 HELP = "show text cut into BPE tokens, explain the merges step by step, measure, or train a byte-level BPE tokenizer"
 STATS_VOCAB_SIZES = (512, 1024, 2048, 4096)
@@ -75,7 +86,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     train = sub.add_parser("train", help="learn merges from text files and save the tokenizer")
     train.add_argument(
-        "--data", metavar="FILE", type=path_flag, nargs="+", required=True, help="UTF-8 text file(s) to learn from"
+        "--data",
+        metavar="PATH",
+        type=path_flag,
+        required=True,
+        help="a text file (one document), a directory (its files matching --glob), a .jsonl or a .parquet file",
     )
     train.add_argument(
         "--vocab-size", type=int_at_least(256), required=True, help="256 bytes + merges + special tokens"
@@ -90,6 +105,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         help=f"a special token (repeat for several); default: {EOT}",
     )
+    train.add_argument(
+        "--max-bytes",
+        type=int_at_least(1),
+        metavar="N",
+        help="learn from the first N bytes of text only (default: all)",
+    )
+    add_workers_flag(train)
+    add_reading_flags(train)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -177,19 +200,20 @@ def train(args: argparse.Namespace) -> int:
     out = check_output_file(args.out, "--out")  # found now, not after a long training run
     if not out.absolute().parent.is_dir():
         raise ValueError(f"cannot write {args.out}: no directory {out.absolute().parent}")
-    texts = []
-    for path in args.data:
-        try:
-            texts.append(check_input_file(path, "--data").read_text(encoding="utf-8"))
-        except UnicodeDecodeError as error:
-            raise ValueError(f"{path} is not UTF-8 text ({error.reason} at byte {error.start})") from None
-        if not texts[-1]:
-            raise ValueError(f"--data {path} is empty: a tokenizer needs text to learn from")
+    read = ReadStats()
     start = time.perf_counter()
-    tok = BPETokenizer.train(texts, args.vocab_size, special_tokens=specials, progress=True)
+    tok = train_tokenizer(
+        source_from(args, args.data),
+        args.vocab_size,
+        special_tokens=specials,
+        max_bytes=args.max_bytes,
+        workers=args.workers,
+        progress=True,
+        stats=read,
+    )
     seconds = time.perf_counter() - start
     tok.save(args.out)
-    megabytes = sum(len(text.encode("utf-8")) for text in texts) / 1e6
+    megabytes = min(read.bytes, args.max_bytes or read.bytes) / 1e6
     print(
         f"trained {tok.vocab_size} tokens ({len(tok.merges)} merges, {len(tok.special_tokens)} special) "
         f"on {megabytes:.2f} MB in {seconds:.1f} s; wrote {args.out}"

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from ..checks import float_between, int_at_least, path_flag
-from ..data import DEFAULT_CORPUS, DEFAULT_VOCAB_SIZE, default_cache_dir, load_documents, load_or_train_tokenizer
+from ..data import DEFAULT_CORPUS, DEFAULT_VOCAB_SIZE, default_cache_dir, load_or_train_tokenizer, open_prepared
 from ..generate import generate
 from ..model import GPTConfig
 from ..resources import check_input_file, check_output_dir
@@ -18,6 +18,7 @@ from ..training import LOSS_CSV, LOSS_PNG, RESUMABLE, TrainingDiverged, TrainSet
 from ..training.init_from import start_from
 from ..training.run import check_new_run_dir, check_run_fits
 from . import EXIT_FAILED, EXIT_INTERRUPTED
+from ._data_flags import add_reading_flags, source_from
 from .model_flags import MODEL_FLAGS, add_model_flags, model_options
 
 HELP = "train a GPT on text (default: this Python's own documentation), with checkpoints and exact resume"
@@ -45,9 +46,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--data",
         metavar="PATH",
         type=path_flag,
-        help="a UTF-8 text file or a directory of .txt files "
-        "(default: the running Python's pydoc_data.topics, about 0.47 MB of English)",
+        help="a text file (one document), a directory (its files matching --glob), a .jsonl or a .parquet file, "
+        "tokenized once into the cache (default: the running Python's pydoc_data.topics, about 0.47 MB of English)",
     )
+    data.add_argument(
+        "--tokens",
+        metavar="DIR",
+        type=path_flag,
+        help="train on tokens made by 'numforge prepare' (memory-mapped; their tokenizer comes with them)",
+    )
+    add_reading_flags(data)
     data.add_argument(
         "--tokenizer", metavar="FILE", type=path_flag, help="a saved numforge tokenizer JSON (default: train a BPE)"
     )
@@ -148,15 +156,15 @@ def _start(args: argparse.Namespace, say):
             flags = ", ".join("--" + k.replace("_", "-") for k in fixed)
             raise ValueError(
                 f"{flags} cannot change when resuming: a resumed run keeps the settings in its "
-                f"checkpoint (only --max-steps, --eval-every, --save-every and --data may be given)"
+                f"checkpoint (only --max-steps, --eval-every, --save-every, --data and --tokens may be given)"
             )
         check_output_dir(args.resume, "--resume")
         return resume_run(
             args.resume,
             _given(args, RESUMABLE),
-            data=args.data,
+            data=None if args.data is None else source_from(args, args.data),
+            tokens=args.tokens,
             cache_dir=args.cache_dir,
-            say=say,
             trust_pattern=args.trust_pattern,
         )
     out = args.out or next_free_run_dir()
@@ -173,13 +181,20 @@ def _start(args: argparse.Namespace, say):
         options = model_options(args)
         # the model and its memory, checked before the corpus is read (with --tokenizer: its size is checked again)
         check_run_fits(GPTConfig(vocab_size=vocab_size, max_seq_len=settings.seq_len, **options), settings)
-    documents = load_documents(args.data)  # read once: for the tokenizer and for the run
+    if args.tokens is not None:
+        clashing = [f for f in ("data", "tokenizer", "vocab_size", "init_from") if getattr(args, f) is not None]
+        if clashing:
+            flags = ", ".join("--" + k.replace("_", "-") for k in clashing)
+            raise ValueError(f"{flags} cannot go with --tokens: prepared tokens come with their text and tokenizer")
+        tokenizer = open_prepared(args.tokens).tokenizer()
+        return new_run(out, settings, options, tokenizer, tokens=args.tokens)
+    source = source_from(args, args.data)
     if args.init_from is not None:
-        return _fine_tune(args, out, settings, documents)
+        return _fine_tune(args, out, settings, source)
     tokenizer = load_or_train_tokenizer(
-        documents, vocab_size, args.tokenizer, args.cache_dir, say=say, trust_pattern=args.trust_pattern
+        source, vocab_size, args.tokenizer, args.cache_dir, say=say, trust_pattern=args.trust_pattern
     )
-    return new_run(out, settings, options, tokenizer, data=args.data, documents=documents, cache_dir=args.cache_dir)
+    return new_run(out, settings, options, tokenizer, data=source, cache_dir=args.cache_dir)
 
 
 # the settings' and config's field names as the flags that set them, for messages
@@ -201,15 +216,13 @@ def _flag_names():
         raise ValueError(words.sub(lambda m: FLAG_OF_FIELD[m.group()], str(err))) from err
 
 
-def _fine_tune(args: argparse.Namespace, out, settings: TrainSettings, documents):
+def _fine_tune(args: argparse.Namespace, out, settings: TrainSettings, source):
     """A new run from the pretrained model in ``--init-from``, with its tokenizer and shape."""
     if args.tokenizer is not None or args.vocab_size is not None:
         raise ValueError("--init-from uses the pretrained model's tokenizer; leave out --tokenizer and --vocab-size")
     flags = {flag: (MODEL_FLAGS[flag][0], value) for flag, value in _given(args, MODEL_FLAGS).items()}
     model, tokenizer = start_from(args.init_from, settings.seq_len, flags, args.trust_pattern)
-    return new_run(
-        out, settings, {}, tokenizer, data=args.data, documents=documents, cache_dir=args.cache_dir, model=model
-    )
+    return new_run(out, settings, {}, tokenizer, data=source, cache_dir=args.cache_dir, model=model)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -110,21 +110,23 @@ class BPETokenizer:
         if isinstance(text_or_texts, (bytes, bytearray)) or not isinstance(text_or_texts, (str, Iterable)):
             raise TypeError(f"text_or_texts must be a str or an iterable of str, got {type(text_or_texts).__name__}")
         special_tokens = _check_specials(special_tokens)
-        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
-            raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
-        smallest = 256 + len(special_tokens)
-        if vocab_size < smallest:
-            raise ValueError(
-                f"vocab_size={vocab_size} is too small: 256 byte tokens + {len(special_tokens)} special tokens "
-                f"need at least {smallest}"
-            )
-        split = chunker(pattern)
-        chunk_counts = Counter()
-        for text in [text_or_texts] if isinstance(text_or_texts, str) else text_or_texts:
-            if not isinstance(text, str):
-                raise TypeError(f"training texts must be str, got {type(text).__name__}")
-            for piece in split_on_specials(text, special_tokens):
-                chunk_counts.update(split(piece))
+        check_vocab_size(vocab_size, special_tokens)
+        texts = [text_or_texts] if isinstance(text_or_texts, str) else text_or_texts
+        chunk_counts = count_chunks(texts, special_tokens, pattern)
+        return cls.train_from_chunk_counts(chunk_counts, vocab_size, special_tokens, pattern, progress)
+
+    @classmethod
+    def train_from_chunk_counts(
+        cls,
+        chunk_counts: dict[str, int],
+        vocab_size: int,
+        special_tokens=(EOT,),
+        pattern: str = GPT2_SPLIT_PATTERN,
+        progress: bool = False,
+    ) -> BPETokenizer:
+        """``train`` from chunk counts already made by ``count_chunks`` (summed over parts of a corpus)."""
+        special_tokens = _check_specials(special_tokens)
+        smallest = check_vocab_size(vocab_size, special_tokens)
         if not chunk_counts:
             raise ValueError("the training text is empty: a tokenizer needs text to learn from")
         merges = learn_merges(chunk_counts, vocab_size - smallest, progress=progress)
@@ -332,6 +334,36 @@ class BPETokenizer:
             f"BPETokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, "
             f"special_tokens={self.special_tokens})"
         )
+
+
+def count_chunks(texts, special_tokens=(EOT,), pattern: str = GPT2_SPLIT_PATTERN) -> Counter:
+    """How often each chunk occurs in ``texts`` (special strings cut out first): what training learns from.
+
+    Counts of parts of a corpus add up (``Counter.update``) to the counts of the whole,
+    as long as no part boundary falls inside a chunk.
+    Example: ``count_chunks(["a b a"], ())`` -> ``Counter({"a": 1, " b": 1, " a": 1})``.
+    """
+    split = chunker(pattern)
+    chunk_counts = Counter()
+    for text in texts:
+        if not isinstance(text, str):
+            raise TypeError(f"training texts must be str, got {type(text).__name__}")
+        for piece in split_on_specials(text, special_tokens):
+            chunk_counts.update(split(piece))
+    return chunk_counts
+
+
+def check_vocab_size(vocab_size, special_tokens) -> int:
+    """The smallest vocabulary with these special tokens; a TypeError / ValueError if ``vocab_size`` is below it."""
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+        raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
+    smallest = 256 + len(special_tokens)
+    if vocab_size < smallest:
+        raise ValueError(
+            f"vocab_size={vocab_size} is too small: 256 byte tokens + {len(special_tokens)} special tokens "
+            f"need at least {smallest}"
+        )
+    return smallest
 
 
 class IncrementalDecoder:

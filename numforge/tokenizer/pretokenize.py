@@ -171,6 +171,15 @@ def _last_cut(text: str, low: int, high: int) -> int:
     return low
 
 
+def last_safe_cut(text: str, pattern: str = GPT2_SPLIT_PATTERN) -> int:
+    """The last p > 0 with ``split_chunks(text) == split_chunks(text[:p]) + split_chunks(text[p:])``, else 0.
+
+    Lets a long text be encoded piece by piece with the ids of the whole. Known
+    only for GPT-2's pattern (a "x\\ny" point, as in ``chunker``); 0 for any other.
+    """
+    return _last_cut(text, 0, len(text)) if pattern == GPT2_SPLIT_PATTERN else 0
+
+
 @lru_cache(maxsize=64)
 def special_tokens_regex(names: tuple[str, ...]) -> regex.Pattern | None:
     """A pattern matching any of the special-token strings `names` (longest first), or None if none."""

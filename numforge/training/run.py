@@ -15,10 +15,8 @@ step.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +33,10 @@ from ..checkpoint import (
     save_checkpoint,
 )
 from ..checks import check_positive_int, describe_error
-from ..data import BatchSampler, load_documents, load_tokens, split_tokens
+from ..data import BatchSampler, Source, as_source, open_prepared, prepared_for
+from ..data.sources import ERRORS
+from ..data.tokenizers import tokenizer_hash
+from ..data.tokens import TOKENS_FILE
 from ..model import GPT, GPTConfig, parameter_shapes
 from ..optim import AdamW, warmup_cosine_lr
 from ..resources import check_fits
@@ -167,6 +168,8 @@ def check_run_fits(config: GPTConfig, settings: TrainSettings) -> None:
 
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+DATA_FIELDS = {"source", "num_tokens", "tokens_sha256"}  # what a checkpoint records of its tokens
+DATA_FIELDS_SINCE_PREPARE = {"tokens_dir", "files", "source_options"}  # and where they are read (absent before)
 
 
 def check_state(state: dict, path: Path, step_in_name: int | None) -> TrainSettings:
@@ -192,14 +195,25 @@ def check_state(state: dict, path: Path, step_in_name: int | None) -> TrainSetti
     if not isinstance(sampler["bit_generator"], dict):
         raise bad("sampler.bit_generator", "an object (the generator's state)")
     data = state["data"]
-    if not isinstance(data, dict) or set(data) != {"source", "num_tokens", "tokens_sha256"}:
-        raise bad("data", "an object with 'source', 'num_tokens' and 'tokens_sha256'")
+    if not isinstance(data, dict) or not DATA_FIELDS <= set(data) <= DATA_FIELDS | DATA_FIELDS_SINCE_PREPARE:
+        raise bad("data", "an object with 'source', 'num_tokens' and 'tokens_sha256' (and where they are read)")
     if not (data["source"] is None or isinstance(data["source"], str) and data["source"]):
         raise bad("data.source", "a path or null (the default corpus)")
     if isinstance(data["num_tokens"], bool) or not isinstance(data["num_tokens"], int) or data["num_tokens"] < 1:
         raise bad("data.num_tokens", "an integer >= 1")
     if not isinstance(data["tokens_sha256"], str) or not _SHA256.fullmatch(data["tokens_sha256"]):
         raise bad("data.tokens_sha256", "64 lowercase hex digits")
+    if not (data.get("tokens_dir") is None or isinstance(data["tokens_dir"], str) and data["tokens_dir"]):
+        raise bad("data.tokens_dir", "a directory or null (the cache)")
+    if "files" in data and data["files"] != [TOKENS_FILE]:
+        raise bad("data.files", f"[{TOKENS_FILE!r}]")
+    options = data.get("source_options", {})
+    if not isinstance(options, dict) or set(options) - {"glob", "text_field", "errors"}:
+        raise bad("data.source_options", "an object with 'glob', 'text_field' and 'errors'")
+    if not all(isinstance(value, str) and value for value in options.values()) or (
+        options.get("errors", "strict") not in ERRORS
+    ):
+        raise bad("data.source_options", f"non-empty strings, 'errors' one of {ERRORS}")
     if not isinstance(state["settings"], dict):
         raise bad("settings", "an object")
     known = {f.name for f in dataclasses.fields(TrainSettings)}
@@ -220,16 +234,30 @@ def _get(data: dict, dotted: str):
 # ---------------------------------------------------------------- starting and resuming
 
 
-def _data_for(tokenizer, documents, source, settings: TrainSettings, cache_dir):
-    """(train tokens, validation tokens, data info) for a run on ``documents``, read from ``source``."""
-    tokens = load_tokens(documents, tokenizer, cache_dir)
-    train_tokens, val_tokens = split_tokens(tokens, settings.seq_len)
-    info = {
-        "source": None if source is None else str(Path(source).resolve()),
-        "num_tokens": int(len(tokens)),
-        "tokens_sha256": hashlib.sha256(tokens.tobytes()).hexdigest(),
-    }
-    return train_tokens, val_tokens, info
+def _open_tokens(tokenizer, settings: TrainSettings, *, data=None, tokens=None, cache_dir=None):
+    """(train tokens, validation tokens, data info): memory-mapped views of prepared tokens.
+
+    ``tokens`` is a prepared directory (``numforge prepare``); otherwise ``data``
+    (a path, a list of documents, None for the embedded corpus) is prepared into the
+    cache first, once. The info is what a checkpoint records to know the tokens again.
+    """
+    if tokens is not None:
+        prepared = open_prepared(tokens, tokenizer.vocab_size)
+        if prepared.index["tokenizer_sha256"] != tokenizer_hash(tokenizer):
+            raise ValueError(f"the tokens in {tokens} were made by another tokenizer than this run's")
+        info = {"source": prepared.index["source"]}
+    else:
+        source = as_source(data)
+        prepared = open_prepared(prepared_for(source, tokenizer, cache_dir))  # its ids checked there
+        info = {
+            "source": None if source == Source() else source.describe(),
+            "source_options": {"glob": source.glob, "text_field": source.text_field, "errors": source.errors},
+        }
+    train_tokens, val_tokens = prepared.split(settings.seq_len)
+    record = prepared.record()
+    if tokens is None:
+        record["tokens_dir"] = None  # a cache directory: the corpus and how it is read name these tokens
+    return train_tokens, val_tokens, {**record, **info}
 
 
 def check_new_run_dir(run_dir) -> Path:
@@ -249,16 +277,14 @@ def new_run(
     tokenizer,
     *,
     data=None,
-    documents=None,
+    tokens=None,
     cache_dir=None,
     model: GPT | None = None,
 ) -> Run:
-    """A fresh run in ``run_dir`` (which must not hold a checkpoint yet), on the text of ``data``.
+    """A fresh run in ``run_dir`` (which must not hold a checkpoint yet), on ``tokens`` or the text of ``data``.
 
     ``model_options`` are GPTConfig fields besides ``vocab_size`` and
     ``max_seq_len``, which come from the tokenizer and ``settings.seq_len``.
-    ``documents`` are ``load_documents(data)`` when the caller has read them
-    already (to train the tokenizer); otherwise they are read here.
     ``model``, when given, is the model to start from (``--init-from``,
     ``init_from.start_from``) instead of a fresh one of ``model_options``.
     """
@@ -268,9 +294,7 @@ def new_run(
     else:
         config = model.config
     check_run_fits(config, settings)
-    if documents is None:
-        documents = load_documents(data)
-    train_tokens, val_tokens, info = _data_for(tokenizer, documents, data, settings, cache_dir)
+    train_tokens, val_tokens, info = _open_tokens(tokenizer, settings, data=data, tokens=tokens, cache_dir=cache_dir)
     if model is None:
         model = GPT(config, seed=settings.seed)
     optimizer = AdamW(model.params, lr=settings.lr, betas=BETAS, weight_decay=settings.weight_decay)
@@ -283,18 +307,20 @@ def resume_run(
     overrides: dict | None = None,
     *,
     data=None,
+    tokens=None,
     cache_dir=None,
-    say: Callable[[str], None] = print,
     trust_pattern: bool = False,
 ) -> Run:
     """The run checkpointed in ``path``, ready to continue exactly where it stopped.
 
     ``overrides`` may change settings that do not alter the arithmetic
-    (``max_steps``, ``eval_every``, ``save_every``). ``data`` replaces the
-    recorded corpus; if the corpus's tokens changed, the resume is not exact
-    and this is said. Every file of the checkpoint is validated (``state.json``
-    field by field, the steps of its files against each other, the tokenizer
-    against the model) and ``loss.csv`` too, before training resumes.
+    (``max_steps``, ``eval_every``, ``save_every``). The tokens are those the
+    checkpoint records (a prepared directory, or the corpus prepared into the
+    cache), or ``tokens`` / ``data`` when given (moved files, say): either way
+    they must be the very token files the run trained on, else a ``ValueError``.
+    Every file of the checkpoint is validated (``state.json`` field by field, the
+    steps of its files against each other, the tokenizer against the model) and
+    ``loss.csv`` too, before training resumes.
     """
     overrides = overrides or {}
     if set(overrides) - set(RESUMABLE):
@@ -334,24 +360,28 @@ def resume_run(
         optimizer.load_state_dict(checkpoint.optimizer_state)
     except (ValueError, TypeError) as err:
         raise ValueError(f"{checkpoint.path / 'optimizer.json'}: {err}") from err
-    source = data if data is not None else state["data"]["source"]
+    recorded = state["data"]
+    if tokens is None and data is None and recorded.get("tokens_dir"):
+        tokens = recorded["tokens_dir"]
+    elif tokens is None and data is None:
+        data = as_source(recorded["source"], **recorded.get("source_options", {}))
     try:
-        documents = load_documents(source)
+        train_tokens, val_tokens, info = _open_tokens(
+            tokenizer, settings, data=data, tokens=tokens, cache_dir=cache_dir
+        )
     except (OSError, ValueError) as err:
-        if data is not None:
-            raise
         raise ValueError(
-            f"{state_file}: the corpus this run trained on, 'data.source' {source}, cannot be read "
-            f"({describe_error(err)}); pass --data to continue on other text"
+            f"{state_file}: the tokens this run trained on ({tokens or recorded['source'] or 'python-docs'}) "
+            f"cannot be read: {describe_error(err)}"
         ) from err
-    train_tokens, val_tokens, info = _data_for(tokenizer, documents, source, settings, cache_dir)
-    if info["tokens_sha256"] != state["data"]["tokens_sha256"]:
-        if data is None:
-            raise ValueError(
-                f"the corpus {source or 'python-docs'} changed since {checkpoint.path} was written "
-                f"(its tokens differ from {state_file.name}'s 'data'); pass --data to continue on different text"
-            )
-        say(f"note: {data} is not the text this run started on; the run continues on it (not an exact resume)")
+    if (info["num_tokens"], info["tokens_sha256"]) != (recorded["num_tokens"], recorded["tokens_sha256"]):
+        name = tokens or info["source"] or "python-docs"
+        raise ValueError(
+            f"{state_file}: the tokens of {name} changed since {checkpoint.path} was written "
+            f"({info['num_tokens']:,} tokens now, {recorded['num_tokens']:,} then, and their hashes differ): "
+            "a resumed run reads the token files it trained on; start a new run to train on other text"
+        )
+    info = {**info, "source": recorded["source"]}
     sampler = BatchSampler(train_tokens, settings.batch_size, settings.seq_len, settings.seed)
     try:
         sampler.load_state_dict(state["sampler"])
