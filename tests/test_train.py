@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from numforge import checkpoint, cli
+from numforge.backend import to_numpy
 from numforge.data import load_or_train_tokenizer
 from numforge.model import GPTConfig
 from numforge.training import LOSS_CSV, TrainingDiverged, TrainSettings, dropout_rng, new_run, resume_run, train
@@ -95,15 +96,26 @@ def test_resume_with_dropout_is_bit_identical_to_training_straight(tmp_path, cor
     assert not np.array_equal(embedding, params_of(tmp_path / "straight")["token_embedding"])  # dropout was on
 
 
-def test_dropout_masks_depend_on_the_seed_and_the_step_only():
+def test_dropout_masks_depend_on_the_seed_the_step_and_the_row_only():
     on, off = (
         GPTConfig(vocab_size=8, max_seq_len=4, d_model=4, num_heads=1, num_layers=1, drop_prob=p) for p in (0.1, 0.0)
     )
-    assert dropout_rng(off, seed=5, step=3) is None
-    draws = {(seed, step): dropout_rng(on, seed, step).random(4).tolist() for seed in (5, 6) for step in (0, 1)}
-    assert dropout_rng(on, 5, 1).random(4).tolist() == draws[5, 1]
-    assert len({tuple(d) for d in draws.values()}) == 4
-    assert np.random.default_rng(5).random(4).tolist() != draws[5, 0]  # not the batches' stream
+    assert dropout_rng(off, seed=5, step=3, rows=range(4)) is None
+    whole, part = dropout_rng(on, 5, 1, range(4)), dropout_rng(on, 5, 1, range(2, 4))
+    for whole_shape, part_shape in (((4, 3, 2), (2, 3, 2)), ((12, 2), (6, 2))):  # (B,T,C), then (B*T,C): layer 2
+        rows_of_whole = to_numpy(whole.random(whole_shape, np.float64)).reshape(4, 6)
+        rows_of_part = to_numpy(part.random(part_shape, np.float64)).reshape(2, 6)
+        assert np.array_equal(rows_of_whole[2:], rows_of_part)  # rows 2, 3: the same masks however split
+    draws = {
+        (seed, step): to_numpy(dropout_rng(on, seed, step, range(2)).random((2, 2), np.float64)).tolist()
+        for seed in (5, 6)
+        for step in (0, 1)
+    }
+    assert to_numpy(dropout_rng(on, 5, 1, range(2)).random((2, 2), np.float64)).tolist() == draws[5, 1]
+    assert len({str(d) for d in draws.values()}) == 4
+    assert np.random.default_rng(5).random(2).tolist() not in (row for d in draws.values() for row in d)
+    with pytest.raises(ValueError, match=r"a draw of shape \(3, 2\) does not hold the 2 rows range\(0, 2\)"):
+        dropout_rng(on, 5, 1, range(2)).random((3, 2), np.float64)
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import ctypes
-import glob
 import os
 import pstats
 import statistics
@@ -22,16 +20,13 @@ import time
 import numpy as np
 
 from ..backend import asarray
-from ..model import ATTENTION_KINDS, GPT, GPTConfig
+from ..blas import numpy_openblas
+from ..model import ATTENTION_KINDS, GPT
 from ..model.flops import flops_per_token
 from ..optim import AdamW
+from . import train_ranks
 from .measure import non_negative_int, optional_torch, positive_int
-
-CONFIGS = {  # the two configs of issue 5
-    "small": dict(num_layers=4, d_model=128, num_heads=4, seq_len=128, batch=16, vocab_size=4096),
-    "medium": dict(num_layers=4, d_model=256, num_heads=8, seq_len=256, batch=8, vocab_size=8192),
-}
-LR, WEIGHT_DECAY = 3e-4, 0.1
+from .train_models import CONFIGS, LR, WEIGHT_DECAY, build, torch_step
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,6 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="tiled",
         help="numforge's attention kernel (same math; the config default, tiled, is faster here)",
     )
+    parser.add_argument(
+        "--ranks",
+        type=positive_int,
+        help="instead: data-parallel steps under mpiexec, 1 rank vs this many (one BLAS thread each), "
+        "and PyTorch at its default threads (bench/train_ranks.py)",
+    )
     parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch side even if installed")
     parser.add_argument(
         "--profile",
@@ -62,8 +63,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.ranks is not None:
+        return train_ranks.run(args)
     torch = None if args.no_torch else optional_torch()
-    blas = _numpy_openblas()
+    blas = numpy_openblas()
     if blas is not None:
         blas.set_num_threads(args.threads)
     if torch is not None:
@@ -107,23 +110,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def build(name: str, attention: str):
-    spec = CONFIGS[name]
-    config = GPTConfig(
-        vocab_size=spec["vocab_size"],
-        max_seq_len=spec["seq_len"],
-        d_model=spec["d_model"],
-        num_heads=spec["num_heads"],
-        num_layers=spec["num_layers"],
-        attention=attention,
-    )
-    rng = np.random.default_rng(0)
-    shape = (spec["batch"], spec["seq_len"])
-    ids = rng.integers(0, spec["vocab_size"], size=shape)
-    targets = rng.integers(0, spec["vocab_size"], size=shape)
-    return config, ids, targets
-
-
 def bench_config(name: str, args, torch) -> dict:
     config, ids, targets = build(name, args.attention)
     model = GPT(config, seed=0)
@@ -136,7 +122,7 @@ def bench_config(name: str, args, torch) -> dict:
 
     steps = [numforge_step]
     if torch is not None:
-        steps.append(_torch_step(torch, config, model, ids, targets))
+        steps.append(torch_step(torch, config, model, ids, targets))
     times = [[] for _ in steps]  # per implementation: (wall seconds, CPU seconds) per step
     for i in range(args.warmup + args.steps):
         for step, record in zip(steps, times):
@@ -157,25 +143,6 @@ def bench_config(name: str, args, torch) -> dict:
     if args.profile:
         result["profile"] = profile(numforge_step, args.steps) + "\n" + matmul_share(numforge_step, args.steps)
     return result
-
-
-def _torch_step(torch, config, model, ids, targets):
-    from .train_torch import torch_loss, torch_params
-
-    params = torch_params(model.params)
-    decay = [t for t in params.values() if t.ndim >= 2]
-    no_decay = [t for t in params.values() if t.ndim < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}], lr=LR
-    )
-    ids_t, targets_t = torch.from_numpy(ids), torch.from_numpy(targets)
-
-    def torch_step():
-        opt.zero_grad(set_to_none=True)
-        torch_loss(params, config, ids_t, targets_t).backward()
-        opt.step()
-
-    return torch_step
 
 
 def profile(step, num_steps: int, top: int = 14) -> str:
@@ -243,36 +210,6 @@ def matmul_rate(size: int = 1024, repeats: int = 5) -> float:
         np.matmul(a, b, out=out)
         best = min(best, time.perf_counter() - start)
     return 2 * size**3 / best
-
-
-class _OpenBlas:
-    """NumPy's bundled OpenBLAS (the scipy-openblas build), reached by ctypes to set its threads."""
-
-    def __init__(self, lib: ctypes.CDLL, suffix: str):
-        self._set = getattr(lib, f"scipy_openblas_set_num_threads{suffix}")
-        self._get = getattr(lib, f"scipy_openblas_get_num_threads{suffix}")
-        self._core = getattr(lib, f"scipy_openblas_get_corename{suffix}")
-        self._core.restype = ctypes.c_char_p
-
-    def set_num_threads(self, n: int) -> None:
-        self._set(n)
-
-    def num_threads(self) -> int:
-        return self._get()
-
-    def corename(self) -> str:
-        return self._core().decode()
-
-
-def _numpy_openblas():
-    """NumPy's OpenBLAS, or None where NumPy links another BLAS (then threads are left as they are)."""
-    libs = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
-    for path in glob.glob(os.path.join(libs, "*openblas*")):
-        lib = ctypes.CDLL(path)
-        for suffix in ("64_", ""):
-            if hasattr(lib, f"scipy_openblas_set_num_threads{suffix}"):
-                return _OpenBlas(lib, suffix)
-    return None
 
 
 def _corename(blas) -> str:

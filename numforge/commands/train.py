@@ -16,6 +16,7 @@ from ..model import GPTConfig
 from ..resources import check_input_file, check_output_dir
 from ..training import LOSS_CSV, LOSS_PNG, RESUMABLE, TrainingDiverged, TrainSettings, new_run, resume_run, train
 from ..training.init_from import start_from
+from ..training.parallel import RanksDisagree, connect, micro_batch_size
 from ..training.run import check_new_run_dir, check_run_fits
 from . import EXIT_FAILED, EXIT_INTERRUPTED
 from ._data_flags import add_reading_flags, source_from
@@ -36,6 +37,7 @@ SETTINGS_FLAGS = (
     "seed",
     "eval_every",
     "save_every",
+    "grad_accum",
 )
 
 
@@ -117,6 +119,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"peak learning rate (default {defaults.lr:g}; warmup then cosine decay to a tenth of it)",
     )
     optim.add_argument(
+        "--grad-accum",
+        type=int_at_least(1),
+        metavar="K",
+        help="add the gradients of K micro-batches per step (memory of one micro-batch); the batch stays "
+        f"--batch-size = ranks x K x micro-batch (default {defaults.grad_accum})",
+    )
+    optim.add_argument(
         "--warmup-steps", type=int_at_least(0), help=f"linear warmup steps (default {defaults.warmup_steps})"
     )
     optim.add_argument(
@@ -156,7 +165,8 @@ def _start(args: argparse.Namespace, say):
             flags = ", ".join("--" + k.replace("_", "-") for k in fixed)
             raise ValueError(
                 f"{flags} cannot change when resuming: a resumed run keeps the settings in its "
-                f"checkpoint (only --max-steps, --eval-every, --save-every, --data and --tokens may be given)"
+                f"checkpoint (only --max-steps, --eval-every, --save-every, --grad-accum, --data and --tokens "
+                "may be given)"
             )
         check_output_dir(args.resume, "--resume")
         return resume_run(
@@ -225,25 +235,43 @@ def _fine_tune(args: argparse.Namespace, out, settings: TrainSettings, source):
     return new_run(out, settings, {}, tokenizer, data=source, cache_dir=args.cache_dir, model=model)
 
 
+def _start_on(world, args: argparse.Namespace, say):
+    """``_start``, then check that the batch splits over the ranks and micro-batches (before any step)."""
+    session = _start(args, say)
+    micro_batch_size(session.settings.batch_size, world.size, session.settings.grad_accum)
+    return session
+
+
 def run(args: argparse.Namespace) -> int:
+    world = connect()  # one process, or one rank of `mpiexec -n N numforge train`: rank 0 alone speaks
+
     def say(text: str) -> None:  # progress: stderr
-        print(text, file=sys.stderr, flush=True)
+        if world.is_root:
+            print(text, file=sys.stderr, flush=True)
 
     def report(text: str) -> None:  # results: stdout, so that `numforge train > log` keeps them
-        print(text, flush=True)
+        if world.is_root:
+            print(text, flush=True)
 
     started = time.perf_counter()
-    session = _start(args, say)
+    session = world.setup_together(lambda: _start_on(world, args, say))
+    with world.ending_the_job_on_error("numforge train"):
+        return _train(args, session, world, say, report, started)
+
+
+def _train(args: argparse.Namespace, session, world, say, report, started: float) -> int:
     model, settings = session.model, session.settings
     report(
         f"corpus: {session.data_info['source'] or DEFAULT_CORPUS}, {session.data_info['num_tokens']:,} tokens "
         f"(vocabulary {session.tokenizer.vocab_size}); model: {model.num_params():,} parameters, "
         f"{model.config.num_layers} layers, d_model {model.config.d_model}; "
         f"steps {session.step} -> {settings.max_steps}, batch {settings.batch_size} x {settings.seq_len} tokens"
+        + (f" on {world.size} ranks" if world.size > 1 else "")
+        + (f" in {settings.grad_accum} micro-batches" if settings.grad_accum > 1 else "")
     )
     try:
-        outcome = train(session, progress=not args.no_progress, say=say)
-    except TrainingDiverged as err:
+        outcome = train(session, progress=not args.no_progress, say=say, world=world)
+    except (TrainingDiverged, RanksDisagree) as err:  # raised on every rank alike
         say(f"numforge train: {err}")
         return EXIT_FAILED
     minutes = (time.perf_counter() - started) / 60
@@ -265,6 +293,8 @@ def run(args: argparse.Namespace) -> int:
     if outcome == "interrupted":
         report(f"resume with: numforge train --resume {session.run_dir}")
         return EXIT_INTERRUPTED
+    if not world.is_root:
+        return 0
     sample = generate(model, session.tokenizer, "", 60, temperature=0.8, seed=0)
     report(
         f"a sample (temperature 0.8):\n{sample.text}\n"

@@ -1,7 +1,8 @@
 """Training: a run's settings and state (``run``), its loss log (``logs``), the loop (``loop``)."""
 
+from .dropout import dropout_rng
 from .logs import LOSS_CSV, LOSS_PNG
-from .loop import TrainingDiverged, dropout_rng, evaluate, train, train_step
+from .loop import TrainingDiverged, evaluate, train, train_step
 from .run import RESUMABLE, Run, TrainSettings, new_run, resume_run
 
 __all__ = [

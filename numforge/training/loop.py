@@ -4,10 +4,15 @@ One step, for step s = 0, 1, ...::
 
     lr      = warmup_cosine_lr(s, max_lr, min_lr, warmup_steps, schedule_steps)
     x, y    = next (B, T) windows from the seeded sampler
-    rng     = default_rng((seed, DROPOUT_STREAM, s))   dropout masks (only when drop_prob > 0)
     loss    = model.forward(x, y, rng)     mean cross-entropy of next-token prediction
     grads   = model.backward(cache)
     clip grads to global norm <= grad_clip, then AdamW(lr)
+
+``rng`` draws the dropout masks (only when drop_prob > 0): each row's from a
+generator of the seed, the step and the row's index in the batch
+(``dropout.py``). With ``--grad-accum K`` or several MPI ranks, the loss and
+gradients are those of the same global batch, summed from its parts
+(``parallel.py``); the model never knows.
 
 After ``s + 1`` updates the run is "at step s + 1"; checkpoints, the loss log
 and validation are labelled with that count.
@@ -15,17 +20,18 @@ and validation are labelled with that count.
 Exact resume: a checkpoint holds the parameters, the AdamW moments and step,
 the sampler's generator state and the settings (the schedule included), so
 ``k`` steps, stop, resume to ``N`` replays exactly the arithmetic of ``N``
-steps straight. The dropout masks of a step come from a generator seeded by
-the run's seed and the step alone, so they need no saved state (CuPy's
-generators keep theirs on the GPU, with no public way to read it). The cosine
+steps straight. The dropout masks need no saved state (CuPy's generators keep
+theirs on the GPU, with no public way to read it). The cosine
 schedule spans ``schedule_steps``, fixed when the run starts, not
 ``max_steps``: stopping early and resuming later must not change the
 learning rate of any step.
 
 Nothing lost: Ctrl-C is deferred to the end of the current step, which is then
-checkpointed (a second Ctrl-C aborts at once). A non-finite loss or gradient
-norm stops the run with ``TrainingDiverged`` before the bad update; the last
-checkpoint on disk is untouched.
+checkpointed (a second Ctrl-C aborts at once); under MPI the ranks agree after
+every step whether any of them was interrupted, so all stop at the same step.
+A non-finite loss or gradient norm (on any rank: both are all-reduced) stops
+the run with ``TrainingDiverged`` before the bad update; the last checkpoint
+on disk is untouched. Rank 0 alone writes files and prints.
 """
 
 from __future__ import annotations
@@ -40,16 +46,12 @@ from collections.abc import Callable, Iterator
 import numpy as np
 from tqdm import tqdm
 
-from ..backend import asarray, default_rng
 from ..data import windows
-from ..model import GPTConfig
 from ..optim import clip_grad_norm
+from .dropout import dropout_rng
 from .logs import LOSS_CSV, LOSS_PNG, plot_losses, write_loss_csv
+from .parallel import DataParallel, SingleProcess
 from .run import Run, TrainSettings
-
-# Dropout's seeds are (seed, DROPOUT_STREAM, step): never the bare seed of init and batches, which NumPy's
-# SeedSequence would take (seed, 0) for, so without the 1 step 0's masks would reuse the batches' stream.
-DROPOUT_STREAM = 1
 
 
 class TrainingDiverged(RuntimeError):
@@ -65,15 +67,11 @@ def evaluation_windows(tokens: np.ndarray, seq_len: int, count: int) -> tuple[np
     return windows(tokens, starts, seq_len)  # (count,T), (count,T)
 
 
-def evaluate(model, tokens: np.ndarray, settings: TrainSettings) -> float:
-    """Mean loss over ``eval_batches`` fixed batches of ``tokens`` (no update)."""
+def evaluate(model, tokens: np.ndarray, settings: TrainSettings, parallel: DataParallel | None = None) -> float:
+    """Mean loss over ``eval_batches`` fixed batches of ``tokens`` (no update), split over the ranks."""
+    parallel = parallel or DataParallel(SingleProcess(), model, settings.grad_accum)
     x, y = evaluation_windows(tokens, settings.seq_len, settings.eval_batches * settings.batch_size)
-    losses = []
-    for batch in range(settings.eval_batches):
-        rows = slice(batch * settings.batch_size, (batch + 1) * settings.batch_size)
-        loss, _ = model.forward(asarray(x[rows]), asarray(y[rows]), training=False)
-        losses.append(float(loss))
-    return sum(losses) / len(losses)
+    return parallel.mean_loss(x, y, settings.batch_size)
 
 
 # ---------------------------------------------------------------- the loop
@@ -99,26 +97,12 @@ def deferred_interrupt() -> Iterator[Callable[[], bool]]:
         signal.signal(signal.SIGINT, previous)
 
 
-def dropout_rng(config: GPTConfig, seed: int, step: int):
-    """The generator of the dropout masks of ``step``, or None when ``config.drop_prob`` is 0.
-
-    ``default_rng((seed, DROPOUT_STREAM, step))``: a fresh generator per step
-    (about 30 us on NumPy), a function of the seed and the step alone, so a
-    resumed run draws exactly the masks a straight run draws.
-    """
-    if config.drop_prob == 0:
-        return None
-    return default_rng((seed, DROPOUT_STREAM, step))
-
-
-def train_step(run: Run) -> tuple[float, float]:
+def train_step(run: Run, parallel: DataParallel) -> tuple[float, float]:
     """One update; returns (loss, lr). Raises ``TrainingDiverged`` before applying a bad update."""
     lr = run.settings.lr_at(run.step)
-    x, y = run.sampler.next_batch()  # (B,T), (B,T)
-    rng = dropout_rng(run.model.config, run.settings.seed, run.step)
-    loss, cache = run.model.forward(asarray(x), asarray(y), training=True, rng=rng)
-    loss = float(loss)
-    grads = run.model.backward(cache)
+    x, y = run.sampler.next_batch()  # (B,T), (B,T): the global batch, the same on every rank
+    step, config = run.step, run.model.config
+    loss, grads = parallel.loss_and_gradients(x, y, lambda rows: dropout_rng(config, run.settings.seed, step, rows))
     norm = clip_grad_norm(grads, run.settings.grad_clip)
     if not (math.isfinite(loss) and math.isfinite(norm)):
         where = run.last_checkpoint or "none was written yet"
@@ -132,34 +116,56 @@ def train_step(run: Run) -> tuple[float, float]:
     return loss, lr
 
 
-def train(run: Run, *, progress: bool = True, say: Callable[[str], None] = print) -> str:
-    """Train until ``settings.max_steps``; return ``"done"`` or ``"interrupted"`` (checkpointed either way)."""
+def train(run: Run, *, progress: bool = True, say: Callable[[str], None] = print, world=None) -> str:
+    """Train until ``settings.max_steps``; return ``"done"`` or ``"interrupted"`` (checkpointed either way).
+
+    ``world`` (``parallel.connect()``; default one process) is the set of
+    ranks taking part; rank 0 alone writes files, shows the bar and speaks.
+    """
+    world = world or SingleProcess()
     settings = run.settings
+    parallel = DataParallel(world, run.model, settings.grad_accum)
+    parallel.micro_batch_size(settings.batch_size)  # a batch that does not split: an error before any step
+    if not world.is_root:
+        say = _silent
+    if run.step and run.world_size != world.size:
+        say(f"note: steps 1-{run.step} ran on {run.world_size} rank(s), the rest run on {world.size} (same batches)")
+    run.world_size = world.size
+    world.check_same_params(run.model.params, run.step)
     tokens_per_step = settings.batch_size * settings.seq_len
-    bar = tqdm(total=settings.max_steps, initial=run.step, disable=not progress, unit="step", dynamic_ncols=True)
+    show = progress and world.is_root
+    bar = tqdm(total=settings.max_steps, initial=run.step, disable=not show, unit="step", dynamic_ncols=True)
     started, start_step = time.perf_counter(), run.step
     with deferred_interrupt() as interrupted, bar:
         while run.step < settings.max_steps:
-            loss, lr = train_step(run)
+            loss, lr = train_step(run, parallel)
             row = {"step": run.step, "train_loss": f"{loss:.6f}", "val_loss": "", "lr": f"{lr:.6g}"}
             run.log.append(row)
             if run.step % settings.eval_every == 0 or run.step == settings.max_steps:
-                val_loss = evaluate(run.model, run.val_tokens, settings)
+                val_loss = evaluate(run.model, run.val_tokens, settings, parallel)
+                world.check_same_params(run.model.params, run.step)
                 row["val_loss"] = f"{val_loss:.6f}"
-                write_loss_csv(run.run_dir / LOSS_CSV, run.log)
+                if world.is_root:
+                    write_loss_csv(run.run_dir / LOSS_CSV, run.log)
                 with tqdm.external_write_mode():  # the message above the bar, not through it
                     say(f"step {run.step}: train loss {loss:.3f}, validation loss {val_loss:.3f}")
-            if run.step % settings.save_every == 0 or run.step == settings.max_steps:
+            if (run.step % settings.save_every == 0 or run.step == settings.max_steps) and world.is_root:
                 run.save()
             tokens_per_s = (run.step - start_step) * tokens_per_step / (time.perf_counter() - started)
             bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:,.0f}", refresh=False)
             bar.update(1)
-            if interrupted() and run.step < settings.max_steps:
+            stop = world.any(interrupted())  # every rank asks every step, so all stop after the same one
+            if stop and run.step < settings.max_steps:
                 break
-    if run.saved_step != run.step:  # a step that just saved is not saved twice
-        run.save()
-    plot_losses(run.run_dir / LOSS_PNG, run.log)
+    if world.is_root:
+        if run.saved_step != run.step:  # a step that just saved is not saved twice
+            run.save()
+        plot_losses(run.run_dir / LOSS_PNG, run.log)
     if run.step < settings.max_steps:
         say(f"interrupted: checkpoint at step {run.step} written to {run.last_checkpoint}")
         return "interrupted"
     return "done"
+
+
+def _silent(text: str) -> None:
+    """The ``say`` of ranks other than 0."""

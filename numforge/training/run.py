@@ -43,7 +43,8 @@ from ..resources import check_fits
 from ..tokenizer import BPETokenizer
 from .logs import LOSS_CSV, read_loss_csv, write_loss_csv
 
-RESUMABLE = ("max_steps", "eval_every", "save_every")  # settings a resume may change: none alters the arithmetic
+# settings a resume may change: none alters the math (grad_accum only regroups the sum of the same batch's gradients)
+RESUMABLE = ("max_steps", "eval_every", "save_every", "grad_accum")
 BETAS = (0.9, 0.95)  # AdamW moment decay rates (0.95: the usual choice for transformers)
 
 
@@ -64,14 +65,18 @@ class TrainSettings:
     eval_batches: int = 4
     save_every: int = 200
     seed: int = 1
+    grad_accum: int = 1  # micro-batches per step: the batch is B = ranks x grad_accum x micro-batch
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "warmup_steps", "seed"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {getattr(self, name)!r}")
-        for name in ("batch_size", "seq_len", "schedule_steps", "eval_every", "eval_batches", "save_every"):
+        positive = ("batch_size", "seq_len", "schedule_steps", "eval_every", "eval_batches", "save_every", "grad_accum")
+        for name in positive:
             check_positive_int(getattr(self, name), name)
+        if self.batch_size % self.grad_accum:
+            raise ValueError(f"batch_size ({self.batch_size}) must divide by grad_accum ({self.grad_accum})")
         if self.warmup_steps > self.schedule_steps:
             raise ValueError(f"warmup_steps ({self.warmup_steps}) must be <= schedule_steps ({self.schedule_steps})")
         for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
@@ -107,6 +112,7 @@ class Run:
     log: list = dataclasses.field(default_factory=list)  # rows of CSV_FIELDS
     last_checkpoint: Path | None = None
     saved_step: int | None = None
+    world_size: int = 1  # MPI ranks that ran the steps so far (recorded in checkpoints)
 
     def save(self) -> Path:
         """Checkpoint the run at its current step (atomically), and write the loss log."""
@@ -122,6 +128,7 @@ class Run:
                 "sampler": self.sampler.state_dict(),
                 "settings": dataclasses.asdict(self.settings),
                 "data": self.data_info,
+                "world_size": self.world_size,
             },
         )
         self.saved_step = self.step
@@ -313,8 +320,8 @@ def resume_run(
 ) -> Run:
     """The run checkpointed in ``path``, ready to continue exactly where it stopped.
 
-    ``overrides`` may change settings that do not alter the arithmetic
-    (``max_steps``, ``eval_every``, ``save_every``). The tokens are those the
+    ``overrides`` may change settings that do not alter the math
+    (``max_steps``, ``eval_every``, ``save_every``, ``grad_accum``). The tokens are those the
     checkpoint records (a prepared directory, or the corpus prepared into the
     cache), or ``tokens`` / ``data`` when given (moved files, say): either way
     they must be the very token files the run trained on, else a ``ValueError``.
@@ -401,4 +408,5 @@ def resume_run(
         log=read_loss_csv(run_dir / LOSS_CSV, step),
         last_checkpoint=checkpoint.path,
         saved_step=step,
+        world_size=int(state.get("world_size", 1)),
     )

@@ -1,0 +1,55 @@
+"""The configs of ``numforge bench train``, their model and batch, and PyTorch's step on the same weights.
+
+Shared by ``bench/train.py`` (one process, side by side with torch) and
+``bench/train_ranks.py`` (data parallel over MPI).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..model import GPTConfig
+
+CONFIGS = {  # the two configs of issue 5
+    "small": dict(num_layers=4, d_model=128, num_heads=4, seq_len=128, batch=16, vocab_size=4096),
+    "medium": dict(num_layers=4, d_model=256, num_heads=8, seq_len=256, batch=8, vocab_size=8192),
+}
+LR, WEIGHT_DECAY = 3e-4, 0.1
+
+
+def build(name: str, attention: str):
+    """``(config, ids, targets)``: the config named ``name`` and a seeded random ``(B,T)`` batch."""
+    spec = CONFIGS[name]
+    config = GPTConfig(
+        vocab_size=spec["vocab_size"],
+        max_seq_len=spec["seq_len"],
+        d_model=spec["d_model"],
+        num_heads=spec["num_heads"],
+        num_layers=spec["num_layers"],
+        attention=attention,
+    )
+    rng = np.random.default_rng(0)
+    shape = (spec["batch"], spec["seq_len"])
+    ids = rng.integers(0, spec["vocab_size"], size=shape)
+    targets = rng.integers(0, spec["vocab_size"], size=shape)
+    return config, ids, targets
+
+
+def torch_step(torch, config, model, ids, targets):
+    """One PyTorch eager step (forward, autograd backward, AdamW) on a copy of ``model``'s weights."""
+    from .train_torch import torch_loss, torch_params
+
+    params = torch_params(model.params)
+    decay = [t for t in params.values() if t.ndim >= 2]
+    no_decay = [t for t in params.values() if t.ndim < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}], lr=LR
+    )
+    ids_t, targets_t = torch.from_numpy(ids), torch.from_numpy(targets)
+
+    def torch_step():
+        opt.zero_grad(set_to_none=True)
+        torch_loss(params, config, ids_t, targets_t).backward()
+        opt.step()
+
+    return torch_step
