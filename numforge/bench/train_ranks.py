@@ -98,7 +98,8 @@ def _launch(ranks: int, name: str, args) -> dict:
     command += ["--config", name, "--steps", str(args.steps), "--warmup", str(args.warmup)]
     command += ["--attention", args.attention]
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
-    result = subprocess.run(command, capture_output=True, text=True, env=env)
+    here = Path(__file__).resolve().parents[2]  # `-m` looks in the working directory first: run where this numforge is
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=here)
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{result.stderr}")
     return json.loads(result.stdout.strip().splitlines()[-1])
