@@ -238,7 +238,8 @@ def test_a_batch_that_does_not_split_over_ranks_is_refused_once_before_training(
 
 def test_bench_train_ranks_prints_one_and_two_ranks_side_by_side(capsys):
     mpiexec_path()  # skips without MPI
-    args = ["bench", "train", "--ranks", "2", "--config", "small", "--steps", "1", "--warmup", "0", "--no-torch"]
+    args = ["bench", "train", "--ranks", "2", "--rounds", "1", "--config", "small", "--steps", "1", "--warmup", "0"]
+    args += ["--no-torch"]
     assert cli.main(args) == 0
     out = capsys.readouterr().out
     row = re.search(r"^\s*small\s+([\d,]+)\s+([\d,]+)\s+([0-9.]+)x\s+([0-9.]+)x\s+([0-9.]+)", out, re.MULTILINE)

@@ -53,6 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="instead: data-parallel steps under mpiexec, 1 rank vs this many (one BLAS thread each), "
         "and PyTorch at its default threads (bench/train_ranks.py)",
     )
+    parser.add_argument(
+        "--rounds", type=positive_int, default=3, help="with --ranks: launches per side, taking turns (best kept)"
+    )
     parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch side even if installed")
     parser.add_argument(
         "--profile",

@@ -1,6 +1,6 @@
 """``numforge bench train --ranks N``: data-parallel training steps over MPI, 1 rank vs N ranks (vs PyTorch).
 
-For each config of ``numforge bench train`` it launches, one after the other::
+For each config of ``numforge bench train`` it launches, in turn, ``--rounds`` times::
 
     mpiexec -n 1 python -m numforge.bench.train_ranks --config NAME ...
     mpiexec -n N python -m numforge.bench.train_ranks --config NAME ...
@@ -9,8 +9,8 @@ each rank with one BLAS thread (``OPENBLAS_NUM_THREADS=1``), every rank
 running the step of ``numforge train``: forward and backward on its B / N rows
 of the global batch, one all-reduce of the flat gradient buffer
 (``training/parallel.py``), AdamW. Then, when torch is installed, PyTorch
-eager on the same model and weights at its default threads, in this process.
-Rank 0 reports the median step time; every rank reports how long it computed
+eager on the same model and weights at its default threads, in this process;
+each side keeps its best round. Rank 0 reports the median step time; every rank reports how long it computed
 and how long it waited in the all-reduce, which shows where the time beyond
 a perfect N-fold speed-up goes: the all-reduce itself (the shortest wait,
 that of the last rank to arrive) and imbalance (the spread of compute times).
@@ -37,7 +37,7 @@ from .measure import optional_torch
 from .train_models import CONFIGS, LR, WEIGHT_DECAY, build, torch_step
 
 LEGEND = """\
-median step times, ranks with one BLAS thread each;
+median step times, the best of the rounds; ranks with one BLAS thread each;
 on free cores: the speed-up from CPU time, which other work on the machine disturbs less: per step, the
   busiest rank's CPU seconds outside the all-reduce plus the all-reduce's transfer time (the wall time
   N ranks would take on N otherwise idle cores; MPI's busy-waiting for a late rank is left out);
@@ -61,21 +61,28 @@ def run(args: argparse.Namespace) -> int:
     print(f"load average before: {_load()}; torch: " + (f"{torch.__version__}" if torch else "not run"))
     rows = []
     for name in names:
-        one = _launch(1, name, args)
-        many = _launch(args.ranks, name, args)
+        reports = {1: [], args.ranks: []}
+        torch_times = []
+        for _ in range(args.rounds):  # taking turns, so that a change of load hits every side alike
+            for ranks, found in reports.items():
+                found.append(_launch(ranks, name, args))
+            if torch is not None:
+                torch_times.append(_torch_step_time(torch, name, args))
+        one, many = (min(found, key=lambda report: report["step_s"]) for found in reports.values())
+        one_free, many_free = (min(r["free_cores_step_s"] for r in found) for found in reports.values())
         tokens = one["tokens"]
         row = [
             name,
             f"{tokens / one['step_s']:,.0f}",
             f"{tokens / many['step_s']:,.0f}",
             f"{one['step_s'] / many['step_s']:.2f}x",
-            f"{one['free_cores_step_s'] / many['free_cores_step_s']:.2f}x",
+            f"{one_free / many_free:.2f}x",
             f"{many['allreduce_ms']:.1f}",
             f"{many['adamw_ms']:.1f}",
             f"{many['imbalance']:.2f}",
         ]
         if torch is not None:
-            torch_s = _torch_step_time(torch, name, args)
+            torch_s = min(torch_times)
             row += [f"{tokens / torch_s:,.0f}", f"{torch_s / many['step_s']:.2f}x"]
         rows.append(tuple(row))
     header = ["config", "1 rank tok/s", f"{args.ranks} ranks tok/s", "speed-up", "on free cores"]
