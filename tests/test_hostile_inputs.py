@@ -172,6 +172,7 @@ def test_a_huge_batch_is_refused_with_an_estimate_before_the_corpus_is_read(tmp_
         (lambda s: s["settings"].update(lr="fast"), "'settings': lr must be a finite number"),
         (lambda s: s["settings"].pop("lr"), "'settings' must be"),
         (lambda s: s["data"].update(tokens_sha256=None), "'data.tokens_sha256' must be"),
+        (lambda s: s.update(world_size=0), "'world_size' must be an integer >= 1"),
     ],
 )
 def test_state_json_is_validated_field_by_field(tiny, run_copy, change, field):

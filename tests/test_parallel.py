@@ -67,7 +67,7 @@ def test_grad_accum_4_equals_the_whole_batch_float64(tmp_path, corpus):
 
 def test_grad_accum_must_split_the_batch(tmp_path, corpus, capsys):
     assert cli.main(["train", *tiny_flags(tmp_path, corpus, "run"), "--batch-size", "6", "--grad-accum", "4"]) == 2
-    assert "batch_size (6) must divide by grad_accum (4)" in capsys.readouterr().err
+    assert "numforge train: --batch-size (6) must divide by --grad-accum (4)" in capsys.readouterr().err
 
 
 def test_one_process_never_imports_mpi4py(monkeypatch):

@@ -185,9 +185,14 @@ def check_state(state: dict, path: Path, step_in_name: int | None) -> TrainSetti
     def bad(field: str, expected: str):
         return ValueError(f"{path}: {field!r} must be {expected}, got {_get(state, field)!r}")
 
-    expected = {"step", "sampler", "settings", "data"}
-    if set(state) != expected:
-        raise ValueError(f"{path}: expected the fields {sorted(expected)}, got {sorted(state)}")
+    expected, optional = {"step", "sampler", "settings", "data"}, {"world_size"}  # optional: older checkpoints lack it
+    if not expected <= set(state) <= expected | optional:
+        raise ValueError(
+            f"{path}: expected the fields {sorted(expected)} and optionally {sorted(optional)}, got {sorted(state)}"
+        )
+    world_size = state.get("world_size", 1)
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise bad("world_size", "an integer >= 1")
     step = state["step"]
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise bad("step", "an integer >= 0")
@@ -224,7 +229,7 @@ def check_state(state: dict, path: Path, step_in_name: int | None) -> TrainSetti
     if not isinstance(state["settings"], dict):
         raise bad("settings", "an object")
     known = {f.name for f in dataclasses.fields(TrainSettings)}
-    if set(state["settings"]) != known:
+    if not known - {"grad_accum"} <= set(state["settings"]) <= known:  # older checkpoints lack grad_accum (1)
         raise bad("settings", f"an object with the fields {sorted(known)}")
     try:
         return TrainSettings(**state["settings"])
