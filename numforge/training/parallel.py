@@ -113,7 +113,7 @@ class SingleProcess:
         """Raise ``RanksDisagree`` on every rank if the parameters differ between ranks."""
 
     def setup_together(self, build: Callable[[], object]) -> object:
-        """``build()``; under MPI, an error on any rank stops every rank (printed once, by rank 0)."""
+        """``build()``; under MPI on every rank in turns, and an error on any rank stops every rank (printed once)."""
         return build()
 
     @contextlib.contextmanager
@@ -165,14 +165,28 @@ class MpiWorld(SingleProcess):
             )
 
     def setup_together(self, build: Callable[[], object]) -> object:
-        try:
-            result, error = build(), None
-        except Exception as err:  # every rank learns of it below, so none waits forever
-            result, error = None, err
+        """``build()`` on every rank in three turns: rank 0, then the first rank of each other machine, then the
+        rest, so that a cache (tokenizer, tokens) is written once and read by the later turns, never written by
+        two ranks at once. After each turn the ranks compare errors, so none waits forever."""
+        local_rank = self.comm.Split_type(self.MPI.COMM_TYPE_SHARED).Get_rank()  # the rank among this machine's
+        my_turn = 0 if self.is_root else 1 if local_rank == 0 else 2
+        result = None
+        for turn in range(3):
+            error = None
+            if turn == my_turn:
+                try:
+                    result = build()
+                except Exception as err:
+                    error = err
+            self._stop_if_any_failed(error)
+        return result
+
+    def _stop_if_any_failed(self, error: Exception | None) -> None:
+        """A collective: if any rank's ``error`` is set, rank 0 raises it (or names the rank), the others exit 2."""
         messages = self.comm.allgather(None if error is None else str(error) or type(error).__name__)
         failed = [(rank, message) for rank, message in enumerate(messages) if message is not None]
         if not failed:
-            return result
+            return
         if not self.is_root:
             raise SystemExit(2)  # quietly, with the exit status of the bad input rank 0 reports
         if error is not None:
