@@ -64,10 +64,19 @@ def part(name: str) -> str:
     return "__init__" if name == "numforge" else name.split(".")[1]
 
 
+OPTIONAL = {"torch", "transformers", "tiktoken", "tokenizers", "cupy", "cupyx", "mpi4py", "safetensors", "pyarrow"}
+
+
 def test_every_module_imports():
+    """Every module imports; one that needs an optional package may fail only by that package's absence."""
     for name in module_names():
-        if name != "numforge.__main__":
+        if name == "numforge.__main__":
+            continue
+        try:
             importlib.import_module(name)
+        except ModuleNotFoundError as error:
+            if (error.name or "").split(".")[0] not in OPTIONAL:
+                raise
 
 
 def test_no_import_cycle():
