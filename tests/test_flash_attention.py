@@ -160,8 +160,9 @@ def test_kept_probabilities_are_the_plain_softmax_and_skip_the_backward_recomput
     _, plain_cache = attention_forward(q, k, v, causal=True)
     _, cache = flash_attention_forward(q, k, v, block_q=3, block_k=2, keep_probs=True)
     expected = {(q0, k0) for q0 in (0, 3, 6) for k0 in range(0, q0 + 3, 2) if k0 < 7}
-    assert set(cache.probs) == expected
-    for (q0, k0), tile in cache.probs.items():
+    [kept] = cache.probs  # a small call: one part, all heads
+    assert set(kept) == expected
+    for (q0, k0), tile in kept.items():
         want = to_numpy(plain_cache.probs)[:, :, q0 : q0 + 3, k0 : k0 + 2][..., : tile.shape[-1]]
         np.testing.assert_allclose(to_numpy(tile), want, rtol=1e-13, atol=1e-15)
     monkeypatch.setattr(flash, "_mask_scores", None)  # the backward must not rebuild score tiles
@@ -191,7 +192,11 @@ def test_backward_leaves_its_inputs_and_cache_alone(keep_probs):
     q, k, v = qkv(1, 2, 5, 5, 3, 3)
     _, cache = flash_attention_forward(q, k, v, block_q=2, block_k=2, keep_probs=keep_probs)
     dout = randn(1, 2, 5, 3, seed=5)
-    arrays = [dout, *(a for a in cache if hasattr(a, "shape")), *(cache.probs or {}).values()]
+    arrays = [
+        dout,
+        *(a for a in cache if hasattr(a, "shape")),
+        *(tile for part in cache.probs or [] for tile in part.values()),
+    ]
     before = [to_numpy(a).copy() for a in arrays]
     flash_attention_backward(dout, cache)
     for a, b in zip(before, arrays):
@@ -234,3 +239,31 @@ def test_bad_upstream_gradient_is_named():
     _, cache = flash_attention_forward(q, k, v)
     with pytest.raises(ValueError, match=r"dout must have the output's shape \(1, 2, 3, 6\) and dtype float64"):
         flash_attention_backward(randn(1, 2, 3, 6, dtype="float32"), cache)
+
+
+@pytest.mark.parametrize("shape", [(1, 5, 9, 9), (4, 1, 9, 9), (3, 2, 6, 9)])
+@pytest.mark.parametrize("keep_probs", [False, True])
+def test_heads_split_across_threads_give_the_plain_result(monkeypatch, shape, keep_probs):
+    # Three workers whatever the call's size: parts along heads (H >= B) or along batches (B > H).
+    monkeypatch.setattr(flash, "worker_count", lambda *args: 3)
+    B, H, Tq, Tk = shape
+    q, k, v = qkv(B, H, Tq, Tk, 3, 4, seed=B + H)
+    dout = randn(B, H, Tq, 4, seed=7)
+    plain = forward_backward(attention_forward, attention_backward, q, k, v, dout)
+    out, cache = flash_attention_forward(q, k, v, block_q=2, block_k=4, keep_probs=keep_probs)
+    assert len(cache.parts) == min(3, max(B, H))
+    tiled = (out, *flash_attention_backward(dout, cache))
+    for name, a, b in zip(("out", "dq", "dk", "dv"), tiled, plain):
+        assert error_vs(a, b) <= 1e-10, name
+
+
+def test_head_parts_cover_every_pair_once():
+    from numforge.ops._parallel import head_parts
+
+    assert head_parts(1, 8, 2) == [(slice(0, 1), slice(0, 4)), (slice(0, 1), slice(4, 8))]
+    assert head_parts(16, 4, 2) == [(slice(0, 8), slice(0, 4)), (slice(8, 16), slice(0, 4))]
+    for B, H, workers in [(1, 1, 2), (3, 2, 2), (2, 5, 4), (7, 3, 16)]:
+        seen = np.zeros((B, H), dtype=int)
+        for part in head_parts(B, H, workers):
+            seen[part] += 1
+        assert (seen == 1).all(), (B, H, workers)

@@ -19,17 +19,22 @@ def synchronize(xp) -> None:
         xp.cuda.Device().synchronize()
 
 
-def best_times(steps: dict[str, Callable[[], object]], repeats: int, xp) -> dict[str, float]:
-    """Seconds of the fastest run of each step; the steps take turns, so load changes hit all alike."""
-    best = {name: float("inf") for name in steps}
+def run_times(steps: dict[str, Callable[[], object]], repeats: int, xp) -> dict[str, list[float]]:
+    """Seconds of every run of each step; the steps take turns, so load changes hit all alike."""
+    seconds = {name: [] for name in steps}
     for _ in range(repeats):
         for name, step in steps.items():
             synchronize(xp)
             start = time.perf_counter()
             step()
             synchronize(xp)
-            best[name] = min(best[name], time.perf_counter() - start)
-    return best
+            seconds[name].append(time.perf_counter() - start)
+    return seconds
+
+
+def best_times(steps: dict[str, Callable[[], object]], repeats: int, xp) -> dict[str, float]:
+    """Seconds of the fastest run of each step (``run_times``)."""
+    return {name: min(runs) for name, runs in run_times(steps, repeats, xp).items()}
 
 
 def peak_extra_bytes(step: Callable[[], object], xp) -> int:
