@@ -96,3 +96,10 @@ def test_older_checkpoints_names_still_load():
     old["ffn"] = old.pop("activation")
     config = GPTConfig.from_dict(old)
     assert (config.activation, config.attention) == ("gelu", "plain")
+
+
+def test_a_config_from_before_attention_dropout_loads_without_it():
+    old = GPTConfig(**TINY, drop_prob=0.1).to_dict()
+    assert old.pop("attention_dropout") is True  # today's default
+    assert GPTConfig.from_dict(old).attention_dropout is False  # trained without: resumed without
+    assert GPTConfig.from_dict({**old, "attention_dropout": True}).attention_dropout is True

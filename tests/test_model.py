@@ -107,6 +107,36 @@ def test_tiled_and_plain_attention_give_the_same_loss_and_gradients():
         )
 
 
+@pytest.mark.parametrize("keep_limit", [2**23, 0])  # the tiled kernel with and without its kept tiles
+def test_tiled_and_plain_attention_drop_the_same_weights(monkeypatch, keep_limit):
+    monkeypatch.setattr("numforge.model.blocks.KEEP_PROBS_LIMIT", keep_limit)
+    tiled = randomized_model({"drop_prob": 0.3})
+    plain = randomized_model({"drop_prob": 0.3, "attention": "plain"})
+    ids, targets = tiny_batch(TINY["vocab_size"])
+    loss_tiled, cache_tiled = tiled.forward(ids, targets, rng=default_rng(4))
+    loss_plain, cache_plain = plain.forward(ids, targets, rng=default_rng(4))
+    assert all(block.attention.attention.dropout is not None for block in cache_tiled.blocks)
+    assert float(loss_tiled) == pytest.approx(float(loss_plain), rel=1e-13)
+    grads_tiled, grads_plain = tiled.backward(cache_tiled), plain.backward(cache_plain)
+    for name in tiled.params:
+        np.testing.assert_allclose(
+            to_numpy(grads_tiled[name]), to_numpy(grads_plain[name]), rtol=1e-10, atol=1e-13, err_msg=name
+        )
+
+
+def test_attention_dropout_can_be_turned_off_alone():
+    ids, targets = tiny_batch(TINY["vocab_size"])
+    on = randomized_model({"drop_prob": 0.3})
+    off = randomized_model({"drop_prob": 0.3, "attention_dropout": False})
+    _, cache_on = on.forward(ids, targets, rng=default_rng(4))
+    _, cache_off = off.forward(ids, targets, rng=default_rng(4))
+    assert all(block.attention.attention.dropout is None for block in cache_off.blocks)
+    assert all(block.attention.dropout.keep is not None for block in cache_off.blocks)  # the branches still drop
+    assert all(block.attention.attention.dropout.p == 0.3 for block in cache_on.blocks)
+    evaluation = on.forward(ids, targets, training=False)[1]  # inference never drops
+    assert all(block.attention.attention.dropout is None for block in evaluation.blocks)
+
+
 def test_training_keeps_attention_probabilities_under_the_limit_with_the_same_gradients(monkeypatch):
     model = randomized_model({})
     ids, targets = tiny_batch(TINY["vocab_size"])

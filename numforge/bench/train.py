@@ -16,10 +16,11 @@ import os
 import pstats
 import statistics
 import time
+from dataclasses import replace
 
 import numpy as np
 
-from ..backend import asarray
+from ..backend import asarray, default_rng
 from ..blas import numpy_openblas
 from ..model import ATTENTION_KINDS, GPT
 from ..model.flops import flops_per_token
@@ -57,6 +58,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--rounds", type=positive_int, default=3, help="with --ranks: launches per side, taking turns (best kept)"
     )
     parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch side even if installed")
+    parser.add_argument(
+        "--dropout",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="also time numforge's step with dropout P, with and without attention-weight dropout "
+        "(the steps alternate with the others): the cost of dropout",
+    )
     parser.add_argument(
         "--profile",
         action="store_true",
@@ -104,6 +113,12 @@ def run(args: argparse.Namespace) -> int:
                 f" {result['torch_cpu_s'] / result['numforge_cpu_s']:14.2f}x"
             )
         print(line)
+        if "dropout_s" in result:
+            print(
+                f"{'':8s} with dropout {args.dropout:g}: step {result['dropout_s'] / result['numforge_s']:.2f}x "
+                f"the step without; without attention-weight dropout "
+                f"{result['dropout_no_attention_s'] / result['numforge_s']:.2f}x"
+            )
         if args.profile:
             print(result["profile"])
     print(
@@ -126,6 +141,9 @@ def bench_config(name: str, args, torch) -> dict:
     steps = [numforge_step]
     if torch is not None:
         steps.append(torch_step(torch, config, model, ids, targets))
+    dropout_names = ["dropout", "dropout_no_attention"] if args.dropout > 0 else []
+    for attention_dropout in (True, False)[: len(dropout_names)]:
+        steps.append(_dropout_step(config, args.dropout, attention_dropout, ids_nf, targets_nf))
     times = [[] for _ in steps]  # per implementation: (wall seconds, CPU seconds) per step
     for i in range(args.warmup + args.steps):
         for step, record in zip(steps, times):
@@ -143,9 +161,25 @@ def bench_config(name: str, args, torch) -> dict:
     if torch is not None:
         result["torch_s"] = statistics.median(t[0] for t in times[1])
         result["torch_cpu_s"] = statistics.median(t[1] for t in times[1])
+    for name, record in zip(dropout_names, times[len(times) - len(dropout_names) :]):
+        result[f"{name}_s"] = statistics.median(t[0] for t in record)
     if args.profile:
         result["profile"] = profile(numforge_step, args.steps) + "\n" + matmul_share(numforge_step, args.steps)
     return result
+
+
+def _dropout_step(config, drop_prob: float, attention_dropout: bool, ids, targets):
+    """numforge's step on the same model with dropout on (a fresh mask generator each step, as in training)."""
+    config = replace(config, drop_prob=drop_prob, attention_dropout=attention_dropout)
+    model = GPT(config, seed=0)
+    opt = AdamW(model.params, lr=LR, weight_decay=WEIGHT_DECAY)
+    step_count = iter(range(10**9))
+
+    def step():
+        _, cache = model.forward(ids, targets, rng=default_rng((0, next(step_count))))
+        opt.step(model.backward(cache))
+
+    return step
 
 
 def profile(step, num_steps: int, top: int = 14) -> str:

@@ -48,7 +48,11 @@ MODEL_FLAGS = {
     "ln_eps": ("ln_eps", dict(type=float_between(0, low_open=True), metavar="EPS", help="layer norm's epsilon")),
     "dropout": (
         "drop_prob",
-        dict(type=PROBABILITY, metavar="P", help="dropout probability while training"),
+        dict(type=PROBABILITY, metavar="P", help="dropout probability while training (activations, attention weights)"),
+    ),
+    "no_attention_dropout": (
+        "attention_dropout",
+        dict(action="store_const", const=False, help="--dropout spares the attention weights"),
     ),
 }
 

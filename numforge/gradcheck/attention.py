@@ -2,7 +2,9 @@
 
 Shapes are small and odd so that tiles are ragged (T = 5 and 7 with blocks of
 2 and 3), and the cases include rows that see no key at all (Tq > Tk causal,
-a mask row of False), whose gradients must be exactly zero.
+a mask row of False), whose gradients must be exactly zero. The dropout cases
+fix ``dropout_seed``, so every evaluation of the objective drops the same
+weights (the mask is a function of the seed, not of the values).
 """
 
 from __future__ import annotations
@@ -54,6 +56,29 @@ CASES = [
     _case(
         "flash_attention.keep_probs", (2, 2, 7, 7, 3, 4), seed=12, causal=True, block_q=3, block_k=2, keep_probs=True
     ),
+    _case("attention.dropout", (2, 2, 6, 6, 3, 4), seed=14, causal=True, dropout_p=0.3, dropout_seed=3),
+    _case("attention.dropout_full", (1, 2, 4, 7, 3, 2), seed=15, causal=False, dropout_p=0.5, dropout_seed=4),
+    _case(
+        "flash_attention.dropout",
+        (2, 2, 7, 7, 3, 4),
+        seed=16,
+        causal=True,
+        block_q=3,
+        block_k=2,
+        dropout_p=0.3,
+        dropout_seed=3,
+    ),  # fmt: skip
+    _case(
+        "flash_attention.dropout_keep_probs",
+        (1, 2, 7, 5, 3, 3),
+        seed=17,
+        causal=False,
+        block_q=2,
+        block_k=3,
+        keep_probs=True,
+        dropout_p=0.5,
+        dropout_seed=4,
+    ),  # fmt: skip
     _case(
         "flash_attention.keep_probs_tq>tk",
         (1, 2, 7, 3, 3, 3),

@@ -29,7 +29,8 @@ OPTIONS = {  # every activation of the registry, then the other options (on GELU
     "no_bias": {"use_bias": False},
     "plain_attention": {"attention": "plain"},
     "sinusoidal_scaled": {"position": "sinusoidal", "scale_embeddings": True},
-    "dropout": {"drop_prob": 0.2},
+    "dropout": {"drop_prob": 0.2},  # embeddings, branches and attention weights
+    "dropout_plain_attention": {"drop_prob": 0.2, "attention": "plain"},
 }
 
 

@@ -11,7 +11,10 @@ takes the block's parameters ``p`` by short name (``"attn.qkv_proj.weight"``;
 an absent bias is ``None``) and returns ``(branch, cache)``; each
 ``*_backward(dbranch, cache)`` returns ``(dx, grads)`` with ``grads`` keyed by
 the same short names. ``rng`` is
-None when dropout is off (at ``drop_prob = 0`` and at inference). Inside a
+None when dropout is off (at ``drop_prob = 0`` and at inference). With dropout
+on, the attention weights are dropped too (``Drop`` inside ``Attention``,
+unless ``config.attention_dropout`` is False): each layer draws one seed from
+``rng`` and the attention kernel draws its masks from that seed, tile by tile. Inside a
 branch the tokens are rows, ``(N,C)`` with ``N = B*T``, so that every
 projection is one 2-D matrix product (one BLAS call).
 
@@ -82,14 +85,23 @@ ATTENTION_BLOCK_Q, ATTENTION_BLOCK_K = 64, 256
 KEEP_PROBS_LIMIT = 2**23
 
 
-def attend(q, k, v, config, training: bool = False):
-    """Causal attention by the configured kernel: ``"plain"`` (the oracle) or ``"tiled"``."""
+def attention_seed(config, rng) -> int | None:
+    """The seed of this layer's attention-weight dropout, drawn from ``rng``; None when it is off."""
+    if rng is None or not config.attention_dropout:
+        return None
+    return int(rng.integers(0, 2**63))
+
+
+def attend(q, k, v, config, training: bool = False, dropout_seed: int | None = None):
+    """Causal attention by the configured kernel: ``"plain"`` (the oracle) or ``"tiled"``;
+    the weights dropped with ``config.drop_prob`` when a ``dropout_seed`` is given."""
+    dropout = {} if dropout_seed is None else {"dropout_p": config.drop_prob, "dropout_seed": dropout_seed}
     if config.attention == "plain":
-        return attention_forward(q, k, v, causal=True)
+        return attention_forward(q, k, v, causal=True, **dropout)
     B, H, Tq, _ = q.shape
     keep_probs = training and B * H * Tq * k.shape[2] <= KEEP_PROBS_LIMIT
     return flash_attention_forward(
-        q, k, v, causal=True, block_q=ATTENTION_BLOCK_Q, block_k=ATTENTION_BLOCK_K, keep_probs=keep_probs
+        q, k, v, causal=True, block_q=ATTENTION_BLOCK_Q, block_k=ATTENTION_BLOCK_K, keep_probs=keep_probs, **dropout
     )
 
 
@@ -122,7 +134,7 @@ def attention_branch_forward(x, p, config, rng, kv_cache=None, layer=0, training
     q, k, v = split_heads(qkv.reshape(B, T, 3 * C), config.num_heads)  # (N,3C) -> 3 x (B,H,T,D)
     if kv_cache is not None:
         k, v = kv_cache.extend(layer, k, v)  # (B,H,T,D) -> (B,H,cached+T,D)
-    o, attention_cache = attend(q, k, v, config, training)  # (B,H,T,D)
+    o, attention_cache = attend(q, k, v, config, training, attention_seed(config, rng))  # (B,H,T,D)
     merged = merge_heads(o).reshape(B * T, C)  # (B,H,T,D) -> (N,C)
     a, out_cache = linear_forward(merged, p["attn.out_proj.weight"], p.get("attn.out_proj.bias"))  # (N,C)
     a, drop_cache = dropout_if(a, config, rng)

@@ -13,7 +13,10 @@ value or combination is a ``ValueError`` (a wrong type: ``TypeError``) that
 names the field.
 
 Older checkpoints wrote ``ffn`` for ``activation`` and ``"naive"`` for the
-``"plain"`` attention; ``from_dict`` still reads them.
+``"plain"`` attention; ``from_dict`` still reads them. A dict written before
+attention dropout existed (no ``attention_dropout`` key) reads as
+``attention_dropout=False``: its model was trained without it, and a resumed
+run goes on as it began.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ ATTENTION_KINDS = ("tiled", "plain")  # the tiled kernel, or the plain one that 
 GATED_MULTIPLE = 64
 LEGACY_NAMES = {"ffn": "activation"}  # field names of older checkpoints -> today's
 LEGACY_VALUES = {("attention", "naive"): "plain"}
+LEGACY_DEFAULTS = {"attention_dropout": False}  # fields older checkpoints lack -> what those models were trained with
 
 
 def default_d_ff(d_model: int, activation: str) -> int:
@@ -52,7 +56,8 @@ class GPTConfig:
     gelu_approximate: str = "tanh"
     use_bias: bool = True
     tie_weights: bool = True
-    drop_prob: float = 0.0
+    drop_prob: float = 0.0  # dropout on the embeddings, each residual branch and (attention_dropout) attention weights
+    attention_dropout: bool = True  # drop_prob applies to the attention weights too
     position: str = "learned"
     scale_embeddings: bool = False
     attention: str = "tiled"
@@ -70,7 +75,7 @@ class GPTConfig:
         if self.d_ff is None:
             self.d_ff = default_d_ff(self.d_model, self.activation)
         check_positive_int(self.d_ff, "d_ff")
-        for name in ("use_bias", "tie_weights", "scale_embeddings"):
+        for name in ("use_bias", "tie_weights", "scale_embeddings", "attention_dropout"):
             check_bool(getattr(self, name), name)
         if not is_real(self.drop_prob) or not 0.0 <= self.drop_prob < 1.0:
             raise ValueError(f"drop_prob must be a number in [0, 1), got {self.drop_prob!r}")
@@ -103,7 +108,7 @@ class GPTConfig:
         """The inverse of ``to_dict`` (older names read too); unknown or missing keys are a ``ValueError``."""
         if not isinstance(d, dict):
             raise TypeError(f"a GPTConfig dict must be a dict, got {type(d).__name__}")
-        d = {LEGACY_NAMES.get(key, key): value for key, value in d.items()}
+        d = {**LEGACY_DEFAULTS, **{LEGACY_NAMES.get(key, key): value for key, value in d.items()}}
         d = {
             key: LEGACY_VALUES.get((key, value), value) if isinstance(value, str) else value for key, value in d.items()
         }

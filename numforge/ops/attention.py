@@ -21,15 +21,22 @@ A row with nothing to see is all ``-inf`` and would give
 ``exp(-inf - -inf) = NaN``; its max is taken as 0 and its sum as 1, so its
 weights, its output and its gradients are exactly zero.
 
-Backward, given ``dO``::
+With ``dropout_p = p > 0`` the weights are dropped after the softmax
+(``ops/attention_dropout.py`` draws the mask from ``dropout_seed``, the same
+mask the tiled kernel draws tile by tile)::
 
-    dV = P^T dO
-    dP = dO V^T
+    O = (P * Z) V,     Z = keep / (1 - p)
+
+Backward, given ``dO`` (without dropout ``Z = 1``)::
+
+    dV = (P * Z)^T dO
+    dP = (dO V^T) * Z
     dS = P * (dP - rowsum(P * dP))       the softmax Jacobian, one row at a time
     dQ = s dS K        dK = s dS^T Q
 
-The cache keeps ``q, k, v`` and ``P`` of shape ``(B, H, Tq, Tk)``: the memory of
-this op grows with ``T^2``, which is what ``flash_attention`` avoids.
+The cache keeps ``q, k, v`` and ``P`` of shape ``(B, H, Tq, Tk)`` (and with
+dropout the boolean mask, as large in bytes as a quarter of ``P`` in float32):
+the memory of this op grows with ``T^2``, which is what ``flash_attention`` avoids.
 """
 
 from __future__ import annotations
@@ -39,16 +46,20 @@ from typing import NamedTuple
 
 from ..backend import get_xp
 from ..checks import check_array, check_bool, check_float
+from .attention_dropout import AttentionDropout, check_dropout, dropped
 
 
 class AttentionCache(NamedTuple):
-    """Saved for the backward: the inputs, the probabilities P (B,H,Tq,Tk), the scale."""
+    """Saved for the backward: the inputs, the probabilities P (B,H,Tq,Tk) before dropout, the scale,
+    and with dropout its mask (bool, B,H,Tq,Tk) and ``1 / (1 - p)``."""
 
     q: object
     k: object
     v: object
     probs: object
     scale: float
+    keep: object = None  # dropout: True where a weight is kept; None without dropout
+    drop_scale: object = None  # dropout: 1 / (1 - p) in the inputs' dtype
 
 
 def check_qkv(q, k, v) -> tuple[int, int, int, int, int, int]:
@@ -126,13 +137,18 @@ def _allowed(xp, mask, causal: bool, shape: tuple[int, int, int, int]):
     return lower if mask is None else mask & lower  # broadcast -> up to (B,H,Tq,Tk)
 
 
-def attention_forward(q, k, v, causal: bool = True, mask=None, scale: float | None = None):
-    """``O = softmax(s Q K^T, masked) V`` on ``q (B,H,Tq,D)``, ``k (B,H,Tk,D)``, ``v (B,H,Tk,Dv)``.
+def attention_forward(
+    q, k, v, causal: bool = True, mask=None, scale: float | None = None, dropout_p: float = 0.0, dropout_seed: int = 0
+):
+    """``O = dropout(softmax(s Q K^T, masked)) V`` on ``q (B,H,Tq,D)``, ``k (B,H,Tk,D)``, ``v (B,H,Tk,Dv)``.
 
     ``mask``: boolean, True = may attend, broadcastable to ``(B,H,Tq,Tk)``.
-    ``causal``: also hide keys ``j > i + Tk - Tq``. Returns ``(o (B,H,Tq,Dv), cache)``.
+    ``causal``: also hide keys ``j > i + Tk - Tq``. ``dropout_p``: drop each weight with
+    this probability, the mask a function of ``dropout_seed`` (0 <= seed < 2**64) and the
+    weight's (batch, head, query, key). Returns ``(o (B,H,Tq,Dv), cache)``.
     """
     B, H, Tq, Tk, D, Dv = check_qkv(q, k, v)
+    p, seed = check_dropout(dropout_p, dropout_seed)
     xp = get_xp(q, k, v, mask)  # a TypeError if the mask lives on the other backend
     scale = resolve_scale(scale, D)
     allowed = _allowed(xp, mask, check_causal(causal), (B, H, Tq, Tk))
@@ -148,8 +164,13 @@ def attention_forward(q, k, v, causal: bool = True, mask=None, scale: float | No
     row_sum = probs.sum(axis=-1, keepdims=True)  # (B,H,Tq,Tk) -> (B,H,Tq,1)
     row_sum[row_sum == 0] = 1.0  # an empty row stays all zeros
     probs /= row_sum
-    out = xp.matmul(probs, v)  # (B,H,Tq,Tk) @ (B,H,Tk,Dv) -> (B,H,Tq,Dv)
-    return out, AttentionCache(q, k, v, probs, scale)
+    if p == 0:
+        out = xp.matmul(probs, v)  # (B,H,Tq,Tk) @ (B,H,Tk,Dv) -> (B,H,Tq,Dv)
+        return out, AttentionCache(q, k, v, probs, scale)
+    dropout = AttentionDropout(p, seed, range(B), range(H), Tk)
+    keep, drop_scale = dropout.keep(xp, range(Tq), range(Tk)), dropout.scale(probs.dtype)  # (B,H,Tq,Tk)
+    out = xp.matmul(dropped(probs, keep, drop_scale), v)  # (B,H,Tq,Tk) @ (B,H,Tk,Dv) -> (B,H,Tq,Dv)
+    return out, AttentionCache(q, k, v, probs, scale, keep, drop_scale)
 
 
 def attention_backward(dout, cache: AttentionCache):
@@ -159,9 +180,13 @@ def attention_backward(dout, cache: AttentionCache):
     check_grad_out(dout, (B, H, Tq, v.shape[3]), q.dtype)
     xp = get_xp(dout, probs)
 
-    # forward: out = P V
-    dv = xp.matmul(probs.swapaxes(-1, -2), dout)  # (B,H,Tk,Tq) @ (B,H,Tq,Dv) -> (B,H,Tk,Dv)
+    # forward: out = P V, or with dropout out = (P Z) V
+    weights = probs if cache.keep is None else dropped(probs, cache.keep, cache.drop_scale)  # (B,H,Tq,Tk)
+    dv = xp.matmul(weights.swapaxes(-1, -2), dout)  # (B,H,Tk,Tq) @ (B,H,Tq,Dv) -> (B,H,Tk,Dv)
+    del weights  # (B,H,Tq,Tk): not held beside dprobs
     dprobs = xp.matmul(dout, v.swapaxes(-1, -2))  # (B,H,Tq,Dv) @ (B,H,Dv,Tk) -> (B,H,Tq,Tk)
+    if cache.keep is not None:
+        dprobs = dropped(dprobs, cache.keep, cache.drop_scale)  # forward: weights = P Z, so dP = dweights Z
     # forward: P = softmax(S), so dS = P * (dP - rowsum(P * dP)); hidden keys have P = 0, so dS = 0
     row_dot = (probs * dprobs).sum(axis=-1, keepdims=True)  # (B,H,Tq,Tk) -> (B,H,Tq,1)
     dprobs -= row_dot

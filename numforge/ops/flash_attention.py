@@ -44,6 +44,21 @@ tile. Then, for each tile pair (queries ``I``, keys ``J``)::
     dS    = P * (dP - D_I)
     dQ_I += s dS K_J,  dK_J += s dS^T Q_I
 
+Dropout
+-------
+With ``dropout_p = p > 0`` the weights are dropped after the softmax,
+``O = (P * Z) V`` with ``Z = keep / (1 - p)``. A row's weights are only known
+up to the factor ``exp(m_final - m) / l`` while the tiles stream by, but
+dropping commutes with a per-row factor, so the forward drops the unnormalized
+tile, ``acc += (P_t * Z_t) V_t``, while ``l`` still sums the undropped
+``P_t`` (the softmax's normalization does not see dropout). Backward:
+``dV += (P Z)^T dO``, ``dP = (dO V^T) * Z``, and ``D = rowsum(dO * O)`` still
+equals ``rowsum(P * dP)`` (``O`` is the dropped output). No mask is stored:
+``ops/attention_dropout.py`` draws each tile's mask from a counter-based
+generator keyed by (seed, batch, head, mask block), so the backward draws the
+same one again, and plain attention, drawing its whole ``(Tq, Tk)`` mask from
+the same blocks, drops the same weights.
+
 Causal masking (bottom-right aligned: query ``i`` sees keys ``j <= i + Tk - Tq``)
 skips every key tile that lies wholly above the diagonal (about half the work
 when ``Tq == Tk``) and masks only the tiles the diagonal crosses. A query row
@@ -101,6 +116,7 @@ from ..checks import check_bool, check_positive_int
 from ._parallel import head_parts, run_parts, worker_count
 from ._tiles import tiles
 from .attention import causal_allowed, check_causal, check_grad_out, check_qkv, resolve_scale
+from .attention_dropout import AttentionDropout, check_dropout, dropped
 
 DEFAULT_BLOCK_Q = 128
 DEFAULT_BLOCK_K = 256
@@ -124,6 +140,7 @@ class FlashAttentionCache(NamedTuple):
     block_k: int
     parts: list  # the (batches, heads) slices the threads walked (ops/_parallel.py); the backward reuses them
     probs: list | None  # keep_probs: per part, (q_start, k_start) -> normalized P tile (b,h,nq,nk); else None
+    dropout: AttentionDropout | None  # the rate and seed that redraw each tile's mask; None without dropout
 
 
 def _key_tiles(q_start, q_stop, Tq, Tk, causal, block_k) -> Iterator[tuple[int, int, bool]]:
@@ -153,8 +170,10 @@ def flash_attention_forward(
     block_q: int = DEFAULT_BLOCK_Q,
     block_k: int = DEFAULT_BLOCK_K,
     keep_probs: bool = False,
+    dropout_p: float = 0.0,
+    dropout_seed: int = 0,
 ):
-    """``O = softmax(s Q K^T, causal) V`` tile by tile, with the online softmax.
+    """``O = dropout(softmax(s Q K^T, causal)) V`` tile by tile, with the online softmax.
 
     ``q (B,H,Tq,D)``, ``k (B,H,Tk,D)``, ``v (B,H,Tk,Dv)``; ``s = 1/sqrt(D)`` by
     default. Returns ``(o (B,H,Tq,Dv), cache)``; equal to ``attention_forward``
@@ -167,8 +186,14 @@ def flash_attention_forward(
     tile one matrix product, the mask and one ``exp`` fewer. The kept tiles
     take ``n B H Tq Tk`` bytes at most (about half that when causal), which
     is small at short sequences, where it pays most.
+
+    ``dropout_p > 0`` drops each weight after the softmax with that probability
+    (module docstring, Dropout): the same mask as ``attention_forward`` with the
+    same ``dropout_seed``, drawn tile by tile and drawn again by the backward.
     """
     B, H, Tq, Tk, D, Dv = check_qkv(q, k, v)
+    p, seed = check_dropout(dropout_p, dropout_seed)
+    dropout = AttentionDropout(p, seed, range(B), range(H), Tk) if p > 0 else None
     xp = get_xp(q, k, v)
     causal = check_causal(causal)
     scale = resolve_scale(scale, D)
@@ -180,16 +205,19 @@ def flash_attention_forward(
     parts = head_parts(B, H, worker_count(xp, B, H, Tq, Tk))
 
     def forward_part(part):  # writes out[part] and lse[part]; returns the part's kept tiles or None
+        part_dropout = None if dropout is None else dropout.part(part)
         return _forward_tiles(
-            q[part], k[part], v[part], out[part], lse[part], scale, causal, block_q, block_k, keep_probs
+            q[part], k[part], v[part], out[part], lse[part], scale, causal, block_q, block_k, keep_probs, part_dropout
         )
 
     kept = run_parts(forward_part, parts)
-    cache = FlashAttentionCache(q, k, v, out, lse, scale, causal, block_q, block_k, parts, kept if keep_probs else None)
+    cache = FlashAttentionCache(
+        q, k, v, out, lse, scale, causal, block_q, block_k, parts, kept if keep_probs else None, dropout
+    )
     return out, cache
 
 
-def _forward_tiles(q, k, v, out, lse, scale, causal, block_q, block_k, keep_probs) -> dict | None:
+def _forward_tiles(q, k, v, out, lse, scale, causal, block_q, block_k, keep_probs, dropout) -> dict | None:
     """The online softmax over every tile of ``q (b,h,Tq,D)``: fills ``out (b,h,Tq,Dv)`` and ``lse (b,h,Tq,1)``
     in place; returns the normalized probability tiles when ``keep_probs``, keyed ``(q_start, k_start)``."""
     xp = get_xp(q)
@@ -217,7 +245,11 @@ def _forward_tiles(q, k, v, out, lse, scale, causal, block_q, block_k, keep_prob
             row_sum *= rescale
             row_sum += probs.sum(axis=-1, keepdims=True)  # (B,H,nq,nk) -> (B,H,nq,1)
             acc *= rescale
-            acc += xp.matmul(probs, v[:, :, keys])  # (B,H,nq,nk) @ (B,H,nk,Dv) -> (B,H,nq,Dv)
+            weights = probs  # forward: O = P V, or with dropout O = (P Z) V (l sums P, not P Z)
+            if dropout is not None:
+                keep = dropout.keep(xp, range(q_start, q_stop), range(k_start, k_stop))  # (B,H,nq,nk) bool
+                weights = dropped(probs, keep, dropout.scale(dtype), out=None if keep_probs else probs)  # kept: a copy
+            acc += xp.matmul(weights, v[:, :, keys])  # (B,H,nq,nk) @ (B,H,nk,Dv) -> (B,H,nq,Dv)
             row_max = new_max
             if keep_probs:
                 tile_probs.append((k_start, probs, safe_max))
@@ -243,14 +275,15 @@ def flash_attention_backward(dout, cache: FlashAttentionCache):
 
     def backward_part(part_and_kept):  # writes dq[part], dk[part], dv[part]
         part, probs = part_and_kept
-        _backward_tiles(dout[part], q[part], k[part], v[part], out[part], cache.lse[part], probs,
+        dropout = None if cache.dropout is None else cache.dropout.part(part)
+        _backward_tiles(dout[part], q[part], k[part], v[part], out[part], cache.lse[part], probs, dropout,
                         dq[part], dk[part], dv[part], cache)  # fmt: skip
 
     run_parts(backward_part, list(zip(cache.parts, kept)))
     return dq, dk, dv
 
 
-def _backward_tiles(dout, q, k, v, out, lse, kept, dq, dk, dv, cache: FlashAttentionCache) -> None:
+def _backward_tiles(dout, q, k, v, out, lse, kept, dropout, dq, dk, dv, cache: FlashAttentionCache) -> None:
     """The backward over every tile of one part: adds into ``dq (b,h,Tq,D)``, ``dk, dv (b,h,Tk,.)`` in place."""
     xp = get_xp(dout)
     Tq, Tk = q.shape[2], k.shape[2]
@@ -274,9 +307,18 @@ def _backward_tiles(dout, q, k, v, out, lse, kept, dq, dk, dv, cache: FlashAtten
                     _mask_scores(scores, q_start, q_stop, k_start, k_stop, Tk - Tq)
                 scores -= lse[:, :, q_start:q_stop]
                 probs = xp.exp(scores, out=scores)  # (B,H,nq,nk) in place
-            # forward: O = P V, so dV = P^T dO and dP = dO V^T
-            dv[:, :, keys] += xp.matmul(probs.swapaxes(-1, -2), dout_tile)  # (B,H,nk,nq) @ (B,H,nq,Dv) -> (B,H,nk,Dv)
+            # forward: O = P V, so dV = P^T dO and dP = dO V^T; with dropout O = (P Z) V, so
+            # dV = (P Z)^T dO and dP = (dO V^T) Z, Z drawn again from the seed
+            weights = probs
+            if dropout is not None:
+                keep = dropout.keep(xp, range(q_start, q_stop), range(k_start, k_stop))  # (B,H,nq,nk) bool
+                weights = dropped(probs, keep, dropout.scale(q.dtype))
+            dv[:, :, keys] += xp.matmul(weights.swapaxes(-1, -2), dout_tile)  # (B,H,nk,nq) @ (B,H,nq,Dv) -> (B,H,nk,Dv)
+            del weights  # (B,H,nq,nk): not held beside dprobs
             dprobs = xp.matmul(dout_tile, v_t[..., keys])  # (B,H,nq,Dv) @ (B,H,Dv,nk) -> (B,H,nq,nk)
+            if dropout is not None:
+                xp.multiply(dprobs, keep, out=dprobs)
+                dprobs *= dropout.scale(q.dtype)
             # forward: P = softmax(S), so dS = P * (dP - D)
             dprobs -= delta[:, :, q_start:q_stop]
             dscores = xp.multiply(dprobs, probs, out=dprobs)  # (B,H,nq,nk) in place
