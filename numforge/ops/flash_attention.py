@@ -35,8 +35,9 @@ The row sum needs a whole row of ``P``, which a tile does not have; but::
 
     rowsum(P * dP)_i = sum_j P_ij (dO_i . V_j) = dO_i . (sum_j P_ij V_j) = dO_i . O_i
 
-so ``D = rowsum(dO * O)`` is computed once from the saved output, before any
-tile. Then, for each tile pair (queries ``I``, keys ``J``)::
+so ``D = rowsum(dO * O)`` comes from the saved output, once per query tile
+(``D_I``, before its key tiles; the whole ``dO * O`` at once would be a
+transient as large as ``O``). Then, for each tile pair (queries ``I``, keys ``J``)::
 
     S = s Q_I K_J^T,   P = exp(S - L_I)           recomputed (or kept, with keep_probs)
     dV_J += P^T dO_I
@@ -288,13 +289,13 @@ def _backward_tiles(dout, q, k, v, out, lse, kept, dropout, dq, dk, dv, cache: F
     xp = get_xp(dout)
     Tq, Tk = q.shape[2], k.shape[2]
     scale = cache.scale
-    delta = (dout * out).sum(axis=-1, keepdims=True)  # D = rowsum(dO * O), (B,H,Tq,Dv) -> (B,H,Tq,1)
     lse = xp.where(xp.isneginf(lse), xp.inf, lse).astype(q.dtype, copy=False)  # empty rows: P = exp(S - inf) = 0
     k_t = k.swapaxes(-1, -2)  # (B,H,Tk,D) -> (B,H,D,Tk), a view
     v_t = v.swapaxes(-1, -2)  # (B,H,Tk,Dv) -> (B,H,Dv,Tk), a view
     for q_start, q_stop in tiles(Tq, cache.block_q):
         q_tile = q[:, :, q_start:q_stop] * scale  # (B,H,nq,D), scaled once per tile
         dout_tile = dout[:, :, q_start:q_stop]  # (B,H,nq,Dv)
+        delta = (dout_tile * out[:, :, q_start:q_stop]).sum(axis=-1, keepdims=True)  # D = rowsum(dO * O), (B,H,nq,1)
         dq_tile = dq[:, :, q_start:q_stop]  # (B,H,nq,D), a view: updated in place
         for k_start, k_stop, masked in _key_tiles(q_start, q_stop, Tq, Tk, cache.causal, cache.block_k):
             keys = slice(k_start, k_stop)
@@ -320,7 +321,7 @@ def _backward_tiles(dout, q, k, v, out, lse, kept, dropout, dq, dk, dv, cache: F
                 xp.multiply(dprobs, keep, out=dprobs)
                 dprobs *= dropout.scale(q.dtype)
             # forward: P = softmax(S), so dS = P * (dP - D)
-            dprobs -= delta[:, :, q_start:q_stop]
+            dprobs -= delta
             dscores = xp.multiply(dprobs, probs, out=dprobs)  # (B,H,nq,nk) in place
             # forward: S = s Q K^T, so dQ = s dS K and dK = dS^T (s Q)
             dq_tile += xp.matmul(dscores, k[:, :, keys])  # (B,H,nq,nk) @ (B,H,nk,D) -> (B,H,nq,D)
