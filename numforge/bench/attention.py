@@ -69,6 +69,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch SDPA even if importable")
     parser.add_argument("--busy-core", action="store_true", help="also run with a second process spinning on one core")
     parser.add_argument(
+        "--threads",
+        type=positive_int,
+        nargs="+",
+        metavar="N",
+        help="BLAS (and torch) thread counts to run at (default: NumPy's default count, then 1)",
+    )
+    parser.add_argument(
         "--sweep-blocks",
         action="store_true",
         help=f"time the tiled routine for block_q in {SWEEP_BLOCKS_Q} x block_k in {SWEEP_BLOCKS_K} instead",
@@ -161,7 +168,7 @@ def _compare(args, xp) -> int:
         steps_by_t[T] = steps
     _print_memory(memory)
     conditions = [(threads, busy) for busy in ([False, True] if args.busy_core else [False])
-                  for threads in (blas_threads(), 1)]  # fmt: skip
+                  for threads in args.threads or (blas_threads(), 1)]  # fmt: skip
     medians = {}
     for threads, busy in conditions:
         with _threads(threads, torch), _busy_core(busy):
@@ -171,7 +178,8 @@ def _compare(args, xp) -> int:
                     step()  # untimed first run
                 runs[T] = run_times(steps, args.repeats, xp)
         label = f"{threads} BLAS thread{'s' * (threads > 1)}, {'one core busy' if busy else 'no load of ours'}"
-        print(f"\n{label}: forward + backward ms, min / median / max of {args.repeats}")
+        load = "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+        print(f"\n{label}: forward + backward ms, min / median / max of {args.repeats} ({load})")
         _print_times(runs)
         medians[threads, busy] = {T: statistics.median(r["tiled"]) for T, r in runs.items()}
         for line in _verdicts(runs, memory):
