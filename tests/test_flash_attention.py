@@ -267,3 +267,21 @@ def test_head_parts_cover_every_pair_once():
         for part in head_parts(B, H, workers):
             seen[part] += 1
         assert (seen == 1).all(), (B, H, workers)
+
+
+def test_threads_run_again_in_a_forked_child(monkeypatch):
+    import multiprocessing
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    monkeypatch.setattr(flash, "worker_count", lambda *args: 2)
+    q, k, v = qkv(1, 2, 5, 5, 3, 3)
+    expected = to_numpy(flash_attention_forward(q, k, v)[0])  # the parent starts its threads
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        result = pool.apply_async(_forward_in_child, (q, k, v)).get(timeout=60)
+    np.testing.assert_array_equal(result, expected)
+
+
+def _forward_in_child(q, k, v):
+    flash.worker_count = lambda *args: 2
+    return to_numpy(flash_attention_forward(q, k, v)[0])
