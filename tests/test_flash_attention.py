@@ -241,17 +241,18 @@ def test_bad_upstream_gradient_is_named():
         flash_attention_backward(randn(1, 2, 3, 6, dtype="float32"), cache)
 
 
-@pytest.mark.parametrize("shape", [(1, 5, 9, 9), (4, 1, 9, 9), (3, 2, 6, 9)])
+@pytest.mark.parametrize(("shape", "parts"), [((1, 5, 9, 9), 3), ((4, 1, 9, 9), 2), ((3, 2, 6, 9), 3)])
 @pytest.mark.parametrize("keep_probs", [False, True])
-def test_heads_split_across_threads_give_the_plain_result(monkeypatch, shape, keep_probs):
-    # Three workers whatever the call's size: parts along heads (H >= B) or along batches (B > H).
+def test_heads_split_across_threads_give_the_plain_result(monkeypatch, shape, parts, keep_probs):
+    # Three workers whatever the call's size, parts of at most 2 pairs: several parts a thread.
     monkeypatch.setattr(flash, "worker_count", lambda *args: 3)
+    monkeypatch.setattr(flash, "pairs_per_part", lambda *args: 2)
     B, H, Tq, Tk = shape
     q, k, v = qkv(B, H, Tq, Tk, 3, 4, seed=B + H)
     dout = randn(B, H, Tq, 4, seed=7)
     plain = forward_backward(attention_forward, attention_backward, q, k, v, dout)
     out, cache = flash_attention_forward(q, k, v, block_q=2, block_k=4, keep_probs=keep_probs)
-    assert len(cache.parts) == min(3, max(B, H))
+    assert len(cache.parts) == parts
     tiled = (out, *flash_attention_backward(dout, cache))
     for name, a, b in zip(("out", "dq", "dk", "dv"), tiled, plain):
         assert error_vs(a, b) <= 1e-10, name
@@ -260,13 +261,22 @@ def test_heads_split_across_threads_give_the_plain_result(monkeypatch, shape, ke
 def test_head_parts_cover_every_pair_once():
     from numforge.ops._parallel import head_parts
 
-    assert head_parts(1, 8, 2) == [(slice(0, 1), slice(0, 4)), (slice(0, 1), slice(4, 8))]
-    assert head_parts(16, 4, 2) == [(slice(0, 8), slice(0, 4)), (slice(8, 16), slice(0, 4))]
-    for B, H, workers in [(1, 1, 2), (3, 2, 2), (2, 5, 4), (7, 3, 16)]:
+    assert head_parts(1, 8, 4) == [(slice(0, 1), slice(0, 4)), (slice(0, 1), slice(4, 8))]
+    assert head_parts(16, 4, 32) == [(slice(0, 8), slice(0, 4)), (slice(8, 16), slice(0, 4))]
+    for B, H, pairs in [(1, 1, 2), (3, 2, 2), (2, 5, 4), (7, 3, 16), (4, 4, 1)]:
         seen = np.zeros((B, H), dtype=int)
-        for part in head_parts(B, H, workers):
+        for part in head_parts(B, H, pairs):
+            assert seen[part].size <= pairs
             seen[part] += 1
-        assert (seen == 1).all(), (B, H, workers)
+        assert (seen == 1).all(), (B, H, pairs)
+
+
+def test_parts_are_one_on_one_thread_and_sized_by_tile_on_several():
+    from numforge.ops._parallel import pairs_per_part
+
+    assert pairs_per_part(1, 16, 4, 64, 128, 4) == 64  # one thread: the whole (B, H) in one part
+    assert pairs_per_part(2, 1, 8, 128, 256, 4) == 2  # 128 KiB a head, 256 KiB a part
+    assert pairs_per_part(2, 1, 8, 1024, 1024, 8) == 1
 
 
 def test_threads_run_again_in_a_forked_child(monkeypatch):

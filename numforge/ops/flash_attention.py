@@ -85,11 +85,12 @@ is 4 MiB, ``L`` 64 KiB, a tile 1 MiB, the gradients 12 MiB; plain attention's
 
 Threads
 -------
-Heads never exchange numbers, so the ``(B, H)`` pairs are cut into parts (as
-many as NumPy's BLAS threads, e.g. heads 0-3 and 4-7 on 2 cores) and each part
-walks all its tiles on a Python thread of its own, every product on one BLAS
-thread (``ops/_parallel.py``; NumPy releases the GIL inside products and
-ufuncs). Handing each small tile product to OpenBLAS's threads instead made
+Heads never exchange numbers, so the ``(B, H)`` pairs are cut into parts of a
+few heads (heads 0-1, 2-3, ... with the default tiles) and as many Python
+threads as NumPy's BLAS has (2 on 2 cores) walk them, each part through all
+its tiles, every product on one BLAS thread (``ops/_parallel.py``; NumPy
+releases the GIL inside products and ufuncs). On one thread the whole
+``(B, H)`` is one part. Handing each small tile product to OpenBLAS's threads instead made
 them wait for each other thousands of times a call, and a stall of any one
 of them (another process on the core) stalled the product: at T = 2048 the
 same call took 0.96x to 3x the time of torch's SDPA from run to run. The
@@ -114,7 +115,7 @@ from typing import NamedTuple
 
 from ..backend import get_xp
 from ..checks import check_bool, check_positive_int
-from ._parallel import head_parts, run_parts, worker_count
+from ._parallel import head_parts, pairs_per_part, run_parts, worker_count
 from ._tiles import tiles
 from .attention import causal_allowed, check_causal, check_grad_out, check_qkv, resolve_scale
 from .attention_dropout import AttentionDropout, check_dropout, dropped
@@ -140,6 +141,7 @@ class FlashAttentionCache(NamedTuple):
     block_q: int
     block_k: int
     parts: list  # the (batches, heads) slices the threads walked (ops/_parallel.py); the backward reuses them
+    workers: int  # how many threads walked them
     probs: list | None  # keep_probs: per part, (q_start, k_start) -> normalized P tile (b,h,nq,nk); else None
     dropout: AttentionDropout | None  # the rate and seed that redraw each tile's mask; None without dropout
 
@@ -203,7 +205,8 @@ def flash_attention_forward(
 
     out = xp.empty((B, H, Tq, Dv), dtype=q.dtype)
     lse = xp.empty((B, H, Tq, 1), dtype=q.dtype)
-    parts = head_parts(B, H, worker_count(xp, B, H, Tq, Tk))
+    workers = worker_count(xp, B, H, Tq, Tk)
+    parts = head_parts(B, H, pairs_per_part(workers, B, H, min(block_q, Tq), min(block_k, Tk), q.dtype.itemsize))
 
     def forward_part(part):  # writes out[part] and lse[part]; returns the part's kept tiles or None
         part_dropout = None if dropout is None else dropout.part(part)
@@ -211,9 +214,9 @@ def flash_attention_forward(
             q[part], k[part], v[part], out[part], lse[part], scale, causal, block_q, block_k, keep_probs, part_dropout
         )
 
-    kept = run_parts(forward_part, parts)
+    kept = run_parts(forward_part, parts, workers)
     cache = FlashAttentionCache(
-        q, k, v, out, lse, scale, causal, block_q, block_k, parts, kept if keep_probs else None, dropout
+        q, k, v, out, lse, scale, causal, block_q, block_k, parts, workers, kept if keep_probs else None, dropout
     )
     return out, cache
 
@@ -280,7 +283,7 @@ def flash_attention_backward(dout, cache: FlashAttentionCache):
         _backward_tiles(dout[part], q[part], k[part], v[part], out[part], cache.lse[part], probs, dropout,
                         dq[part], dk[part], dv[part], cache)  # fmt: skip
 
-    run_parts(backward_part, list(zip(cache.parts, kept)))
+    run_parts(backward_part, list(zip(cache.parts, kept)), cache.workers)
     return dq, dk, dv
 
 
