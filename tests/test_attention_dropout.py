@@ -12,8 +12,8 @@ from test_flash_attention import error_vs, forward_backward, qkv
 from numforge import backend
 from numforge.backend import to_numpy
 from numforge.ops import flash_attention as flash
+from numforge.ops._attention_dropout import MASK_BLOCK_K, MASK_BLOCK_Q, AttentionDropout, random_words
 from numforge.ops.attention import attention_backward, attention_forward
-from numforge.ops.attention_dropout import MASK_BLOCK_K, MASK_BLOCK_Q, AttentionDropout, random_words
 from numforge.ops.flash_attention import flash_attention_backward, flash_attention_forward
 
 

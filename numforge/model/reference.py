@@ -11,7 +11,7 @@ gradients (tested equal to 1e-12 in float64 under every ``GPTConfig`` option,
   and its gradient ``softmax - onehot`` is computed in the backward, not fused into the forward;
 - no array is changed in place once computed (the two embedding gradients are
   filled into zeros); no op of ``numforge/ops`` is called (only the normal CDF
-  of exact GELU and the sinusoidal table are imported);
+  of exact GELU, the sinusoidal table and the attention-dropout mask are imported);
 - ``reference_backward`` is one function that walks ``reference_forward`` in
   exact reverse order, each step naming the forward line it reverses.
 
@@ -19,7 +19,7 @@ The network (pre-norm, GPT-2 style; ``s = sqrt(C)`` if ``scale_embeddings`` else
 
     x = s * token_embedding[ids] + positions[:T]               positions: learned or sinusoidal
     x = Drop(x)
-    for each layer:  x = x + Drop(attention(pre_attn_norm(x)))
+    for each layer:  x = x + Drop(attention(pre_attn_norm(x)))     attention: Drop(softmax(scores)) @ v
                      x = x + Drop(mlp(pre_mlp_norm(x)))
     logits = final_norm(x) @ unembedding^T                     token_embedding (tied) or lm_head.weight
     loss = mean over targets != -1 of -log softmax(logits)[target]
@@ -28,8 +28,11 @@ Dropout: with ``rng`` given and ``drop_prob > 0``, each dropout draws its
 keep mask as ``rng.random(shape, dtype) >= drop_prob`` in forward order
 (embeddings, then per layer the attention branch and the MLP branch), which
 is exactly what ``GPT.forward`` draws from the same generator: given two
-generators seeded alike, the two models drop the same elements. Without
-``rng`` there is no dropout (evaluation).
+generators seeded alike, the two models drop the same elements. The attention
+weights (when ``attention_dropout``) are dropped with a mask drawn from a seed,
+``rng.integers(0, 2**63)``, drawn just before the attention branch's mask:
+``ops/_attention_dropout.py`` makes the mask of that seed. Without ``rng``
+there is no dropout (evaluation).
 
 Example::
 
@@ -44,6 +47,7 @@ import math
 
 from ..backend import get_xp, scatter_add
 from ..checks import check_int
+from ..ops._attention_dropout import AttentionDropout
 from ..ops._erf import normal_cdf
 from .config import GPTConfig
 from .positions import sinusoidal_positions
@@ -90,7 +94,12 @@ def reference_forward(params: dict, config: GPTConfig, token_ids, targets, rng=N
         future = xp.triu(xp.ones((T, T), dtype=bool), k=1)  # (T,T): True where key j > query i
         scores = xp.where(future, -xp.inf, scores)  # (B,H,T,T), the future hidden
         weights = _softmax(scores)  # (B,H,T,T), each row sums to 1
-        o = weights @ v  # (B,H,T,T) @ (B,H,T,D) -> (B,H,T,D)
+        saved["weights_keep"] = None
+        if p_drop > 0 and config.attention_dropout:
+            dropout = AttentionDropout(p_drop, int(rng.integers(0, 2**63)), range(B), range(H), T)
+            saved["weights_keep"] = dropout.keep(xp, range(T), range(T))  # (B,H,T,T) bool
+        dropped = _dropout_with(weights, saved["weights_keep"], p_drop)  # (B,H,T,T): Drop(weights)
+        o = dropped @ v  # (B,H,T,T) @ (B,H,T,D) -> (B,H,T,D)
         merged = o.transpose(0, 2, 1, 3).reshape(B, T, C)  # (B,H,T,D) -> (B,T,H,D) -> (B,T,C)
         a = _linear(merged, w, "attn.out_proj")  # (B,T,C) @ (C,C) -> (B,T,C)
         a, saved["attn_keep"] = _dropout(a, p_drop, rng)  # (B,T,C)
@@ -174,10 +183,12 @@ def reference_backward(params: dict, config: GPTConfig, cache: dict) -> dict:
         dmerged = _linear_backward(da, saved["merged"], w, "attn.out_proj", g)  # (B,T,C) -> (B,T,C)
         # forward: merged = o.transpose(0, 2, 1, 3).reshape(B, T, C)
         do = dmerged.reshape(B, T, H, D).transpose(0, 2, 1, 3)  # (B,T,C) -> (B,H,T,D)
-        # forward: o = weights @ v
-        weights = saved["weights"]  # (B,H,T,T)
-        dweights = do @ saved["v"].transpose(0, 1, 3, 2)  # (B,H,T,D) @ (B,H,D,T) -> (B,H,T,T)
-        dv = weights.transpose(0, 1, 3, 2) @ do  # (B,H,T,T) @ (B,H,T,D) -> (B,H,T,D)
+        # forward: o = dropped @ v
+        weights, keep = saved["weights"], saved["weights_keep"]  # (B,H,T,T)
+        ddropped = do @ saved["v"].transpose(0, 1, 3, 2)  # (B,H,T,D) @ (B,H,D,T) -> (B,H,T,T)
+        dv = _dropout_with(weights, keep, config.drop_prob).transpose(0, 1, 3, 2) @ do  # (B,H,T,T) @ (B,H,T,D)
+        # forward: dropped = Drop(weights)
+        dweights = _dropout_with(ddropped, keep, config.drop_prob)  # (B,H,T,T)
         # forward: weights = softmax(scores): dscores = P * (dP - rowsum(P * dP)); a hidden key has P = 0
         dscores = weights * (dweights - (weights * dweights).sum(axis=-1, keepdims=True))  # (B,H,T,T)
         # forward: scores = q @ k^T / sqrt(D)
@@ -264,6 +275,11 @@ def _dropout(x, p: float, rng):
         return x, None
     keep = rng.random(x.shape, dtype=x.dtype) >= p  # (B,T,C) bool, drawn as GPT.forward draws it
     return x * keep / (1.0 - p), keep
+
+
+def _dropout_with(x, keep, p: float):
+    """``x * keep / (1 - p)`` with a given mask; ``x`` when there is none."""
+    return x if keep is None else x * keep * x.dtype.type(1.0 / (1.0 - p))
 
 
 def _dropout_backward(dy, keep, p: float):

@@ -4,7 +4,7 @@ Each tile product of the tiled kernel is small (``128 x 64 @ 64 x 256`` per
 head). Handed to OpenBLAS's thread pool, thousands of them a call, the BLAS
 threads synchronize on every product: a product lasts as long as its slowest
 thread, and one thread descheduled by any other process on the machine stalls
-it (measured on 2 cores under load: median 0.3 ms, one in ten over 300 ms).
+it (measured: ``ops/WHY_FAST.md``).
 Heads are independent, so the kernel splits them instead: parts of a few
 whole heads (and batch rows), each walked through every tile by one of
 ``workers`` Python threads with products on one BLAS thread. NumPy releases the GIL inside
@@ -30,8 +30,7 @@ from ..blas import blas_threads, one_blas_thread
 # Below this many scores per call (B H Tq Tk) the kernel runs on the calling thread alone: starting the
 # parts costs about as much as a small call (decoding one token with a KV cache is a (B,H,1,Tk) call).
 PARALLEL_MIN_SCORES = 2**16
-# On several threads, a part's (pairs, block_q, block_k) score tile stays within this: measured at T = 1024 and
-# 2048 (B 1, H 8, 128 x 256 tiles, 2 threads) 2-head parts ran as fast as 4-head ones, in 1.6 MiB less memory.
+# On several threads, a part's (pairs, block_q, block_k) score tile stays within this (ops/WHY_FAST.md).
 PART_TILE_BYTES = 2**18
 
 Part = tuple[slice, slice]  # (batches, heads)

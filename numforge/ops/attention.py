@@ -22,7 +22,7 @@ A row with nothing to see is all ``-inf`` and would give
 weights, its output and its gradients are exactly zero.
 
 With ``dropout_p = p > 0`` the weights are dropped after the softmax
-(``ops/attention_dropout.py`` draws the mask from ``dropout_seed``, the same
+(``ops/_attention_dropout.py`` draws the mask from ``dropout_seed``, the same
 mask the tiled kernel draws tile by tile)::
 
     O = (P * Z) V,     Z = keep / (1 - p)
@@ -46,7 +46,7 @@ from typing import NamedTuple
 
 from ..backend import get_xp
 from ..checks import check_array, check_bool, check_float
-from .attention_dropout import AttentionDropout, check_dropout, dropped
+from ._attention_dropout import AttentionDropout, check_dropout, dropped
 
 
 class AttentionCache(NamedTuple):

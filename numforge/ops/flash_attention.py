@@ -55,7 +55,7 @@ tile, ``acc += (P_t * Z_t) V_t``, while ``l`` still sums the undropped
 ``P_t`` (the softmax's normalization does not see dropout). Backward:
 ``dV += (P Z)^T dO``, ``dP = (dO V^T) * Z``, and ``D = rowsum(dO * O)`` still
 equals ``rowsum(P * dP)`` (``O`` is the dropped output). No mask is stored:
-``ops/attention_dropout.py`` draws each tile's mask from a counter-based
+``ops/_attention_dropout.py`` draws each tile's mask from a counter-based
 generator keyed by (seed, batch, head, mask block), so the backward draws the
 same one again, and plain attention, drawing its whole ``(Tq, Tk)`` mask from
 the same blocks, drops the same weights.
@@ -90,11 +90,10 @@ few heads (heads 0-1, 2-3, ... with the default tiles) and as many Python
 threads as NumPy's BLAS has (2 on 2 cores) walk them, each part through all
 its tiles, every product on one BLAS thread (``ops/_parallel.py``; NumPy
 releases the GIL inside products and ufuncs). On one thread the whole
-``(B, H)`` is one part. Handing each small tile product to OpenBLAS's threads instead made
-them wait for each other thousands of times a call, and a stall of any one
-of them (another process on the core) stalled the product: at T = 2048 the
-same call took 0.96x to 3x the time of torch's SDPA from run to run. The
-backward reuses the forward's parts.
+``(B, H)`` is one part. Handing each small tile product to OpenBLAS's own
+threads instead makes them wait for each other thousands of times a call, and
+a stall of any one of them (another process on the core) stalls the product
+(measurements: ``ops/WHY_FAST.md``). The backward reuses the forward's parts.
 
 Block sizes
 -----------
@@ -115,10 +114,10 @@ from typing import NamedTuple
 
 from ..backend import get_xp
 from ..checks import check_bool, check_positive_int
+from ._attention_dropout import AttentionDropout, check_dropout, dropped
 from ._parallel import head_parts, pairs_per_part, run_parts, worker_count
 from ._tiles import tiles
 from .attention import causal_allowed, check_causal, check_grad_out, check_qkv, resolve_scale
-from .attention_dropout import AttentionDropout, check_dropout, dropped
 
 DEFAULT_BLOCK_Q = 128
 DEFAULT_BLOCK_K = 256
