@@ -133,3 +133,9 @@ def test_tiled_keeps_no_mask_and_its_peak_memory_barely_moves(monkeypatch):
         tracemalloc.stop()
         assert max(a.size for a in cache if hasattr(a, "shape")) <= q.size  # no (T, T) mask in the cache
     assert peaks[1] <= 1.05 * peaks[0], peaks  # measured +3.5% here (a tile's bool mask), where tiles dominate
+
+
+def test_seeds_up_to_two_to_the_64_key_distinct_masks():
+    # the key is an exact uint64: the largest seeds are not rounded to one another
+    top = [random_words(2**64 - i, 0, 0, 0, 0, rows=2, width=8) for i in (1, 2)]
+    assert not np.array_equal(*top)

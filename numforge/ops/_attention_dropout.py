@@ -74,7 +74,9 @@ def random_words(seed: int, b: int, h: int, qb: int, kb: int, rows: int, width: 
     Philox gives 64-bit numbers; each is two 32-bit words, in the machine's byte
     order (low word first on x86 and ARM).
     """
-    generator = np.random.Philox(key=[seed, b], counter=[0, h, qb, kb])
+    generator = np.random.Philox(
+        key=np.array([seed, b], dtype=np.uint64), counter=np.array([0, h, qb, kb], dtype=np.uint64)
+    )
     count = rows * width
     words = generator.random_raw((count + 1) // 2).view(np.uint32)  # (2 * ceil(count/2),) uint32
     return words[:count].reshape(rows, width)
