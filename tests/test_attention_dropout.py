@@ -139,3 +139,14 @@ def test_seeds_up_to_two_to_the_64_key_distinct_masks():
     # the key is an exact uint64: the largest seeds are not rounded to one another
     top = [random_words(2**64 - i, 0, 0, 0, 0, rows=2, width=8) for i in (1, 2)]
     assert not np.array_equal(*top)
+
+
+def test_per_row_seeds_key_each_row_alone():
+    # one seed per batch row: rows 2..3 of a batch draw what they draw in the whole batch (a split batch)
+    q, k, v = qkv(4, 2, 6, 6, 3, 3)
+    seeds = [11, 12, 13, 14]
+    whole, _ = flash_attention_forward(q, k, v, block_q=4, block_k=4, dropout_p=0.4, dropout_seed=seeds)
+    half, _ = attention_forward(q[2:], k[2:], v[2:], dropout_p=0.4, dropout_seed=seeds[2:])
+    np.testing.assert_allclose(to_numpy(half), to_numpy(whole)[2:], rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="one seed per batch row"):
+        attention_forward(q, k, v, dropout_p=0.4, dropout_seed=seeds[:3])

@@ -13,8 +13,8 @@ an absent bias is ``None``) and returns ``(branch, cache)``; each
 the same short names. ``rng`` is
 None when dropout is off (at ``drop_prob = 0`` and at inference). With dropout
 on, the attention weights are dropped too (``Drop`` inside ``Attention``,
-unless ``config.attention_dropout`` is False): each layer draws one seed from
-``rng`` and the attention kernel draws its masks from that seed, tile by tile. Inside a
+unless ``config.attention_dropout`` is False): each layer draws one seed per batch
+row from ``rng`` and the attention kernel draws its masks from them, tile by tile. Inside a
 branch the tokens are rows, ``(N,C)`` with ``N = B*T``, so that every
 projection is one 2-D matrix product (one BLAS call).
 
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..backend import get_xp
+from ..backend import get_xp, to_numpy
 from ..ops.activations import ACTIVATIONS
 from ..ops.attention import attention_backward, attention_forward
 from ..ops.dropout import dropout_backward, dropout_forward
@@ -85,14 +85,19 @@ ATTENTION_BLOCK_Q, ATTENTION_BLOCK_K = 64, 256
 KEEP_PROBS_LIMIT = 2**23
 
 
-def attention_seed(config, rng) -> int | None:
-    """The seed of this layer's attention-weight dropout, drawn from ``rng``; None when it is off."""
+def attention_seeds(config, rng, batch: int) -> list[int] | None:
+    """One seed per batch row for this layer's attention-weight dropout, drawn from ``rng``; None when it is off.
+
+    ``rng.random((B, 1))`` gives each row one uniform from that row's own stream in training
+    (``training/dropout.py``), so a row's attention masks do not depend on how the batch is split.
+    """
     if rng is None or not config.attention_dropout:
         return None
-    return int(rng.integers(0, 2**63))
+    uniforms = to_numpy(rng.random((batch, 1), dtype="float64")).ravel()  # (B,)
+    return [int(u * 2**53) for u in uniforms]  # 53 random bits each
 
 
-def attend(q, k, v, config, training: bool = False, dropout_seed: int | None = None):
+def attend(q, k, v, config, training: bool = False, dropout_seed: list[int] | None = None):
     """Causal attention by the configured kernel: ``"plain"`` (the oracle) or ``"tiled"``;
     the weights dropped with ``config.drop_prob`` when a ``dropout_seed`` is given."""
     dropout = {} if dropout_seed is None else {"dropout_p": config.drop_prob, "dropout_seed": dropout_seed}
@@ -134,7 +139,7 @@ def attention_branch_forward(x, p, config, rng, kv_cache=None, layer=0, training
     q, k, v = split_heads(qkv.reshape(B, T, 3 * C), config.num_heads)  # (N,3C) -> 3 x (B,H,T,D)
     if kv_cache is not None:
         k, v = kv_cache.extend(layer, k, v)  # (B,H,T,D) -> (B,H,cached+T,D)
-    o, attention_cache = attend(q, k, v, config, training, attention_seed(config, rng))  # (B,H,T,D)
+    o, attention_cache = attend(q, k, v, config, training, attention_seeds(config, rng, B))  # (B,H,T,D)
     merged = merge_heads(o).reshape(B * T, C)  # (B,H,T,D) -> (N,C)
     a, out_cache = linear_forward(merged, p["attn.out_proj.weight"], p.get("attn.out_proj.bias"))  # (N,C)
     a, drop_cache = dropout_if(a, config, rng)

@@ -29,9 +29,9 @@ keep mask as ``rng.random(shape, dtype) >= drop_prob`` in forward order
 (embeddings, then per layer the attention branch and the MLP branch), which
 is exactly what ``GPT.forward`` draws from the same generator: given two
 generators seeded alike, the two models drop the same elements. The attention
-weights (when ``attention_dropout``) are dropped with a mask drawn from a seed,
-``rng.integers(0, 2**63)``, drawn just before the attention branch's mask:
-``ops/_attention_dropout.py`` makes the mask of that seed. Without ``rng``
+weights (when ``attention_dropout``) are dropped with a mask drawn from one seed
+per row, ``floor(2**53 * rng.random((B, 1)))``, drawn just before the attention
+branch's mask: ``ops/_attention_dropout.py`` makes the mask of those seeds. Without ``rng``
 there is no dropout (evaluation).
 
 Example::
@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import math
 
-from ..backend import get_xp, scatter_add
+from ..backend import get_xp, scatter_add, to_numpy
 from ..checks import check_int
 from ..ops._attention_dropout import AttentionDropout
 from ..ops._erf import normal_cdf
@@ -96,7 +96,8 @@ def reference_forward(params: dict, config: GPTConfig, token_ids, targets, rng=N
         weights = _softmax(scores)  # (B,H,T,T), each row sums to 1
         saved["weights_keep"] = None
         if p_drop > 0 and config.attention_dropout:
-            dropout = AttentionDropout(p_drop, int(rng.integers(0, 2**63)), range(B), range(H), T)
+            row_seeds = tuple(int(u * 2**53) for u in to_numpy(rng.random((B, 1), dtype="float64")).ravel())  # (B,)
+            dropout = AttentionDropout(p_drop, 0, range(B), range(H), T, row_seeds)
             saved["weights_keep"] = dropout.keep(xp, range(T), range(T))  # (B,H,T,T) bool
         dropped = _dropout_with(weights, saved["weights_keep"], p_drop)  # (B,H,T,T): Drop(weights)
         o = dropped @ v  # (B,H,T,T) @ (B,H,T,D) -> (B,H,T,D)

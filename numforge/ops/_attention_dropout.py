@@ -18,7 +18,7 @@ Queries and keys are cut into fixed mask blocks of ``MASK_BLOCK_Q x MASK_BLOCK_K
 ``(qb, kb)`` of batch ``b``, head ``h`` come from one counter-based generator
 (NumPy's ``Philox``) with::
 
-    key     = (seed, b)
+    key     = (seed, b)           or, with one seed per row, (seed_b, 0)
     counter = (0, h, qb, kb)
 
 read row by row as 32-bit words (``w = min(256, Tk - 256 kb)`` keys a row). Philox's output is a
@@ -57,18 +57,25 @@ def drop_threshold(p: float) -> int:
     return round(p * 2**32)
 
 
-def check_dropout(dropout_p: object, dropout_seed: object) -> tuple[float, int]:
-    """``(p, seed)``: a float in ``[0, 1)`` and an int in ``[0, 2**64)``, else an error naming the bad one."""
+def check_dropout(dropout_p: object, dropout_seed: object, batch: int) -> tuple[float, int, tuple | None]:
+    """``(p, seed, row_seeds)`` from ``dropout_p`` in ``[0, 1)`` and ``dropout_seed``: an int in ``[0, 2**64)``
+    (``row_seeds`` None) or one such int per batch row (``seed`` 0); else an error naming the bad value."""
     if not is_real(dropout_p) or not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be a number in [0, 1), got {dropout_p!r}")
-    if isinstance(dropout_seed, bool) or not isinstance(dropout_seed, (int, np.integer)):
-        raise TypeError(f"dropout_seed must be an int, got {type(dropout_seed).__name__}")
-    if not 0 <= dropout_seed < SEED_LIMIT:
-        raise ValueError(f"dropout_seed must be in [0, 2**64), got {dropout_seed}")
-    return float(dropout_p), int(dropout_seed)
+    per_row = isinstance(dropout_seed, (list, tuple))
+    seeds = list(dropout_seed) if per_row else [dropout_seed]
+    if per_row and len(seeds) != batch:
+        raise ValueError(f"dropout_seed must hold one seed per batch row ({batch}), got {len(seeds)}")
+    for seed in seeds:
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"dropout_seed must be an int or a list of ints, got {type(seed).__name__}")
+        if not 0 <= seed < SEED_LIMIT:
+            raise ValueError(f"dropout_seed must be in [0, 2**64), got {seed}")
+    return float(dropout_p), (0 if per_row else int(seeds[0])), (tuple(int(s) for s in seeds) if per_row else None)
 
 
 def random_words(seed: int, b: int, h: int, qb: int, kb: int, rows: int, width: int) -> np.ndarray:
+    # key (seed, b): the call's seed and the row, or (row's own seed, 0) with per-row seeds
     """The first ``rows`` rows of mask block ``(qb, kb)`` of batch ``b``, head ``h``: uint32 ``(rows, width)``.
 
     Philox gives 64-bit numbers; each is two 32-bit words, in the machine's byte
@@ -95,6 +102,7 @@ class AttentionDropout(NamedTuple):
     batches: range
     heads: range
     Tk: int
+    row_seeds: tuple | None = None  # one seed per batch row: row b keyed (row_seeds[b], 0) instead of (seed, b)
 
     def scale(self, dtype):
         """``1 / (1 - p)`` as a scalar of ``dtype`` (no promotion of float32 arrays)."""
@@ -121,8 +129,9 @@ class AttentionDropout(NamedTuple):
                 in_block = (slice(rows[0] - q0, None), slice(cols[0] - k0, cols[-1] + 1 - k0))
                 width = min(MASK_BLOCK_K, self.Tk - k0)
                 for i, b in enumerate(self.batches):
+                    key = (self.seed, b) if self.row_seeds is None else (self.row_seeds[b], 0)
                     for j, h in enumerate(self.heads):
-                        words = random_words(self.seed, b, h, qb, kb, rows[-1] + 1 - q0, width)  # (rows, width)
+                        words = random_words(*key, h, qb, kb, rows[-1] + 1 - q0, width)  # (rows, width)
                         np.greater_equal(words[in_block], threshold, out=keep[(i, j, *in_rect)])
         return xp.asarray(keep)  # (nb,nh,nq,nk), copied to the device on CuPy
 

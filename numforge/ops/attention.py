@@ -144,11 +144,11 @@ def attention_forward(
 
     ``mask``: boolean, True = may attend, broadcastable to ``(B,H,Tq,Tk)``.
     ``causal``: also hide keys ``j > i + Tk - Tq``. ``dropout_p``: drop each weight with
-    this probability, the mask a function of ``dropout_seed`` (0 <= seed < 2**64) and the
-    weight's (batch, head, query, key). Returns ``(o (B,H,Tq,Dv), cache)``.
+    this probability, the mask a function of ``dropout_seed`` (0 <= seed < 2**64, or one
+    such seed per batch row) and the weight's (batch row, head, query, key). Returns ``(o (B,H,Tq,Dv), cache)``.
     """
     B, H, Tq, Tk, D, Dv = check_qkv(q, k, v)
-    p, seed = check_dropout(dropout_p, dropout_seed)
+    p, seed, row_seeds = check_dropout(dropout_p, dropout_seed, B)
     xp = get_xp(q, k, v, mask)  # a TypeError if the mask lives on the other backend
     scale = resolve_scale(scale, D)
     allowed = _allowed(xp, mask, check_causal(causal), (B, H, Tq, Tk))
@@ -167,7 +167,7 @@ def attention_forward(
     if p == 0:
         out = xp.matmul(probs, v)  # (B,H,Tq,Tk) @ (B,H,Tk,Dv) -> (B,H,Tq,Dv)
         return out, AttentionCache(q, k, v, probs, scale)
-    dropout = AttentionDropout(p, seed, range(B), range(H), Tk)
+    dropout = AttentionDropout(p, seed, range(B), range(H), Tk, row_seeds)
     keep, drop_scale = dropout.keep(xp, range(Tq), range(Tk)), dropout.scale(probs.dtype)  # (B,H,Tq,Tk)
     out = xp.matmul(dropped(probs, keep, drop_scale), v)  # (B,H,Tq,Tk) @ (B,H,Tk,Dv) -> (B,H,Tq,Dv)
     return out, AttentionCache(q, k, v, probs, scale, keep, drop_scale)

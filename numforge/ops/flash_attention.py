@@ -194,8 +194,8 @@ def flash_attention_forward(
     same ``dropout_seed``, drawn tile by tile and drawn again by the backward.
     """
     B, H, Tq, Tk, D, Dv = check_qkv(q, k, v)
-    p, seed = check_dropout(dropout_p, dropout_seed)
-    dropout = AttentionDropout(p, seed, range(B), range(H), Tk) if p > 0 else None
+    p, seed, row_seeds = check_dropout(dropout_p, dropout_seed, B)
+    dropout = AttentionDropout(p, seed, range(B), range(H), Tk, row_seeds) if p > 0 else None
     xp = get_xp(q, k, v)
     causal = check_causal(causal)
     scale = resolve_scale(scale, D)
