@@ -64,6 +64,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             action="store_true",
             help="use the tokenizer file's split pattern even if numforge does not know it (a pattern is code)",
         )
+    show.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour token boundaries (auto: on a terminal, unless NO_COLOR is set); otherwise [brackets]",
+    )
     stats = sub.add_parser("stats", help="characters per token of a corpus at several vocabulary sizes")
     stats.add_argument(
         "--data",
@@ -78,12 +84,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the vocabulary sizes to train and measure (default %(default)s)",
     )
     stats.add_argument("--cache-dir", metavar="DIR", type=path_flag, help="where the trained tokenizers are cached")
-    show.add_argument(
-        "--color",
-        choices=("auto", "always", "never"),
-        default="auto",
-        help="colour token boundaries (auto: on a terminal, unless NO_COLOR is set); otherwise [brackets]",
-    )
     train = sub.add_parser("train", help="learn merges from text files and save the tokenizer")
     train.add_argument(
         "--data",
