@@ -124,8 +124,7 @@ def test_ctrl_c_during_prepare_leaves_nothing_a_later_run_takes_for_complete(tmp
     while not list(tmp_path.glob(".prepared.*.tmp/tokens.npy")):  # encoding has begun
         assert child.poll() is None and time.monotonic() < deadline, "prepare ended before it could be interrupted"
         time.sleep(0.02)
-    time.sleep(0.3)
-    child.send_signal(signal.SIGINT)
+    child.send_signal(signal.SIGINT)  # at once: on a quiet machine the rest of the encoding takes well under a second
     _, err = child.communicate(timeout=60)
     assert child.returncode == 130, err
     assert err.strip().endswith("numforge prepare: interrupted")

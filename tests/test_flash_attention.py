@@ -135,15 +135,19 @@ def test_decoding_one_token_at_a_time_matches_the_full_causal_pass():
 
 
 def test_causal_skips_tiles_above_the_diagonal_and_masks_only_the_diagonal():
-    # Tq = Tk = 8, blocks of 2: query tile i needs key tiles 0..i, and only tile i needs a mask.
-    visits = {q0: list(flash._key_tiles(q0, q0 + 2, 8, 8, True, 2)) for q0 in range(0, 8, 2)}
-    assert visits[0] == [(0, 2, True)]
-    assert visits[4] == [(0, 2, False), (2, 4, False), (4, 6, True)]
+    # Tq = Tk = 8, blocks of 2: key tile j is seen by query tiles j..3, and only tile j needs a mask.
+    visits = {k0: list(flash._query_tiles(k0, k0 + 2, 8, 8, True, 2)) for k0 in range(0, 8, 2)}
+    assert visits[0] == [(0, 2, 2, True), (2, 4, 2, False), (4, 6, 2, False), (6, 8, 2, False)]
+    assert visits[6] == [(6, 8, 8, True)]
+    # a query tile that stops inside a key tile sees only the keys up to its last query: blocks 2 x 4
+    assert list(flash._query_tiles(0, 4, 8, 8, True, 2)) == [(0, 2, 2, True), (2, 4, 4, True), (4, 6, 4, False),
+                                                            (6, 8, 4, False)]  # fmt: skip
     # Tq = 2 new tokens after 5 cached (Tk = 7): the queries sit at positions 5 and 6.
-    assert list(flash._key_tiles(0, 2, 2, 7, True, 4)) == [(0, 4, False), (4, 7, True)]
-    # Tq > Tk: queries 0..2 of 5 see nothing when Tk = 2, so the first query tile visits no key tile.
-    assert list(flash._key_tiles(0, 3, 5, 2, True, 4)) == []
-    assert list(flash._key_tiles(0, 8, 8, 8, False, 3)) == [(0, 3, False), (3, 6, False), (6, 8, False)]
+    assert list(flash._query_tiles(0, 4, 2, 7, True, 4)) == [(0, 2, 4, False)]
+    assert list(flash._query_tiles(4, 7, 2, 7, True, 4)) == [(0, 2, 7, True)]
+    # Tq > Tk: queries 0..2 of 5 see nothing when Tk = 2, so only the second query tile visits the keys.
+    assert list(flash._query_tiles(0, 2, 5, 2, True, 3)) == [(3, 5, 2, True)]
+    assert list(flash._query_tiles(3, 6, 8, 8, False, 3)) == [(0, 3, 6, False), (3, 6, 6, False), (6, 8, 6, False)]
 
 
 def test_no_score_sized_array_survives_the_forward():
@@ -275,7 +279,7 @@ def test_parts_are_one_on_one_thread_and_sized_by_tile_on_several():
     from numforge.ops._parallel import pairs_per_part
 
     assert pairs_per_part(1, 16, 4, 64, 128, 4) == 64  # one thread: the whole (B, H) in one part
-    assert pairs_per_part(2, 1, 8, 128, 256, 4) == 2  # 128 KiB a head, 256 KiB a part
+    assert pairs_per_part(2, 1, 8, 128, 256, 4) == 4  # 128 KiB a head, 512 KiB a part
     assert pairs_per_part(2, 1, 8, 1024, 1024, 8) == 1
 
 

@@ -18,6 +18,13 @@ the CPU when torch is importable (never a dependency); its memory is not
 traced. Plain attention's memory is measured up to T = 2048 (at 4096 it holds
 1.5 GiB); it is timed only with ``--time-plain``.
 
+Before importing torch the bench sets ``OMP_WAIT_POLICY=PASSIVE`` (unless it is
+set already). By default torch's OpenMP threads keep spinning on the cores for
+a while after each call, and the routines take turns, so they took the cores
+from the tiled routine timed right after SDPA: side by side, 2 threads, T = 2048,
+tiled after SDPA took a median 136 ms with the default and 129 ms with PASSIVE,
+while SDPA's own median did not move (125 and 124 ms).
+
 Targets (issue 18, on a 2-core CPU, B 1, H 8, D 64, causal, 10 repeats, default
 threads): at T = 2048 the median tiled time <= 1.0x SDPA's median and the
 slowest <= 1.3x; no T taking more than 5x the T half its size (slowest run
@@ -151,6 +158,8 @@ def _spread(runs: list[float]) -> str:
 def _compare(args, xp) -> int:
     causal = not args.non_causal
     blocks = {"block_q": args.block_q, "block_k": args.block_k}
+    if not args.no_torch and xp is np:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # module docstring: torch's threads stop spinning
     torch = None if args.no_torch or xp is not np else optional_torch()
     memory, steps_by_t = {}, {}
     for T in args.seq_lens:
@@ -270,6 +279,8 @@ def run(args: argparse.Namespace) -> int:
     )
     threads = {name: os.environ[name] for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS") if name in os.environ}
     print(f"default BLAS threads: {blas_threads()} ({threads or 'library default: all cores'})")
+    if not args.no_torch and xp is np:
+        print(f"torch's OpenMP wait policy: {os.environ.get('OMP_WAIT_POLICY', 'PASSIVE (set by the bench)')}")
     print("load average (1, 5, 15 min) at the start: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     if args.sweep_blocks:
         status = _sweep(args, xp)

@@ -13,8 +13,8 @@ anything until the last part ends, and a descheduled thread delays only its own
 part. ``workers`` follows NumPy's BLAS thread count (``OPENBLAS_NUM_THREADS``
 or all cores), so a user who asked for one BLAS thread gets one thread here.
 
-Example: B = 1, H = 8, two workers, 128 x 256 tiles -> parts of heads 0-1, 2-3, 4-5, 6-7, each thread
-taking the next one when it is done with its last.
+Example: B = 1, H = 8, two workers, 128 x 256 tiles -> parts of heads 0-3 and 4-7, one a thread;
+with more heads (or batch rows) than that, each thread takes the next part when it is done with its last.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from ..blas import blas_threads, one_blas_thread
 # parts costs about as much as a small call (decoding one token with a KV cache is a (B,H,1,Tk) call).
 PARALLEL_MIN_SCORES = 2**16
 # On several threads, a part's (pairs, block_q, block_k) score tile stays within this (ops/WHY_FAST.md).
-PART_TILE_BYTES = 2**18
+PART_TILE_BYTES = 2**19
 
 Part = tuple[slice, slice]  # (batches, heads)
 
@@ -48,10 +48,11 @@ def pairs_per_part(workers: int, B: int, H: int, tile_rows: int, tile_cols: int,
     """How many ``(batch, head)`` pairs one part holds: all of them on one thread; on several, as many as
     keep a part's score tile within ``PART_TILE_BYTES`` (at least one).
 
-    Small parts, more of them than threads, are handed out as threads come free: a thread that
-    another process holds up delays one small part while the others take the rest, and the
-    tiles alive at once (one part per thread) stay small. Example: tiles of 128 x 256 float32
-    (128 KiB a head) -> 2 heads a part; B = 1, H = 8 -> 4 parts on 2 threads.
+    The bound trades two costs (``ops/WHY_FAST.md``): every tile costs each part a few dozen NumPy
+    calls, whose Python between them holds the GIL, so smaller parts mean more calls and more
+    waiting for the GIL; larger parts hold larger tiles (two alive per thread). Parts, when
+    there are more than threads, are handed out as threads come free. Example: tiles of
+    128 x 256 float32 (128 KiB a head) -> 4 heads a part; B = 1, H = 8 -> 2 parts on 2 threads.
     """
     if workers == 1:
         return B * H

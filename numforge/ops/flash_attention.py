@@ -35,15 +35,35 @@ The row sum needs a whole row of ``P``, which a tile does not have; but::
 
     rowsum(P * dP)_i = sum_j P_ij (dO_i . V_j) = dO_i . (sum_j P_ij V_j) = dO_i . O_i
 
-so ``D = rowsum(dO * O)`` comes from the saved output, once per query tile
-(``D_I``, before its key tiles; the whole ``dO * O`` at once would be a
-transient as large as ``O``). Then, for each tile pair (queries ``I``, keys ``J``)::
+so ``D = rowsum(dO * O)`` comes from the saved output, before any tile (one
+query tile at a time: the whole ``dO * O`` at once would be a transient as
+large as ``O``). Then, for each tile pair (queries ``I``, keys ``J``)::
 
     S = s Q_I K_J^T,   P = exp(S - L_I)           recomputed (or kept, with keep_probs)
     dV_J += P^T dO_I
     dP    = dO_I V_J^T
     dS    = P * (dP - D_I)
     dQ_I += s dS K_J,  dK_J += s dS^T Q_I
+
+How the code runs it
+--------------------
+The same sums, rewritten three ways that change only rounding (measured in
+``ops/WHY_FAST.md``; derived in ``demos/derivations/flash_attention.md``):
+
+- Key tile first: both passes loop over the key tiles outside and the query
+  tiles that see each one inside (``_query_tiles``). Every query row still
+  meets its key tiles in order, so the forward's ``m, l, acc`` (kept for all
+  rows; ``acc`` is ``out`` itself) follow the recurrence above. Each key tile
+  is transposed once into a contiguous ``s K_J^T``: products with a contiguous
+  right operand run faster than with a transposed view.
+- Base 2: the scores are ``S2 = S log2(e)`` (the factor rides on ``K^T``), so
+  every exponential is ``exp2(S2 - m2) = exp(S - m)``, which NumPy runs about
+  2.5x faster than ``exp`` in float32. ``L`` stays in natural log.
+- Subtractions inside products: the backward builds ``[Q_I, -L_I log2 e]`` and
+  ``[(s log2 e) K_J^T; 1]``, whose product is ``S2 - L2``, and ``[dO_I, -D_I]``
+  and ``[V_J^T; 1]``, whose product is ``dP - D``: one more column in each
+  product instead of a pass over the tile (without dropout, whose ``Z``
+  multiplies ``dP`` before ``D`` is subtracted).
 
 Dropout
 -------
@@ -64,16 +84,17 @@ Causal masking (bottom-right aligned: query ``i`` sees keys ``j <= i + Tk - Tq``
 skips every key tile that lies wholly above the diagonal (about half the work
 when ``Tq == Tk``) and masks only the tiles the diagonal crosses. A query row
 that sees no key at all (``Tq > Tk``) has ``l = 0``: its output is 0 and its
-``L`` is ``-inf``; the backward treats it as ``+inf`` so ``P = exp(S - inf) = 0``
-and its gradients are 0, never ``NaN``.
+``L`` is ``-inf``; every one of its scores is masked, so the backward subtracts
+0 instead: ``P = exp(-inf) = 0`` and its gradients are 0, never ``NaN``.
 
 Memory (``n`` bytes per number: 4 for float32)
 ---------------------------------------------
 Saved for the backward: ``q, k, v`` (referenced, not copied), ``o`` and ``L``,
 ``n * B * H * Tq * (Dv + 1)`` bytes beyond the inputs. Working memory: the
-running statistics and scaled queries of one query tile, and a few
-``(B, H, block_q, block_k)`` tiles (scores/probabilities, ``dP``, the mask of
-a diagonal tile), ``n B H block_q block_k`` bytes each. The backward adds the
+running statistics (``n B H Tq`` each), one key tile's transposed keys and
+values (``n B H (D + 1) block_k`` each), and at most two
+``(B, H, block_q, block_k)`` tiles alive at once per thread (scores or
+probabilities, ``dP``), ``n B H block_q block_k`` bytes each. The backward adds the
 gradients ``dq, dk, dv`` (as large as the inputs) and ``D`` (``n B H Tq``).
 With ``keep_probs=True`` the forward also keeps every probability tile it
 computed, up to ``n B H Tq Tk`` bytes (about half for causal self-attention):
@@ -86,7 +107,7 @@ is 4 MiB, ``L`` 64 KiB, a tile 1 MiB, the gradients 12 MiB; plain attention's
 Threads
 -------
 Heads never exchange numbers, so the ``(B, H)`` pairs are cut into parts of a
-few heads (heads 0-1, 2-3, ... with the default tiles) and as many Python
+few heads (heads 0-3 and 4-7 with the default tiles) and as many Python
 threads as NumPy's BLAS has (2 on 2 cores) walk them, each part through all
 its tiles, every product on one BLAS thread (``ops/_parallel.py``; NumPy
 releases the GIL inside products and ufuncs). On one thread the whole
@@ -109,6 +130,7 @@ single row, so there is no memory to save by splitting the keys: pass
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -121,6 +143,8 @@ from .attention import causal_allowed, check_causal, check_grad_out, check_qkv, 
 
 DEFAULT_BLOCK_Q = 128
 DEFAULT_BLOCK_K = 256
+LOG2_E = math.log2(math.e)  # the scores are kept in base 2, S2 = S log2(e), so that exp(S - m) = exp2(S2 - m2)
+LN_2 = math.log(2.0)
 
 
 class FlashAttentionCache(NamedTuple):
@@ -145,12 +169,21 @@ class FlashAttentionCache(NamedTuple):
     dropout: AttentionDropout | None  # the rate and seed that redraw each tile's mask; None without dropout
 
 
-def _key_tiles(q_start, q_stop, Tq, Tk, causal, block_k) -> Iterator[tuple[int, int, bool]]:
-    """The key tiles that queries ``[q_start, q_stop)`` can see, each with "needs a mask"."""
+def _query_tiles(k_start, k_stop, Tq, Tk, causal, block_q) -> Iterator[tuple[int, int, int, bool]]:
+    """The query tiles that see any key of ``[k_start, k_stop)``, each with the end of the keys it sees
+    (a causal tile may stop short of ``k_stop``) and "needs a mask" (the diagonal crosses it)."""
     offset = Tk - Tq  # query i sees keys j <= i + offset
-    last_visible = q_stop - 1 + offset if causal else Tk - 1  # the last query's last key
-    for k_start, k_stop in tiles(min(Tk, last_visible + 1), block_k):
-        yield k_start, k_stop, causal and k_stop - 1 > q_start + offset
+    first_query = max(0, k_start - offset) if causal else 0  # the first query that sees key k_start
+    for q_start, q_stop in tiles(Tq, block_q):
+        if q_stop <= first_query:
+            continue
+        seen_stop = min(k_stop, q_stop + offset) if causal else k_stop  # keys past the last query's last are skipped
+        yield q_start, q_stop, seen_stop, causal and seen_stop - 1 > q_start + offset
+
+
+def _with_column(a, column):
+    """``[a, column]``: ``(..., n, D)`` and ``(..., n, 1)`` -> ``(..., n, D + 1)``."""
+    return get_xp(a).concatenate((a, column), axis=-1)
 
 
 def _mask_scores(scores, q_start, q_stop, k_start, k_stop, offset) -> None:
@@ -160,7 +193,7 @@ def _mask_scores(scores, q_start, q_stop, k_start, k_stop, offset) -> None:
     """
     xp = get_xp(scores)
     allowed = causal_allowed(xp, q_start, q_stop, k_start, k_stop, offset)  # (nq, nk)
-    scores += xp.where(allowed, 0.0, -xp.inf).astype(scores.dtype)  # 0 where visible, -inf where not
+    scores += xp.where(allowed, scores.dtype.type(0), scores.dtype.type(-xp.inf))  # 0 where visible, -inf where not
 
 
 def flash_attention_forward(
@@ -221,49 +254,57 @@ def flash_attention_forward(
 
 
 def _forward_tiles(q, k, v, out, lse, scale, causal, block_q, block_k, keep_probs, dropout) -> dict | None:
-    """The online softmax over every tile of ``q (b,h,Tq,D)``: fills ``out (b,h,Tq,Dv)`` and ``lse (b,h,Tq,1)``
-    in place; returns the normalized probability tiles when ``keep_probs``, keyed ``(q_start, k_start)``."""
+    """The online softmax over every tile of one part, key tile by key tile (the outer loop), then the query
+    tiles that see it: fills ``out (b,h,Tq,Dv)`` and ``lse (b,h,Tq,1)`` in place; returns the normalized
+    probability tiles when ``keep_probs``, keyed ``(q_start, k_start)``.
+
+    Every query row still meets its key tiles in order, so its running ``m, l`` (one per row, for the whole
+    part) and ``acc`` (``out`` itself, divided by ``l`` at the end) follow the module docstring exactly.
+    """
     xp = get_xp(q)
     B, H, Tq, _ = q.shape
-    Tk, Dv = v.shape[2], v.shape[3]
+    Tk = v.shape[2]
     dtype = q.dtype
-    k_t = k.swapaxes(-1, -2)  # (B,H,Tk,D) -> (B,H,D,Tk), a view
-    kept = {} if keep_probs else None
-    for q_start, q_stop in tiles(Tq, block_q):
-        q_tile = q[:, :, q_start:q_stop] * scale  # (B,H,nq,D), scaled once per tile
-        row_max = xp.full((B, H, q_stop - q_start, 1), -xp.inf, dtype=dtype)  # m
-        row_sum = xp.zeros((B, H, q_stop - q_start, 1), dtype=dtype)  # l
-        acc = xp.zeros((B, H, q_stop - q_start, Dv), dtype=dtype)  # unnormalized o
-        tile_probs = []  # keep_probs: (k_start, exp(S_t - m_t), m_t) for each key tile
-        for k_start, k_stop, masked in _key_tiles(q_start, q_stop, Tq, Tk, causal, block_k):
-            keys = slice(k_start, k_stop)
-            scores = xp.matmul(q_tile, k_t[..., keys])  # (B,H,nq,D) @ (B,H,D,nk) -> (B,H,nq,nk)
+    row_max = xp.full((B, H, Tq, 1), -xp.inf, dtype=dtype)  # m, in base 2 like the scores
+    row_sum = xp.zeros((B, H, Tq, 1), dtype=dtype)  # l
+    out[...] = 0  # acc, the unnormalized output
+    ones = xp.ones((min(block_k, Tk), 1), dtype=dtype)  # row sums as products: P @ 1 (ops/_sums.py)
+    tile_probs = []  # keep_probs: (q_start, k_start, exp2(S2_t - m_t), m_t) for each tile
+    for k_start, k_stop in tiles(Tk, block_k):
+        keys_t = _transposed(k[:, :, k_start:k_stop], scale * LOG2_E)  # (s log2 e) K^T (B,H,D,nk), contiguous
+        for q_start, q_stop, seen_stop, masked in _query_tiles(k_start, k_stop, Tq, Tk, causal, block_q):
+            rows, keys, seen = slice(q_start, q_stop), slice(k_start, seen_stop), seen_stop - k_start
+            scores = xp.matmul(q[:, :, rows], keys_t[..., :seen])  # S2 = S log2(e): (B,H,nq,D) @ (B,H,D,nk)
             if masked:
-                _mask_scores(scores, q_start, q_stop, k_start, k_stop, Tk - Tq)
-            new_max = xp.maximum(row_max, scores.max(axis=-1, keepdims=True))  # (B,H,nq,1)
+                _mask_scores(scores, q_start, q_stop, k_start, seen_stop, Tk - Tq)
+            old_max = row_max[:, :, rows]  # (B,H,nq,1)
+            new_max = xp.maximum(old_max, scores.max(axis=-1, keepdims=True))
             safe_max = xp.where(xp.isneginf(new_max), 0.0, new_max).astype(dtype, copy=False)  # no -inf - -inf
             scores -= safe_max
-            probs = xp.exp(scores, out=scores)  # P_t = exp(S_t - m_new), (B,H,nq,nk) in place
-            rescale = xp.exp(row_max - safe_max)  # exp(m - m_new), (B,H,nq,1); 0 while m = -inf
-            row_sum *= rescale
-            row_sum += probs.sum(axis=-1, keepdims=True)  # (B,H,nq,nk) -> (B,H,nq,1)
-            acc *= rescale
+            probs = xp.exp2(scores, out=scores)  # P_t = exp2(S2_t - m_new) = exp(S_t - m_new ln 2), in place
+            rescale = xp.exp2(old_max - safe_max)  # exp2(m - m_new), (B,H,nq,1); 0 while m = -inf
+            row_sum[:, :, rows] *= rescale
+            row_sum[:, :, rows] += xp.matmul(probs, ones[:seen])  # rowsum(P_t): (B,H,nq,nk) @ (nk,1)
             weights = probs  # forward: O = P V, or with dropout O = (P Z) V (l sums P, not P Z)
             if dropout is not None:
-                keep = dropout.keep(xp, range(q_start, q_stop), range(k_start, k_stop))  # (B,H,nq,nk) bool
+                keep = dropout.keep(xp, range(q_start, q_stop), range(k_start, seen_stop))  # (B,H,nq,nk) bool
                 weights = dropped(probs, keep, dropout.scale(dtype), out=None if keep_probs else probs)  # kept: a copy
-            acc += xp.matmul(weights, v[:, :, keys])  # (B,H,nq,nk) @ (B,H,nk,Dv) -> (B,H,nq,Dv)
-            row_max = new_max
+            out[:, :, rows] *= rescale
+            out[:, :, rows] += xp.matmul(weights, v[:, :, keys])  # acc: (B,H,nq,nk) @ (B,H,nk,Dv) -> (B,H,nq,Dv)
+            row_max[:, :, rows] = new_max
             if keep_probs:
-                tile_probs.append((k_start, probs, safe_max))
-        row_sum[row_sum == 0] = 1.0  # a row that saw no key: o = 0 / 1 = 0
-        out[:, :, q_start:q_stop] = acc / row_sum
-        lse[:, :, q_start:q_stop] = row_max + xp.log(row_sum)  # L = m + log(l); -inf for an empty row
-        if tile_probs:
-            final_max = xp.where(xp.isneginf(row_max), 0.0, row_max).astype(dtype, copy=False)
-            for k_start, probs, tile_max in tile_probs:
-                probs *= xp.exp(tile_max - final_max) / row_sum  # exp(S - m_t) exp(m_t - m) / l = exp(S - L)
-                kept[q_start, k_start] = probs
+                tile_probs.append((q_start, k_start, probs, safe_max))
+    row_sum[row_sum == 0] = 1.0  # a row that saw no key: o = 0 / 1 = 0
+    out /= row_sum
+    lse[...] = row_max * LN_2 + xp.log(row_sum)  # L = m ln 2 + log(l); -inf for an empty row
+    if not keep_probs:
+        return None
+    final_max = xp.where(xp.isneginf(row_max), 0.0, row_max).astype(dtype, copy=False)
+    kept = {}
+    for q_start, k_start, probs, tile_max in tile_probs:
+        rows = slice(q_start, q_start + probs.shape[-2])
+        probs *= xp.exp2(tile_max - final_max[:, :, rows]) / row_sum[:, :, rows]  # exp2(S2 - m) / l = exp(S - L)
+        kept[q_start, k_start] = probs
     return kept
 
 
@@ -286,46 +327,75 @@ def flash_attention_backward(dout, cache: FlashAttentionCache):
     return dq, dk, dv
 
 
+def _transposed(a, scale=1.0, ones_row=False):
+    """``s A^T`` over the last two axes, contiguous, ``(b,h,n,D) -> (b,h,D,n)``; or ``[s A^T; 1]``,
+    ``(b,h,D+1,n)``, with ``ones_row``. A product whose right operand is contiguous runs faster than
+    one with a transposed view (``ops/WHY_FAST.md``)."""
+    xp = get_xp(a)
+    out = xp.empty(a.shape[:-2] + (a.shape[-1] + ones_row, a.shape[-2]), dtype=a.dtype)
+    xp.multiply(a.swapaxes(-1, -2), scale, out=out[..., : a.shape[-1], :])
+    if ones_row:
+        out[..., -1, :] = 1
+    return out
+
+
+def _recomputed_probs(queries, keys_t, masked, q_start, q_stop, k_start, offset):
+    """``P = exp(S - L)`` of one tile from ``[Q, -L] (b,h,nq,D+1)`` and ``[s K^T; 1] (b,h,D+1,nk)``."""
+    scores = get_xp(queries).matmul(queries, keys_t)  # S - L: (b,h,nq,D+1) @ (b,h,D+1,nk) -> (b,h,nq,nk)
+    if masked:
+        _mask_scores(scores, q_start, q_stop, k_start, k_start + keys_t.shape[-1], offset)
+    return get_xp(scores).exp2(scores, out=scores)  # exp2(S2 - L log2 e) = exp(S - L), in place
+
+
 def _backward_tiles(dout, q, k, v, out, lse, kept, dropout, dq, dk, dv, cache: FlashAttentionCache) -> None:
-    """The backward over every tile of one part: adds into ``dq (b,h,Tq,D)``, ``dk, dv (b,h,Tk,.)`` in place."""
+    """The backward over every tile of one part, key tile by key tile (the outer loop), then the query tiles
+    that see it: adds into ``dq (b,h,Tq,D)``, ``dk, dv (b,h,Tk,.)`` in place.
+
+    Two subtractions ride inside matrix products, with one more column: ``S - L = [Q, -L] [s K^T; 1]``
+    and ``dP - D = [dO, -D] [V^T; 1]`` (without dropout). The key tile's ``[s K^T; 1]`` and ``[V^T; 1]``
+    are built once, for all its query tiles.
+    """
     xp = get_xp(dout)
     Tq, Tk = q.shape[2], k.shape[2]
     scale = cache.scale
-    lse = xp.where(xp.isneginf(lse), xp.inf, lse).astype(q.dtype, copy=False)  # empty rows: P = exp(S - inf) = 0
-    k_t = k.swapaxes(-1, -2)  # (B,H,Tk,D) -> (B,H,D,Tk), a view
-    v_t = v.swapaxes(-1, -2)  # (B,H,Tk,Dv) -> (B,H,Dv,Tk), a view
-    for q_start, q_stop in tiles(Tq, cache.block_q):
-        q_tile = q[:, :, q_start:q_stop] * scale  # (B,H,nq,D), scaled once per tile
-        dout_tile = dout[:, :, q_start:q_stop]  # (B,H,nq,Dv)
-        delta = (dout_tile * out[:, :, q_start:q_stop]).sum(axis=-1, keepdims=True)  # D = rowsum(dO * O), (B,H,nq,1)
-        dq_tile = dq[:, :, q_start:q_stop]  # (B,H,nq,D), a view: updated in place
-        for k_start, k_stop, masked in _key_tiles(q_start, q_stop, Tq, Tk, cache.causal, cache.block_k):
-            keys = slice(k_start, k_stop)
+    # -L log2(e), base 2 like the scores; a row that sees no key has L = -inf but every score masked
+    # (P = 0), so any finite L serves: 0
+    neg_lse = xp.where(xp.isneginf(lse), 0.0, lse * -LOG2_E).astype(q.dtype, copy=False)  # (b,h,Tq,1)
+    neg_delta = xp.empty_like(neg_lse)  # -D = -rowsum(dO * O), (b,h,Tq,1)
+    for q_start, q_stop in tiles(Tq, cache.block_q):  # one tile at a time: no (Tq, Dv) transient
+        rows = slice(q_start, q_stop)
+        neg_delta[:, :, rows] = -(dout[:, :, rows] * out[:, :, rows]).sum(axis=-1, keepdims=True)
+    for k_start, k_stop in tiles(Tk, cache.block_k):
+        keys_t = _transposed(k[:, :, k_start:k_stop], scale * LOG2_E, ones_row=True)  # [(s log2 e) K^T; 1]
+        values_t = _transposed(v[:, :, k_start:k_stop], ones_row=True)  # [V^T; 1] (b,h,Dv+1,nk)
+        for q_start, q_stop, seen_stop, masked in _query_tiles(k_start, k_stop, Tq, Tk, cache.causal, cache.block_q):
+            rows, keys, seen = slice(q_start, q_stop), slice(k_start, seen_stop), seen_stop - k_start
+            dout_tile = dout[:, :, rows]  # (b,h,nq,Dv)
             if kept is not None:
                 probs = kept[q_start, k_start]  # P, kept by the forward (keep_probs)
-            else:
-                # forward: S = s Q K^T, P = exp(S - L)
-                scores = xp.matmul(q_tile, k_t[..., keys])  # (B,H,nq,D) @ (B,H,D,nk) -> (B,H,nq,nk)
-                if masked:
-                    _mask_scores(scores, q_start, q_stop, k_start, k_stop, Tk - Tq)
-                scores -= lse[:, :, q_start:q_stop]
-                probs = xp.exp(scores, out=scores)  # (B,H,nq,nk) in place
+            else:  # forward: S = s Q K^T, P = exp(S - L)
+                queries = _with_column(q[:, :, rows], neg_lse[:, :, rows])  # [Q, -L] (b,h,nq,D+1)
+                probs = _recomputed_probs(queries, keys_t[..., :seen], masked, q_start, q_stop, k_start, Tk - Tq)
+                del queries  # not held beside dprobs
             # forward: O = P V, so dV = P^T dO and dP = dO V^T; with dropout O = (P Z) V, so
             # dV = (P Z)^T dO and dP = (dO V^T) Z, Z drawn again from the seed
-            weights = probs
-            if dropout is not None:
-                keep = dropout.keep(xp, range(q_start, q_stop), range(k_start, k_stop))  # (B,H,nq,nk) bool
-                weights = dropped(probs, keep, dropout.scale(q.dtype))
-            dv[:, :, keys] += xp.matmul(weights.swapaxes(-1, -2), dout_tile)  # (B,H,nk,nq) @ (B,H,nq,Dv) -> (B,H,nk,Dv)
-            del weights  # (B,H,nq,nk): not held beside dprobs
-            dprobs = xp.matmul(dout_tile, v_t[..., keys])  # (B,H,nq,Dv) @ (B,H,Dv,nk) -> (B,H,nq,nk)
-            if dropout is not None:
+            keep = None if dropout is None else dropout.keep(xp, range(q_start, q_stop), range(k_start, seen_stop))
+            weights = probs if keep is None else dropped(probs, keep, dropout.scale(q.dtype))  # keep (b,h,nq,nk) bool
+            dv[:, :, keys] += xp.matmul(weights.swapaxes(-1, -2), dout_tile)  # (b,h,nk,nq) @ (b,h,nq,Dv) -> (b,h,nk,Dv)
+            del weights  # (b,h,nq,nk): not held beside dprobs
+            # forward: P = softmax(S), so dS = P * (dP - D)
+            if keep is None:
+                dprobs = xp.matmul(_with_column(dout_tile, neg_delta[:, :, rows]), values_t[..., :seen])  # dP - D
+            else:  # (b,h,nq,Dv+1) @ (b,h,Dv+1,nk) -> (b,h,nq,nk)
+                dprobs = xp.matmul(dout_tile, values_t[:, :, :-1, :seen])  # dO V^T: (b,h,nq,Dv) @ (b,h,Dv,nk)
                 xp.multiply(dprobs, keep, out=dprobs)
                 dprobs *= dropout.scale(q.dtype)
-            # forward: P = softmax(S), so dS = P * (dP - D)
-            dprobs -= delta
-            dscores = xp.multiply(dprobs, probs, out=dprobs)  # (B,H,nq,nk) in place
-            # forward: S = s Q K^T, so dQ = s dS K and dK = dS^T (s Q)
-            dq_tile += xp.matmul(dscores, k[:, :, keys])  # (B,H,nq,nk) @ (B,H,nk,D) -> (B,H,nq,D)
-            dk[:, :, keys] += xp.matmul(dscores.swapaxes(-1, -2), q_tile)  # (B,H,nk,nq) @ (B,H,nq,D) -> (B,H,nk,D)
+                dprobs += neg_delta[:, :, rows]
+            dscores = xp.multiply(dprobs, probs, out=dprobs)  # (b,h,nq,nk) in place
+            del probs  # not held beside the two products below
+            # forward: S = s Q K^T, so dQ = s dS K and dK = s dS^T Q (the factor s once, at the end)
+            dq[:, :, rows] += xp.matmul(dscores, k[:, :, keys])  # (b,h,nq,nk) @ (b,h,nk,D) -> (b,h,nq,D)
+            dk[:, :, keys] += xp.matmul(dscores.swapaxes(-1, -2), q[:, :, rows])  # (b,h,nk,nq) @ (b,h,nq,D)
+            del dprobs, dscores, keep  # not held beside the next tile's
     dq *= scale
+    dk *= scale
