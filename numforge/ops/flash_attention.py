@@ -332,8 +332,9 @@ def _transposed(a, scale=1.0, ones_row=False):
     ``(b,h,D+1,n)``, with ``ones_row``. A product whose right operand is contiguous runs faster than
     one with a transposed view (``ops/WHY_FAST.md``)."""
     xp = get_xp(a)
-    out = xp.empty(a.shape[:-2] + (a.shape[-1] + ones_row, a.shape[-2]), dtype=a.dtype)
-    xp.multiply(a.swapaxes(-1, -2), scale, out=out[..., : a.shape[-1], :])
+    n, D = a.shape[-2:]
+    out = xp.empty(a.shape[:-2] + (D + 1 if ones_row else D, n), dtype=a.dtype)
+    xp.multiply(a.swapaxes(-1, -2), scale, out=out[..., :D, :])
     if ones_row:
         out[..., -1, :] = 1
     return out
@@ -341,10 +342,11 @@ def _transposed(a, scale=1.0, ones_row=False):
 
 def _recomputed_probs(queries, keys_t, masked, q_start, q_stop, k_start, offset):
     """``P = exp(S - L)`` of one tile from ``[Q, -L] (b,h,nq,D+1)`` and ``[s K^T; 1] (b,h,D+1,nk)``."""
-    scores = get_xp(queries).matmul(queries, keys_t)  # S - L: (b,h,nq,D+1) @ (b,h,D+1,nk) -> (b,h,nq,nk)
+    xp = get_xp(queries)
+    scores = xp.matmul(queries, keys_t)  # S - L: (b,h,nq,D+1) @ (b,h,D+1,nk) -> (b,h,nq,nk)
     if masked:
         _mask_scores(scores, q_start, q_stop, k_start, k_start + keys_t.shape[-1], offset)
-    return get_xp(scores).exp2(scores, out=scores)  # exp2(S2 - L log2 e) = exp(S - L), in place
+    return xp.exp2(scores, out=scores)  # exp2(S2 - L log2 e) = exp(S - L), in place
 
 
 def _backward_tiles(dout, q, k, v, out, lse, kept, dropout, dq, dk, dv, cache: FlashAttentionCache) -> None:
