@@ -92,7 +92,8 @@ def _norm_then_rope(x, weight, cos, sin):
 
 def _norm_then_rope_backward(dy, cache):
     norm_cache, rope_cache = cache
-    return rms_norm_backward(rope_backward(dy, rope_cache), norm_cache)  # the chain rule, last op first
+    dh = rope_backward(dy, rope_cache)  # the chain rule, the last op first
+    return rms_norm_backward(dh, norm_cache)
 
 
 def _rope_then_norm(x, cos, sin):
