@@ -111,8 +111,9 @@ def _apply_directory(arguments: dict, directory: Path) -> None:
                     f"puts {list(ids)} {'before' if flag == 'add_bos_token' else 'after'} the text; transformers 5 "
                     "follows tokenizer.json, older versions tokenizer_config.json: numforge will not guess"
                 )
-    eos_ids = _eos_ids(directory, config, named, where)
-    arguments["prompt"] = prompt._replace(eos_ids=eos_ids, split_special_tokens=split)
+    prompt = prompt._replace(eos_ids=_eos_ids(directory, config, named, where), split_special_tokens=split)
+    plain = Prompt(eos_ids=(arguments["special_tokens"][EOT],) if EOT in arguments["special_tokens"] else ())
+    arguments["prompt"] = None if prompt == plain else prompt  # GPT-2's: what numforge's own tokenizers do
 
 
 def _content(value, where, key: str) -> str | None:
