@@ -1,8 +1,9 @@
 """BPETokenizer: the fast byte-level BPE trainer and encoder, decoding, special tokens.
 
-Vocabulary: 256 byte tokens (``byte_ids[b]`` is the id of byte b), one token
-per merge (``merges[i]`` joins two earlier tokens into id ``merge_ids[i]``),
-and the special tokens (``special_tokens``: string -> id). numforge's own
+Vocabulary: 256 byte tokens (``byte_ids[b]`` is the id of byte b), the tokens
+the merges make (``merges[i]`` joins two tokens into id ``merge_ids[i]``; in a
+file converted from tiktoken, Llama 3's, several merges make one token), and the
+special tokens (``special_tokens``: string -> id). numforge's own
 layout, what ``train`` makes: byte b has id b, merge i makes ``256 + i``, the
 special tokens follow, so ``vocab_size = 256 + len(merges) + len(special_tokens)``.
 Files made elsewhere put ids where they like and are loaded with their ids:
@@ -10,9 +11,11 @@ GPT-2's byte tokens are a permutation of 0..255 (id 0 is "!"), a tokenizer
 trained by Hugging Face's trainer numbers its special tokens first, cl100k
 leaves ids unused. ``vocab_size`` is the largest id + 1.
 
-Encoding: split the text with the pattern, then merge each chunk by rank
-(``_merge.merge_chunk``), remembering each distinct chunk's ids in a bounded
-cache; code and prose repeat their chunks, so most chunks are a dict lookup.
+Encoding: cut out the special (and added) tokens, split the text between with
+the pattern (or normalize and pre-tokenize it by a Hugging Face ``pipeline``),
+then merge each chunk by rank (``_merge.merge_chunk``), remembering each
+distinct chunk's ids in a bounded cache; code and prose repeat their chunks, so
+most chunks are a dict lookup.
 The merging runs on internal ids (byte b is b, merge i makes 256 + i, so an
 id is its own rank); a chunk's ids are translated to the file's ids once,
 when the chunk enters the cache. It gives the same ids as
@@ -29,8 +32,11 @@ numforge's own file (``save`` / ``load``; ``to_dict`` is the same content)::
 
 Version 2, written only for a layout other than numforge's own, adds
 ``"merge_ids": [id made by merge 0, ...]``, lets the special ids be anything
-free, and keys ``tokens`` by id: ``{"5": "<base64>", ...}``. Version 1 files
-load as they always did.
+free, and keys ``tokens`` by id: ``{"5": "<base64>", ...}``. Version 3, written
+only for a tokenizer read from a Hugging Face tokenizer.json that asks for more
+(``hf_fields``: a pipeline, ignore_merges, added tokens, a prompt), is version 2
+with those fields; its ``pattern`` is null when a pipeline cuts the text.
+Version 1 and 2 files load as they always did.
 
 The merges are the model; ``tokens`` stores every token's bytes losslessly for
 other readers and is checked against the merges on load. Other tokenizers'
