@@ -59,7 +59,7 @@ from . import _checks
 from ._files import read_json
 from ._merge import merge_chunk
 from ._train import learn_merges
-from .byte_chars import byte_to_unicode
+from .byte_chars import gpt2_bytes, spelled_in_bytes
 from .pipeline import Pipeline
 from .pretokenize import GPT2_SPLIT_PATTERN, check_pattern_allowed, chunker, special_tokens_regex, split_on_specials
 
@@ -134,9 +134,8 @@ class BPETokenizer:
         if both := sorted(set(self.special_tokens) & set(self.added_tokens)):
             raise ValueError(f"tokens cannot be both special and added: {both}")
         self._named = _checks.special_ids({**self.special_tokens, **self.added_tokens}, ordinary)  # ids distinct
-        named = self._named
-        self.vocab_size = max(ordinary + list(named.values())) + 1
-        self._token_bytes = _checks.expand_tokens(self.byte_ids, self.merges, self.merge_ids, named)
+        self.vocab_size = max(ordinary + list(self._named.values())) + 1
+        self._token_bytes = _checks.expand_tokens(self.byte_ids, self.merges, self.merge_ids, self._named)
         # The encoder merges internal ids, where merge i has rank 256 + i and makes 256 + i (or, when several
         # merges make one token, the id of the first of them), so that an id is its own rank (``_merge``);
         # the file's ids replace them once per distinct chunk (none to replace by default).
@@ -148,9 +147,9 @@ class BPETokenizer:
         self._made = None if made == list(range(len(made))) else made
         self._external = None if ordinary == list(range(len(ordinary))) else ordinary
         self.ignore_merges = bool(ignore_merges)
-        self.vocab_specials = _checks.check_names(vocab_specials, named, "vocab_specials")
+        self.vocab_specials = _checks.check_names(vocab_specials, self._named, "vocab_specials")
         self._whole = self._whole_tokens() if self.ignore_merges else None
-        self.normalized_tokens = _checks.check_names(normalized_tokens, named, "normalized_tokens")
+        self.normalized_tokens = _checks.check_names(normalized_tokens, self._named, "normalized_tokens")
         if self.normalized_tokens and pipeline is not None and pipeline.nfc:
             raise ValueError("normalized_tokens are matched after normalization, which numforge does not do")
         if prompt is not None:  # its ids as tuples, each a token
@@ -163,10 +162,9 @@ class BPETokenizer:
         """bytes -> id of every token of the BPE vocabulary (``ignore_merges``); a special or added token that
         the vocabulary holds is spelled in GPT-2's byte characters there, so only those are reachable."""
         whole = {data: token for token, data in self.ordinary_tokens().items()}
-        inverse = {char: b for b, char in byte_to_unicode().items()}
         for name in self.vocab_specials:
-            if all(char in inverse for char in name):
-                whole[bytes(inverse[char] for char in name)] = self._named[name]
+            if all(char in spelled_in_bytes() for char in name):
+                whole[gpt2_bytes(name, name)] = self._named[name]
         return whole
 
     @property

@@ -25,7 +25,8 @@ def byte_to_unicode() -> dict[int, str]:
 
 
 @lru_cache(maxsize=1)
-def _unicode_to_byte() -> dict[str, int]:
+def spelled_in_bytes() -> dict[str, int]:
+    """The inverse of ``byte_to_unicode``: GPT-2's 256 byte characters -> their bytes."""
     return {char: b for b, char in byte_to_unicode().items()}
 
 
@@ -37,7 +38,7 @@ def gpt2_string(data: bytes) -> str:
 
 def gpt2_bytes(text: str, where: str) -> bytes:
     """The bytes a string of GPT-2's byte characters stands for; a ``ValueError`` naming ``where`` otherwise."""
-    inverse = _unicode_to_byte()
+    inverse = spelled_in_bytes()
     try:
         return bytes(inverse[char] for char in text)
     except KeyError as error:

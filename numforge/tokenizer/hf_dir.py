@@ -65,7 +65,7 @@ def _load_file(path: Path, trust_pattern: bool, directory: Path | None) -> BPETo
     d = read_json(path)
     if isinstance(d, dict) and d.get("format") == FORMAT_NAME:
         return BPETokenizer.from_dict(d, source=str(path), trust_pattern=trust_pattern)
-    arguments = read_tokenizer_json(path, trust_pattern)
+    arguments = read_tokenizer_json(path, trust_pattern, d)
     if directory is not None:
         _apply_directory(arguments, directory)
     return tokenizer_from_json(arguments)
@@ -111,7 +111,10 @@ def _apply_directory(arguments: dict, directory: Path) -> None:
                     f"puts {list(ids)} {'before' if flag == 'add_bos_token' else 'after'} the text; transformers 5 "
                     "follows tokenizer.json, older versions tokenizer_config.json: numforge will not guess"
                 )
-    prompt = prompt._replace(eos_ids=_eos_ids(directory, config, named, where), split_special_tokens=split)
+    eos_ids = _eos_ids(directory, config, named, where)
+    if unknown := [i for i in eos_ids if i not in named.values() and i not in arguments["vocab"].values()]:
+        raise ValueError(f"{directory}: the end id {unknown[0]} (eos_token_id) is not a token of tokenizer.json")
+    prompt = prompt._replace(eos_ids=eos_ids, split_special_tokens=split)
     plain = Prompt(eos_ids=(arguments["special_tokens"][EOT],) if EOT in arguments["special_tokens"] else ())
     arguments["prompt"] = None if prompt == plain else prompt  # GPT-2's: what numforge's own tokenizers do
 

@@ -59,10 +59,10 @@ def load_tokenizer_json(path, trust_pattern: bool = False) -> BPETokenizer:
     return tokenizer_from_json(read_tokenizer_json(path, trust_pattern))
 
 
-def read_tokenizer_json(path, trust_pattern: bool = False) -> dict:
-    """The arguments of ``tokenizer_from_json`` for the file at ``path``, every field checked; its ``prompt`` holds
-    the post-processor's tokens, and a directory's files can add to it (``hf_dir``)."""
-    d = read_json(path)
+def read_tokenizer_json(path, trust_pattern: bool = False, d: dict | None = None) -> dict:
+    """The arguments of ``tokenizer_from_json`` for the file at ``path`` (its JSON ``d`` if already read), every
+    field checked; their ``prompt`` holds the post-processor's tokens, which a directory's files add to (``hf_dir``)."""
+    d = read_json(path) if d is None else d
     if not isinstance(d, dict) or not isinstance(d.get("model"), dict):
         raise ValueError(f"{path}: expected a JSON object with a 'model' object (a Hugging Face tokenizer.json)")
     model = d["model"]
