@@ -274,7 +274,7 @@ class BPETokenizer:
         Cut out: the ``allowed_special`` special tokens and every added token, leftmost first and the longest
         where several start at one place; those in ``normalized_tokens`` in a second pass, in the pieces the
         first leaves (as Hugging Face does). A special token in ``as_text`` is found but left in its piece.
-        Example, with the special ``<s>``: ``cut("a<s>b")`` -> ``[("a", None), ("<s>", 0), ("b", None)]``.
+        Example, with the special token ``<s>`` = 0: ``cut("a<s>b")`` -> ``[("a", None), ("<s>", 0), ("b", None)]``.
         """
         allowed = self._special_names(allowed_special, "allowed_special") | set(as_text) | set(self.added_tokens)
         passes = [tuple(sorted(allowed - self.normalized_tokens)), tuple(sorted(allowed & self.normalized_tokens))]
