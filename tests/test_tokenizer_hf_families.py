@@ -43,6 +43,7 @@ NASTY = [
     "<|begin_of_text|>hi<|eot_id|><|endoftext|>x<|im_start|>user\n<|im_end|>",
     "<|endoftext |> <|im_start <|im_end| <|begin_of_text|<|eot_id|>>",  # special-looking text, and one inside
     "<think>x</think> <think</think>",
+    "xab<|im_end|>ab<y",  # an added token overlapping a special one: which pass finds which
     "\x00\x1b\u200b\ufeff\U0010fffd",
     DOCS[40_000:41_500],
 ]
@@ -132,6 +133,7 @@ def qwen2(directory):
 def smollm2(directory):
     digits = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(False)])
     tok = trained(digits, specials=["<|endoftext|>", "<|im_start|>", "<|im_end|>"])  # ids 0, 1, 2
+    tok.add_tokens(["ab<"])  # not special, matched in a second pass (normalized): "ab<|im_end|>" keeps <|im_end|>
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     # SmolLM2's own files name GPT2Tokenizer, which transformers 5 rebuilds with ByteLevel alone (no Digits):
     # its ids then differ from tokenizers' (and from what the model was trained on) on text like "a  1"
@@ -149,7 +151,8 @@ def with_holes(directory):
     vocab = {name: i + hole * (i >= cut) for name, i in vocab.items()} | {"<mid>": cut + 1}
     vocab["<last>"] = max(vocab.values()) + 1
     d["model"]["vocab"] = vocab
-    added = [t for t in d["added_tokens"]] + [{**d["added_tokens"][0], "content": c} for c in ("<mid>", "<last>")]
+    added = [t for t in d["added_tokens"] if t["content"] in vocab]  # the specials, ids 0, 1, 2
+    added += [{**d["added_tokens"][0], "content": c} for c in ("<mid>", "<last>")]
     added += [{**d["added_tokens"][0], "content": c} for c in ("<|a|>", "<|b|>")]  # appended: len(vocab), + 1
     ids = [vocab.get(t["content"]) for t in added[:-2]] + [len(vocab), len(vocab) + 1]
     d["added_tokens"] = [t | {"id": i} for t, i in zip(added, ids)]
