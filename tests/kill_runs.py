@@ -67,10 +67,11 @@ def last_logged_step(run: Path) -> int:
         return 0
 
 
-def wait_for(condition, job: subprocess.Popen, what: str, timeout: float = 120) -> None:
-    """Poll the run's own files until ``condition()``; fail if the trainer ended or took too long."""
+def wait_for(progress, at_least: int, job: subprocess.Popen, what: str, timeout: float = 120) -> None:
+    """Poll the run's own files until ``progress()`` reaches ``at_least``; fail if the trainer ended or took too
+    long."""
     deadline = time.monotonic() + timeout
-    while not condition():
+    while progress() < at_least:
         if job.poll() is not None:
             raise AssertionError(f"the trainer ended (status {job.returncode}) before {what}")
         if time.monotonic() > deadline:
@@ -111,8 +112,7 @@ def kill_and_resume(root: Path, kills: int, seed: int, steps: int = 60, say=prin
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         if debris:  # removed when the trainer started: check once it has made progress
-            begun = latest_step(run)
-            wait_for(lambda: latest_step(run) > begun, job, "a checkpoint after the restart")
+            wait_for(lambda: latest_step(run), latest_step(run) + 1, job, "a checkpoint after the restart")
             assert not [name for name in debris if (run / name).exists()], f"kept: {debris}"
             seen["temporaries removed at the next start"] += len(debris)
         if kill == kills:
@@ -120,10 +120,10 @@ def kill_and_resume(root: Path, kills: int, seed: int, steps: int = 60, say=prin
             break
         target = min(latest_step(run) + int(rng.integers(1, 4)), steps - 1)
         if rng.random() < 0.5:
-            wait_for(lambda: latest_step(run) >= target, job, f"checkpoint {target}")
+            wait_for(lambda: latest_step(run), target, job, f"checkpoint {target}")
             point = f"checkpoint {target} appeared"
         else:
-            wait_for(lambda: last_logged_step(run) >= target, job, f"loss.csv row {target}")
+            wait_for(lambda: last_logged_step(run), target, job, f"loss.csv row {target}")
             point = f"loss.csv reached step {target}"
         job.send_signal(signal.SIGKILL)
         job.wait()
@@ -137,7 +137,8 @@ def kill_and_resume(root: Path, kills: int, seed: int, steps: int = 60, say=prin
     for name in whole.params:
         assert np.array_equal(killed.params[name], whole.params[name]), f"{name} differs from the straight run"
     assert (run / "loss.csv").read_text() == (straight / "loss.csv").read_text()
-    sample = subprocess.run(numforge("sample", "--checkpoint", run, "--max-new-tokens", "5"), env=env, capture_output=True)
+    sample = numforge("sample", "--checkpoint", run, "--max-new-tokens", "5")
+    sample = subprocess.run(sample, env=env, capture_output=True, text=True)
     assert sample.returncode == 0, sample.stderr
     say(f"after {seen['kills']} kills: {sorted(p.name for p in run.iterdir())}; equal to the straight run bit for bit")
     return seen
