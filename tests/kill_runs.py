@@ -17,8 +17,9 @@ with three kills.
 """
 
 import argparse
+import contextlib
 import csv
-import os
+import io
 import signal
 import subprocess
 import sys
@@ -26,15 +27,24 @@ import time
 from pathlib import Path
 
 import numpy as np
+from helpers import subprocess_env
 
-from numforge import checkpoint
+from numforge import checkpoint, cli
 
-ROOT = Path(__file__).resolve().parent.parent
 WORDS = "the cat sat on a mat while one dog ran to the old red barn and back".split()
 KEPT = {"LATEST", "loss.csv", "loss.png"}  # besides complete checkpoints
 
 
+def write_corpus(root: Path, seed: int = 0) -> Path:
+    """About 5 KB of word salad in ``root/corpus.txt``, where ``flags`` reads it."""
+    rng = np.random.default_rng(seed)
+    corpus = root / "corpus.txt"
+    corpus.write_text(" ".join(WORDS[i] for i in rng.integers(0, len(WORDS), 1200)), encoding="utf-8")
+    return corpus
+
+
 def flags(root: Path, steps: int) -> list[str]:
+    """A tiny model on ``root/corpus.txt``, every step evaluated and checkpointed, the cache in ``root/cache``."""
     model = ["--layers", "1", "--d-model", "16", "--heads", "2", "--seq-len", "16", "--batch-size", "4"]
     data = ["--data", str(root / "corpus.txt"), "--vocab-size", "280", "--cache-dir", str(root / "cache")]
     run = ["--max-steps", str(steps), "--schedule-steps", str(steps), "--warmup-steps", "2", "--seed", "3"]
@@ -45,10 +55,14 @@ def numforge(*args) -> list[str]:
     return [sys.executable, "-m", "numforge", *map(str, args)]
 
 
-def environment() -> dict:
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
-    return env
+def quietly(argv: list[str]) -> int:
+    """``numforge ARGV`` in this process, its output kept out of sight (shown only if it fails)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = cli.main(argv)
+    if status:
+        print(out.getvalue(), err.getvalue(), file=sys.stderr)
+    return status
 
 
 def latest_step(run: Path) -> int:
@@ -98,11 +112,10 @@ def kill_and_resume(root: Path, kills: int, seed: int, steps: int = 60, say=prin
     and compared with one trained straight. Returns counts of what was seen."""
     root.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    corpus = root / "corpus.txt"
-    corpus.write_text(" ".join(WORDS[i] for i in rng.integers(0, len(WORDS), 1200)), encoding="utf-8")
+    write_corpus(root, seed)
     run, straight = root / "run", root / "straight"
-    env = environment()
-    subprocess.run(numforge("train", *flags(root, steps), "--out", straight), env=env, check=True, capture_output=True)
+    env = subprocess_env()
+    assert quietly(["train", *flags(root, steps), "--out", str(straight)]) == 0
     seen = {"kills": 0, "temporaries left": 0, "temporaries removed at the next start": 0}
     debris: list[str] = []
     for kill in range(kills + 1):
@@ -137,9 +150,7 @@ def kill_and_resume(root: Path, kills: int, seed: int, steps: int = 60, say=prin
     for name in whole.params:
         assert np.array_equal(killed.params[name], whole.params[name]), f"{name} differs from the straight run"
     assert (run / "loss.csv").read_text() == (straight / "loss.csv").read_text()
-    sample = numforge("sample", "--checkpoint", run, "--max-new-tokens", "5")
-    sample = subprocess.run(sample, env=env, capture_output=True, text=True)
-    assert sample.returncode == 0, sample.stderr
+    assert quietly(["sample", "--checkpoint", str(run), "--max-new-tokens", "5"]) == 0
     say(f"after {seen['kills']} kills: {sorted(p.name for p in run.iterdir())}; equal to the straight run bit for bit")
     return seen
 
