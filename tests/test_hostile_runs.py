@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import make_tiny_run, signal_at, subprocess_env, tiny_run
+from helpers import make_tiny_run, processes_mentioning, signal_at, subprocess_env, tiny_run
 from kill_runs import KEPT, check_directory, flags, kill_and_resume, numforge, write_corpus
 
 from numforge import checkpoint, cli, interrupts, locks
@@ -97,17 +97,6 @@ def test_a_second_trainer_is_refused_while_the_first_runs_and_readers_are_not(ro
     assert cli.main(["train", "--resume", str(run), "--max-steps", str(step + 1), "--no-progress"]) == 0  # killed
     assert cli.main(["train", "--resume", str(run), "--max-steps", str(step + 2), "--no-progress"]) == 0  # ended
     check_directory(run, after_kill=False)
-
-
-def processes_mentioning(text: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and text in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                found.append(int(entry.name))
-        except OSError:
-            pass
-    return found
 
 
 @pytest.mark.skipif(not Path("/proc/self").exists(), reason="looks for left-over processes in /proc")

@@ -10,13 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import subprocess_env
 
 from numforge import cli, interrupts
 from numforge.commands import params
 from numforge.data.parallel import ordered_map
 from numforge.interrupts import Interrupted
 
-ROOT = Path(__file__).resolve().parent.parent
 JOB_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 
 
@@ -147,7 +147,7 @@ for _, pid in ordered_map(Pid, (), range(8), workers=2):
 
 @pytest.mark.skipif(not Path("/proc/self").exists(), reason="looks for the workers in /proc")
 def test_workers_end_when_their_parent_is_killed_outright():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = subprocess_env()
     job = subprocess.run(
         [sys.executable, "-c", ORPHAN, str(Path(__file__).parent)], env=env, capture_output=True, text=True, timeout=60
     )

@@ -10,12 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import make_tiny_run
+from helpers import make_tiny_run, subprocess_env
 
 from numforge import atomic, locks
 from numforge.data.parallel import ordered_map
 
-ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(locks.fcntl is None, reason="no flock on this system: nothing is locked")
 
 
@@ -43,7 +42,7 @@ sys.stdin.read()
 
 
 def test_a_holder_killed_outright_leaves_the_lock_free(tmp_path):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = subprocess_env()
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLDER, str(tmp_path / "run")], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import processes_mentioning
 from parallel_run import VOCAB, tiny_run, write_corpus
 
 from numforge import checkpoint, cli
@@ -155,18 +156,6 @@ def test_two_ranks_float32_and_resume_on_two_ranks_or_one(tmp_path, corpus):
     on_one = checkpoint.load_checkpoint(tmp_path / "split-then-one")
     assert on_one.state["world_size"] == 1
     assert max_relative_difference(without_key_bias(on_one.params), without_key_bias(two.params)) < FLOAT32_TOLERANCE
-
-
-def processes_mentioning(text: str) -> list[int]:
-    """The ids of the running processes whose command line holds ``text`` (Linux's /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and text in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                found.append(int(entry.name))
-        except OSError:  # it ended while we looked
-            pass
-    return found
 
 
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="looks for left-over processes in /proc")
