@@ -17,7 +17,13 @@ Why a crash cannot lose the previous checkpoint: a new checkpoint is written
 into a hidden temporary directory, renamed into place when complete, and only
 then is ``LATEST`` replaced (``os.replace`` of one small file, atomic on POSIX
 and Windows). Until that last step ``LATEST`` names the previous checkpoint,
-which is untouched; older checkpoints are deleted only after the switch.
+which is untouched; older checkpoints are deleted only after the switch, and
+renamed away first, so no directory named like a checkpoint is ever half
+written or half removed. A process killed outright leaves at most a hidden
+``.ckpt-*.tmp``, which nothing reads and the next run removes
+(``atomic.remove_stale_temporaries``). A reader of a run that is training
+now never waits: if the checkpoint it reads is replaced meanwhile, it reads
+the new one (``load_checkpoint``).
 
 Why loading cannot run code: arrays are read with ``numpy.load(...,
 allow_pickle=False)`` and everything else is JSON.

@@ -20,6 +20,7 @@ which the callers read as "cannot tell: leave it".
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -80,6 +81,8 @@ def mark(path: str | os.PathLike) -> int | None:
     locks). ``BlockingIOError`` if a live process holds it; ``FileNotFoundError``
     if it is gone, or was removed or replaced before its lock was taken.
     """
+    if fcntl is None:
+        return None
     path = Path(path)
     fd = os.open(path, os.O_RDONLY)
     taken = _try_lock(fd)
@@ -137,13 +140,15 @@ class DirectoryLock:
         _marked.add(self.fd)
         record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
         os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, (json.dumps(record) + "\n").encode(), 0)
+        os.lseek(self.fd, 0, os.SEEK_SET)
+        os.write(self.fd, (json.dumps(record) + "\n").encode())
 
     def release(self) -> None:
         if self.fd is None:
             return
         if _same_file(self.fd, self.path):
-            self.path.unlink()  # still locked: a taker that opened this file finds it gone and opens the next one
+            with contextlib.suppress(OSError):  # still locked: a taker that opened this file finds it gone
+                self.path.unlink()
         _marked.discard(self.fd)
         os.close(self.fd)
         self.fd = None

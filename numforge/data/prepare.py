@@ -116,7 +116,7 @@ def prepare_tokens(
     return index
 
 
-def _prepare(source: Source, tokenizer: BPETokenizer, out: Path, workers: int, val_fraction: float, progress: bool):
+def _prepare(source: Source, tokenizer, out: Path, workers: int, val_fraction: float, progress: bool) -> dict:
     """The body of ``prepare_tokens``: encode into a temporary directory, then rename it to ``out``."""
     remove_stale_temporaries(out.parent, out.name)  # what a killed prepare of this directory left
     dtype = token_dtype(tokenizer.vocab_size)

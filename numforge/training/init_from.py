@@ -25,8 +25,9 @@ def start_from(
     """The model and tokenizer of ``path`` to fine-tune, with ``flags`` (flag -> (GPTConfig field, value)) checked.
 
     A shape flag that disagrees with the model, or a ``seq_len`` asked for
-    (None: none was) beyond its ``max_seq_len``, is a ``ValueError`` naming both values; ``drop_prob`` and
-    ``attention`` (the same numbers by either kernel) are set on the model's config.
+    (None: none was) beyond its ``max_seq_len``, is a ``ValueError`` naming
+    both values; ``drop_prob`` and ``attention`` (the same numbers by either
+    kernel) are set on the model's config.
     ``trust_pattern``: see ``BPETokenizer.from_dict``.
     """
     model, tokenizer = load_model(path, trust_pattern=trust_pattern)
