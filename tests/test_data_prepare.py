@@ -18,9 +18,11 @@ from numforge import atomic, checkpoint, cli, interrupts
 from numforge.data import (
     encode_documents,
     load_documents,
+    load_or_train_tokenizer,
     open_prepared,
     prepare,
     prepare_tokens,
+    prepared_for,
     sources,
     token_dtype,
     train_tokenizer,
@@ -168,6 +170,17 @@ def test_what_a_killed_prepare_left_is_removed_and_what_a_live_one_writes_is_not
         prepare_tokens(["some text"], tokenizer, tmp_path / "p", workers=1)
         assert writing.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p", "q"]
+
+
+def test_what_killed_runs_left_in_the_caches_is_removed_when_a_run_reads_them(tmp_path, tokenizer):
+    cache = tmp_path / "cache"
+    debris = {"tokens": ".0123456789abcdef0123456789abcdef.0123abcd.tmp", "tokenizers": ".k.json.0123abcd.tmp"}
+    for part, name in debris.items():
+        (cache / part).mkdir(parents=True)
+        (cache / part / name).write_text("half")  # of another corpus: removed all the same
+    load_or_train_tokenizer(["some text " * 50], 260, cache_dir=cache, say=lambda _: None)
+    prepared_for(["some text " * 50], tokenizer, cache, workers=1)
+    assert [p.name for p in cache.rglob("*") if p.name.endswith(".tmp")] == []
 
 
 def test_train_on_prepared_tokens_and_resume_refuses_other_token_files(tmp_path, corpus, tokenizer, capsys):
