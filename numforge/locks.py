@@ -112,7 +112,7 @@ class DirectoryLock:
     """``directory/.lock``, held by this process while it works in ``directory`` (created if missing).
 
     The file records the holder: ``{"pid", "host", "started"}``. ``release``
-    removes the file (and the directory, if this lock created it and it is
+    removes the file (and the directories this lock created, if they are
     still empty). A holder killed outright leaves the file, unlocked: the next
     taker takes it over. A taker that finds the lock held raises ``InUse`` at
     once, without waiting.
@@ -120,7 +120,7 @@ class DirectoryLock:
 
     def __init__(self, directory: str | os.PathLike, what: str = "directory"):
         self.directory, self.path = Path(directory), Path(directory) / LOCK_FILE
-        self.created = not self.directory.exists()
+        self.created = [p for p in (self.directory, *self.directory.parents) if not p.exists()]  # deepest first
         self.directory.mkdir(parents=True, exist_ok=True)
         self.fd = None
         for _ in range(10):  # a holder that ends removes the file: lock the file that is there now
@@ -155,11 +155,12 @@ class DirectoryLock:
         self._remove_created_directory()
 
     def _remove_created_directory(self) -> None:
-        if self.created:
+        """Remove the directories this lock created, if still empty: a failed start leaves none behind."""
+        for directory in self.created:
             try:
-                self.directory.rmdir()  # only if empty: a failed start leaves no empty run directory behind
-            except OSError:
-                pass
+                directory.rmdir()
+            except OSError:  # not empty: it is in use
+                break
 
     def __enter__(self) -> DirectoryLock:
         return self

@@ -24,8 +24,9 @@ def test_a_second_taker_is_refused_at_once_by_name_and_the_lock_is_free_after_re
         locks.DirectoryLock(tmp_path / "run", "run")
     first.release()
     assert not (tmp_path / "run").exists()  # created by the lock, left empty: removed with it
-    with locks.DirectoryLock(tmp_path / "run", "run"):
+    with locks.DirectoryLock(tmp_path / "runs" / "run-1", "run"):
         pass
+    assert list(tmp_path.iterdir()) == []  # its parent too
     (tmp_path / "kept").mkdir()
     with locks.DirectoryLock(tmp_path / "kept"):
         assert (tmp_path / "kept" / locks.LOCK_FILE).read_text().startswith(f'{{"pid": {os.getpid()}, "host": ')
