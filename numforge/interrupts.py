@@ -69,6 +69,9 @@ class _Requests:
     """What the handlers recorded for the job now running in this process."""
 
     def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
         self.depth = 0  # deferred blocks open
         self.stop: int | None = None  # the first stop signal received
         self.stopping = False  # the job stops for it and says so itself
@@ -134,7 +137,7 @@ def deferred(checkpoints: bool = False) -> Iterator[None]:
             _requests.depth -= 1
         return
     signals = STOP_SIGNALS + ((CHECKPOINT_SIGNAL,) if checkpoints and CHECKPOINT_SIGNAL is not None else ())
-    _requests.__init__()
+    _requests.reset()
     _requests.depth = 1
     try:
         with _handlers(_record, signals):
@@ -142,7 +145,7 @@ def deferred(checkpoints: bool = False) -> Iterator[None]:
             if _requests.stop is not None and not _requests.stopping:
                 raise Interrupted(_requests.stop)
     finally:
-        _requests.__init__()
+        _requests.reset()
 
 
 def stop_requested() -> int | None:
@@ -178,8 +181,7 @@ def worker_ignores_signals(poll_seconds: float = 0.5) -> None:
     outright (kill -9) cannot: a thread of each worker sees its parent change
     and ends the worker, which would otherwise wait for tasks forever.
     """
-    global _requests
-    _requests = _Requests()
+    _requests.reset()  # what the parent had recorded when it forked this worker is the parent's
     for signum in (*STOP_SIGNALS, CHECKPOINT_SIGNAL):
         if signum is not None:
             signal.signal(signum, signal.SIG_IGN)
