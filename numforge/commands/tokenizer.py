@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+from .. import interrupts
 from ..checks import int_at_least, path_flag, text_flag
 from ..data import (
     DEFAULT_CORPUS,
@@ -244,17 +245,18 @@ def train(args: argparse.Namespace) -> int:
         raise ValueError(f"cannot write {args.out}: no directory {out.absolute().parent}")
     read = ReadStats()
     start = time.perf_counter()
-    tok = train_tokenizer(
-        source_from(args, args.data),
-        args.vocab_size,
-        special_tokens=specials,
-        max_bytes=args.max_bytes,
-        workers=args.workers,
-        progress=True,
-        stats=read,
-    )
-    seconds = time.perf_counter() - start
-    tok.save(args.out)
+    with interrupts.deferred():  # a stop signal during the training or the save: the file is whole or absent
+        tok = train_tokenizer(
+            source_from(args, args.data),
+            args.vocab_size,
+            special_tokens=specials,
+            max_bytes=args.max_bytes,
+            workers=args.workers,
+            progress=True,
+            stats=read,
+        )
+        seconds = time.perf_counter() - start
+        tok.save(args.out)
     megabytes = min(read.bytes, args.max_bytes or read.bytes) / 1e6
     print(
         f"trained {tok.vocab_size} tokens ({len(tok.merges)} merges, {len(tok.special_tokens)} special) "
