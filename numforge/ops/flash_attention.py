@@ -98,8 +98,8 @@ of the shared head is the sum of the ``G`` heads' ``s dS^T Q_I``, the
 gradient of a variable used ``G`` times (``demos/derivations/gqa.md``). The
 running statistics, ``out`` and ``L`` follow the stacked rows; a causal tile
 masks a stacked row by its position, and the dropout mask of a row is still
-drawn for its own query head. The stacking copies ``q`` (and ``dO``, ``O``,
-``L`` in the backward) once, and ``dq`` back, per part; with ``G = 1``
+drawn for its own query head. The stacking copies ``q`` (and ``dO``, ``L``,
+``D`` in the backward) once, and ``o``, ``dq`` back, per part; with ``G = 1``
 (``H_kv = H``) it is the heads themselves, no copy, and every step is the
 multi-head kernel's.
 
@@ -119,7 +119,7 @@ values (``n B H_kv (D + 1) block_k`` each), and at most two
 ``(B, H, block_q, block_k)`` tiles alive at once per thread (scores or
 probabilities, ``dP``), ``n B H block_q block_k`` bytes each. The backward adds the
 gradients ``dq, dk, dv`` (as large as the inputs) and ``D`` (``n B H Tq``).
-With ``H_kv < H`` the stacked copies of a part's ``q`` (forward) and ``q, dO, O, dq``
+With ``H_kv < H`` the stacked copies of a part's ``q`` and ``o`` (forward) and ``q, dO, dq``
 (backward) add at most ``n B H Tq D`` bytes each, and parts that share a kv head
 (multi-query attention on several threads) one ``dk, dv`` each; nothing of shape
 ``(B, H, Tk, D)``: ``k`` and ``v`` are never repeated.
@@ -384,7 +384,8 @@ def flash_attention_backward(dout, cache: FlashAttentionCache):
         shared = stack < group  # the part holds a share of a group: other parts read the same kv heads
         dk_part, dv_part = (xp.zeros_like(k[kv]), xp.zeros_like(v[kv])) if shared else (dk[kv], dv[kv])
         dq_rows = stacked_buffer(dq[part], stack)  # (b,r,Tq g,D)
-        stacked = (stack_heads(a[part], stack) for a in (dout, q, out, cache.lse))  # (b,r,Tq g,.)
+        neg_delta = _neg_delta(dout[part], out[part], cache.block_q)  # (b,h,Tq,1)
+        stacked = (stack_heads(a, stack) for a in (dout[part], q[part], cache.lse[part], neg_delta))  # (b,r,Tq g,.)
         _backward_tiles(*stacked, k[kv], v[kv], stack, probs, dropout, dq_rows, dk_part, dv_part, cache)
         unstack_into(dq[part], dq_rows, stack)
         return (kv, dk_part, dv_part) if shared else None
@@ -395,6 +396,15 @@ def flash_attention_backward(dout, cache: FlashAttentionCache):
             dk[kv] += dk_part
             dv[kv] += dv_part
     return dq, dk, dv
+
+
+def _neg_delta(dout, out, block_q: int):
+    """``-D = -rowsum(dO * O)`` ``(b,h,Tq,1)``, the softmax gradient's row term (module docstring, Backward)."""
+    neg_delta = get_xp(dout).empty(out.shape[:-1] + (1,), dtype=out.dtype)  # (b,h,Tq,1)
+    for q_start, q_stop in tiles(out.shape[2], block_q):  # one tile at a time: no (Tq, Dv) transient
+        rows = slice(q_start, q_stop)
+        neg_delta[:, :, rows] = -(dout[:, :, rows] * out[:, :, rows]).sum(axis=-1, keepdims=True)
+    return neg_delta
 
 
 def _stacked_keep(xp, dropout: AttentionDropout, q_start, q_stop, k_start, k_stop, group: int):
@@ -424,11 +434,11 @@ def _recomputed_probs(queries, keys_t, masked, q_start, q_stop, k_start, offset)
     return xp.exp2(scores, out=scores)  # exp2(S2 - L log2 e) = exp(S - L), in place
 
 
-def _backward_tiles(dout, q, out, lse, k, v, group, kept, dropout, dq, dk, dv, cache: FlashAttentionCache) -> None:
+def _backward_tiles(dout, q, lse, neg_delta, k, v, group, kept, dropout, dq, dk, dv, cache) -> None:
     """The backward over every tile of one part, key tile by key tile (the outer loop), then the query tiles
     that see it: adds into ``dq (b,r,Tq g,D)``, ``dk, dv (b,r,Tk,.)`` in place.
 
-    ``dout, q, out, lse, dq`` hold the ``g = group`` query heads of each kv head stacked row by row, as in
+    ``dout, q, lse, neg_delta (-D), dq`` hold the ``g = group`` query heads of each kv head stacked row by row, as in
     ``_forward_tiles``: ``dK_J += s dS^T Q_I`` and ``dV_J += P^T dO_I`` then sum over the group inside the
     product, whose inner size is the tile's ``nq g`` stacked rows.
 
@@ -442,10 +452,6 @@ def _backward_tiles(dout, q, out, lse, k, v, group, kept, dropout, dq, dk, dv, c
     # -L log2(e), base 2 like the scores; a row that sees no key has L = -inf but every score masked
     # (P = 0), so any finite L serves: 0
     neg_lse = xp.where(xp.isneginf(lse), 0.0, lse * -LOG2_E).astype(q.dtype, copy=False)  # (b,r,Tq g,1)
-    neg_delta = xp.empty_like(neg_lse)  # -D = -rowsum(dO * O), (b,r,Tq g,1)
-    for q_start, q_stop in tiles(Tq, cache.block_q):  # one tile at a time: no (Tq, Dv) transient
-        rows = slice(q_start * group, q_stop * group)
-        neg_delta[:, :, rows] = -(dout[:, :, rows] * out[:, :, rows]).sum(axis=-1, keepdims=True)
     for k_start, k_stop in tiles(Tk, cache.block_k):
         keys_t = _transposed(k[:, :, k_start:k_stop], scale * LOG2_E, ones_row=True)  # [(s log2 e) K^T; 1]
         values_t = _transposed(v[:, :, k_start:k_stop], ones_row=True)  # [V^T; 1] (b,r,Dv+1,nk)
