@@ -34,7 +34,8 @@ def sum_over_group(d, group: int):
     if group == 1:
         return d
     B, H, T, E = d.shape
-    return d.reshape(B, H // group, group, T, E).sum(axis=2)  # (B,H_kv,G,T,E) -> (B,H_kv,T,E)
+    # (B,H,T,E) -> (B,H_kv,G,T,E) -> (B,H_kv,T,E)
+    return d.reshape(B, H // group, group, T, E).sum(axis=2)
 
 
 def stack_heads(a, group: int):
@@ -44,7 +45,8 @@ def stack_heads(a, group: int):
     if group == 1:
         return a
     B, H, T, E = a.shape
-    return a.reshape(B, H // group, group, T, E).swapaxes(2, 3).reshape(B, H // group, T * group, E)  # a copy
+    # (B,H,T,E) -> (B,H/g,g,T,E) -> (B,H/g,T,g,E) -> (B,H/g,T g,E), a copy
+    return a.reshape(B, H // group, group, T, E).swapaxes(2, 3).reshape(B, H // group, T * group, E)
 
 
 def stacked_buffer(a, group: int):

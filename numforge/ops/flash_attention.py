@@ -225,7 +225,8 @@ def _mask_scores(scores, q_start, q_stop, k_start, k_stop, offset) -> None:
     *stacks, rows, keys = scores.shape
     allowed = causal_allowed(xp, q_start, q_stop, k_start, k_stop, offset)  # (nq, nk)
     bias = xp.where(allowed, scores.dtype.type(0), scores.dtype.type(-xp.inf))  # 0 where visible, -inf where not
-    scores.reshape(*stacks, q_stop - q_start, -1, keys)[...] += bias[:, None, :]  # (B,R,nq,g,nk) view += (nq,1,nk)
+    # the tile viewed as (B,R,nq,g,nk): the g stacked rows of a position get that position's bias row (nq,1,nk)
+    scores.reshape(*stacks, q_stop - q_start, -1, keys)[...] += bias[:, None, :]
 
 
 def flash_attention_forward(
