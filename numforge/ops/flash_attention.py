@@ -177,7 +177,8 @@ LN_2 = math.log(2.0)
 
 
 class FlashAttentionCache(NamedTuple):
-    """Saved for the backward: inputs, output, per-row log-sum-exp L (B,H,Tq,1), settings.
+    """Saved for the backward: inputs (``k, v`` of ``H_kv`` heads, never repeated), output, per-row
+    log-sum-exp L (B,H,Tq,1), settings.
 
     Unless ``keep_probs``, no ``(Tq, Tk)`` array is kept: the backward
     recomputes each probability tile from ``q, k`` and ``L``.
@@ -194,7 +195,7 @@ class FlashAttentionCache(NamedTuple):
     block_k: int
     parts: list  # the (batches, heads) slices the threads walked (ops/_parallel.py); the backward reuses them
     workers: int  # how many threads walked them
-    probs: list | None  # keep_probs: per part, (q_start, k_start) -> normalized P tile (b,h,nq,nk); else None
+    probs: list | None  # keep_probs: per part, (q_start, k_start) -> normalized P tile (b,r,nq g,nk); else None
     dropout: AttentionDropout | None  # the rate and seed that redraw each tile's mask; None without dropout
 
 
