@@ -248,15 +248,18 @@ def _print_times(runs: dict) -> None:
     print(format_table(header, rows))
 
 
+def _memory_verdict(memory: dict, at_most: int) -> list[str]:
+    """The memory target at T = 2048, tiled <= 1/``at_most`` of plain (nothing when T = 2048 was not run)."""
+    if 2048 not in memory:
+        return []
+    plain_mem, tiled_mem, _ = memory[2048]
+    holds = verdict(tiled_mem * at_most <= plain_mem)
+    return [f"memory at T=2048: tiled = 1/{plain_mem / tiled_mem:.1f} of plain (target <= 1/{at_most}): {holds}"]
+
+
 def _verdicts(runs: dict, memory: dict) -> list[str]:
     """Which of issue 18's targets hold in this table (only for the lengths that were run)."""
-    lines, median = [], statistics.median
-    if 2048 in memory:
-        plain_mem, tiled_mem, _ = memory[2048]
-        fraction = f"1/{plain_mem / tiled_mem:.1f}"
-        lines.append(
-            f"memory at T=2048: tiled = {fraction} of plain (target <= 1/20): {verdict(tiled_mem * 20 <= plain_mem)}"
-        )
+    lines, median = _memory_verdict(memory, 20), statistics.median
     if 2048 in runs and "sdpa" in runs[2048]:
         tiled, sdpa = runs[2048]["tiled"], median(runs[2048]["sdpa"])
         lines.append(
@@ -272,13 +275,7 @@ def _verdicts(runs: dict, memory: dict) -> list[str]:
 
 def _grouped_verdicts(runs: dict, memory: dict) -> list[str]:
     """Which of issue 22's grouped-query targets hold in this table (T = 2048 only)."""
-    lines, median = [], statistics.median
-    if 2048 in memory:
-        plain_mem, tiled_mem, _ = memory[2048]
-        fraction = f"1/{plain_mem / tiled_mem:.1f}"
-        lines.append(
-            f"memory at T=2048: tiled = {fraction} of plain (target <= 1/8): {verdict(tiled_mem * 8 <= plain_mem)}"
-        )
+    lines, median = _memory_verdict(memory, 8), statistics.median
     if 2048 in runs and "sdpa" in runs[2048]:
         ratio = median(runs[2048]["tiled"]) / median(runs[2048]["sdpa"])
         lines.append(f"T=2048: tiled median {ratio:.2f}x SDPA's (enable_gqa) (target <= 1.2): {verdict(ratio <= 1.2)}")
