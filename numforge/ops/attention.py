@@ -63,8 +63,8 @@ from ._kv_groups import repeat_kv, sum_over_group
 
 
 class AttentionCache(NamedTuple):
-    """Saved for the backward: the inputs, the probabilities P (B,H,Tq,Tk) before dropout, the scale,
-    and with dropout its mask (bool, B,H,Tq,Tk) and ``1 / (1 - p)``."""
+    """Saved for the backward: the inputs (``k, v`` of ``H_kv`` heads, as given), the probabilities P
+    (B,H,Tq,Tk) before dropout, the scale, and with dropout its mask (bool, B,H,Tq,Tk) and ``1 / (1 - p)``."""
 
     q: object
     k: object
