@@ -77,13 +77,15 @@ def test_gradcheck_cases(case):
 )
 def test_gradients(shape, blocks, causal):
     # Tk >= 2: with a single key dq = dk = 0 exactly, and a relative error of rounding noise
-    # against 0 means nothing; that case has its own test below.
+    # against 0 means nothing; that case has its own test below. Every coordinate is checked: causal
+    # with Tq > Tk leaves rows that see one key or none (dq = 0 there), and a sample of only those
+    # rows would again judge rounding noise against 0 (Tq 3, Tk 2 drew 1.1e-7 from 12 such coordinates).
     (H_kv, G), Tq, Tk, D = shape
     q, k, v = qkv(1, H_kv * G, Tq, Tk, D, D, seed=Tq + 7 * Tk, kv_heads=H_kv)
     options = {"causal": causal, "block_q": blocks[0], "block_k": blocks[1]}
     inputs = {"q": q, "k": k, "v": v}
     forward, backward = flash_attention_forward, flash_attention_backward
-    rows = check_op("flash_attention", forward, backward, inputs, options, max_coords=12)
+    rows = check_op("flash_attention", forward, backward, inputs, options)
     assert_gradients_pass(rows)
 
 
