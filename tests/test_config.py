@@ -20,7 +20,7 @@ def test_defaults_match_the_issue():
         "tiled",
     )
     assert config.use_bias and config.tie_weights and not config.scale_embeddings
-    assert config.drop_prob == 0.0 and config.ln_eps == 1e-5
+    assert config.drop_prob == 0.0 and config.norm_eps == 1e-5
 
 
 @pytest.mark.parametrize("d_model, expected", [(32, 128), (96, 256), (128, 384), (192, 512), (256, 704)])
@@ -44,7 +44,7 @@ def test_json_round_trip():
         position="sinusoidal",
         scale_embeddings=True,
         attention="plain",
-        ln_eps=1e-6,
+        norm_eps=1e-6,
     )
     restored = GPTConfig.from_dict(json.loads(json.dumps(config.to_dict())))
     assert restored == config
@@ -68,8 +68,8 @@ def test_json_round_trip():
         ("position", "rotary", ValueError),
         ("scale_embeddings", None, TypeError),
         ("attention", "flash", ValueError),
-        ("ln_eps", 0.0, ValueError),
-        ("ln_eps", float("nan"), ValueError),
+        ("norm_eps", 0.0, ValueError),
+        ("norm_eps", float("nan"), ValueError),
     ],
 )
 def test_invalid_field_is_named(field, value, error):

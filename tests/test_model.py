@@ -109,7 +109,7 @@ def test_tiled_and_plain_attention_give_the_same_loss_and_gradients():
 
 @pytest.mark.parametrize("keep_limit", [2**23, 0])  # the tiled kernel with and without its kept tiles
 def test_tiled_and_plain_attention_drop_the_same_weights(monkeypatch, keep_limit):
-    monkeypatch.setattr("numforge.model.blocks.KEEP_PROBS_LIMIT", keep_limit)
+    monkeypatch.setattr("numforge.model.attention_branch.KEEP_PROBS_LIMIT", keep_limit)
     tiled = randomized_model({"drop_prob": 0.3})
     plain = randomized_model({"drop_prob": 0.3, "attention": "plain"})
     ids, targets = tiny_batch(TINY["vocab_size"])
@@ -133,7 +133,7 @@ def test_attention_dropout_can_be_turned_off_alone():
     assert all(block.attention.attention.dropout is None for block in cache_off.blocks)
     assert all(block.attention.dropout.keep is not None for block in cache_off.blocks)  # the branches still drop
     assert all(block.attention.attention.dropout.p == 0.3 for block in cache_on.blocks)
-    evaluation = on.forward(ids, targets, training=False)[1]  # inference never drops
+    evaluation = on.forward(ids, targets, for_backward=False)[1]  # no generator: no dropout
     assert all(block.attention.attention.dropout is None for block in evaluation.blocks)
 
 
@@ -147,8 +147,8 @@ def test_training_keeps_attention_probabilities_under_the_limit_with_the_same_gr
     _, cache = model.forward(ids, targets)
     assert all(kept(cache))
     grads_kept = model.backward(cache)
-    assert not any(kept(model.forward(ids, targets, training=False)[1]))  # evaluation keeps nothing
-    monkeypatch.setattr("numforge.model.blocks.KEEP_PROBS_LIMIT", 0)
+    assert not any(kept(model.forward(ids, targets, for_backward=False)[1]))  # evaluation keeps nothing
+    monkeypatch.setattr("numforge.model.attention_branch.KEEP_PROBS_LIMIT", 0)
     _, cache = model.forward(ids, targets)
     assert not any(kept(cache))
     for name, g in model.backward(cache).items():
@@ -215,14 +215,13 @@ def test_kv_cache_prefill_in_chunks_matches_full_logits():
     np.testing.assert_allclose(stitched, to_numpy(full), rtol=1e-5, atol=1e-6)
 
 
-def test_dropout_needs_a_generator_and_is_off_at_inference():
+def test_dropout_is_switched_by_its_generator():
     model = randomized_model({"drop_prob": 0.3})
     plain = randomized_model({})
     ids, targets = tiny_batch(TINY["vocab_size"])
-    with pytest.raises(ValueError, match="rng"):
-        model.forward(ids, targets)
-    loss_eval, _ = model.forward(ids, targets, training=False)
-    assert float(loss_eval) == float(plain.forward(ids, targets, training=False)[0])  # the same evaluation path
+    loss_eval, _ = model.forward(ids, targets, for_backward=False)
+    assert float(loss_eval) == float(plain.forward(ids, targets, for_backward=False)[0])  # the same evaluation path
+    assert float(model.forward(ids, targets)[0]) == float(loss_eval)  # no generator: no dropout, for_backward or not
     loss_a = float(model.forward(ids, targets, rng=default_rng(1))[0])
     loss_b = float(model.forward(ids, targets, rng=default_rng(1))[0])
     loss_c = float(model.forward(ids, targets, rng=default_rng(2))[0])
@@ -272,11 +271,11 @@ def test_adamw_training_memorises_a_batch():
     targets = asarray(np.roll(to_numpy(ids), -1, axis=1))
     opt = AdamW(model.params, lr=1e-2, weight_decay=0.01)
     rng = default_rng(0)
-    first = float(model.forward(ids, targets, training=False)[0])
+    first = float(model.forward(ids, targets, for_backward=False)[0])
     for _ in range(40):
         _, cache = model.forward(ids, targets, rng=rng)
         opt.step(model.backward(cache))
-    last = float(model.forward(ids, targets, training=False)[0])
+    last = float(model.forward(ids, targets, for_backward=False)[0])
     assert first == pytest.approx(math.log(29), rel=0.05)
     assert last < 0.3 * first
 
@@ -288,11 +287,11 @@ def test_fused_chunked_and_materialized_logits_give_the_same_loss_and_gradients(
     loss_fused, cache = model.forward(ids, targets)  # the default: loss and gradients fused
     assert cache.loss.route == "fused"
     grads_fused = model.backward(cache)
-    loss_materialized, cache = model.forward(ids, targets, training=False)  # evaluation, tiny logits: materialized
+    loss_materialized, cache = model.forward(ids, targets, for_backward=False)  # evaluation, tiny logits: materialized
     assert cache.loss.route == "materialized"
     grads_materialized = model.backward(cache)
     monkeypatch.setattr("numforge.model.unembedding.MATERIALIZED_LOGITS_LIMIT", 0)  # force the chunked loss
-    loss_chunked, cache = model.forward(ids, targets, training=False)
+    loss_chunked, cache = model.forward(ids, targets, for_backward=False)
     assert cache.loss.route == "chunked"
     grads_chunked = model.backward(cache)
     for loss, grads in ((loss_chunked, grads_chunked), (loss_fused, grads_fused)):

@@ -17,7 +17,7 @@ EVERY_OPTION_AT_ONCE = {
     "scale_embeddings": True,
     "attention": "plain",
     "drop_prob": 0.3,
-    "ln_eps": 1e-3,
+    "norm_eps": 1e-3,
 }
 CASES = {
     **OPTIONS,
@@ -84,7 +84,7 @@ def test_dropout_masks_come_from_the_generator():
     _, other, _ = reference_forward(model.params, model.config, ids, targets, rng=default_rng(DROPOUT_SEED + 1))
     _, evaluation, _ = reference_forward(model.params, model.config, ids, targets)
     assert abs(float(other) - float(loss)) > 1e-6
-    assert float(evaluation) == pytest.approx(float(model.forward(ids, targets, training=False)[0]), rel=TOL)
+    assert float(evaluation) == pytest.approx(float(model.forward(ids, targets, for_backward=False)[0]), rel=TOL)
 
 
 def test_all_targets_ignored_gives_zero_loss_and_zero_gradients():

@@ -129,7 +129,7 @@ def _transformers_side(model: GPT, prompt: list[int]):
     c = model.config
     config = GPT2Config(
         vocab_size=c.vocab_size, n_positions=c.max_seq_len, n_embd=c.d_model, n_head=c.num_heads,
-        n_layer=c.num_layers, activation_function="gelu_new", layer_norm_epsilon=c.ln_eps,
+        n_layer=c.num_layers, activation_function="gelu_new", layer_norm_epsilon=c.norm_eps,
         bos_token_id=None, eos_token_id=None, pad_token_id=None,
     )  # fmt: skip
     hf = GPT2LMHeadModel(config).eval()

@@ -37,9 +37,9 @@ def build(name: str, attention: str):
 
 def torch_step(torch, config, model, ids, targets):
     """One PyTorch eager step (forward, autograd backward, AdamW) on a copy of ``model``'s weights."""
-    from .train_torch import torch_loss, torch_params
+    from .train_torch import torch_loss, torch_params, torch_tables
 
-    params = torch_params(model.params)
+    params, tables = torch_params(model.params), torch_tables(model)
     decay = [t for t in params.values() if t.ndim >= 2]
     no_decay = [t for t in params.values() if t.ndim < 2]
     opt = torch.optim.AdamW(
@@ -49,7 +49,7 @@ def torch_step(torch, config, model, ids, targets):
 
     def torch_step():
         opt.zero_grad(set_to_none=True)
-        torch_loss(params, config, ids_t, targets_t).backward()
+        torch_loss(params, config, ids_t, targets_t, tables).backward()
         opt.step()
 
     return torch_step

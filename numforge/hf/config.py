@@ -9,7 +9,7 @@ The fields that shape the network, and numforge's names for them::
     n_inner               d_ff (null: 4 * n_embd)
     activation_function   gelu_new, gelu_pytorch_tanh, gelu_fast -> GELU (tanh form); gelu -> GELU (exact);
                           relu -> ReLU
-    layer_norm_epsilon    ln_eps
+    layer_norm_epsilon    norm_eps
     tie_word_embeddings   tie_weights (default true)
 
 GPT-2 always has biases, learned positions and unscaled embeddings. Fields
@@ -65,7 +65,7 @@ def config_from_hf(d: dict, source: str) -> GPTConfig:
             activation=name,
             gelu_approximate=approximate,
             tie_weights=d.get("tie_word_embeddings", True),
-            ln_eps=d.get("layer_norm_epsilon", 1e-5),
+            norm_eps=d.get("layer_norm_epsilon", 1e-5),
         )
     except (ValueError, TypeError) as error:
         raise ValueError(f"{source}: {error}") from None
@@ -100,7 +100,7 @@ def config_to_hf(config: GPTConfig, special_ids: dict) -> dict:
         "n_layer": config.num_layers,
         "n_inner": config.d_ff,
         "activation_function": activation,
-        "layer_norm_epsilon": config.ln_eps,
+        "layer_norm_epsilon": config.norm_eps,
         "tie_word_embeddings": config.tie_weights,
         # numforge drops the embeddings and each branch's output, never attention probabilities
         "embd_pdrop": config.drop_prob,

@@ -87,15 +87,13 @@ def forward_stages(model, prompt) -> list[Stage]:
     scaled = " * sqrt(C)" if config.scale_embeddings else ""
     if config.scale_embeddings:
         tokens = tokens * math.sqrt(config.d_model)
-    if config.position == "learned":
-        positions, where = model.params["position_embedding"][:T], "position_embedding[:T]"
-    else:
-        positions, where = model.sinusoidal_table[:T], "the sinusoidal table[:T]"
-    stages = [
-        summarize("token embedding", tokens, f"token_embedding[cache.embedding.ids]{scaled}"),
-        summarize("position embedding", positions[None], where),
-        summarize("embedding sum", rows(cache.blocks[0].attention.norm.x), "blocks[0].attention.norm.x"),
-    ]
+    stages = [summarize("token embedding", tokens, f"token_embedding[cache.embedding.ids]{scaled}")]
+    added = model.positions.added
+    if added in model.params:
+        stages.append(summarize("position embedding", model.params[added][:T][None], f"{added}[:T]"))
+    elif added is not None:
+        stages.append(summarize("position embedding", model.position_tables[added][:T][None], f"the {added} table[:T]"))
+    stages.append(summarize("embedding sum", rows(cache.blocks[0].attention.norm.x), "blocks[0].attention.norm.x"))
     residuals = [block.attention.norm.x for block in cache.blocks] + [cache.final_norm.x]  # (N,C) each
     for i, (attention, mlp) in enumerate(cache.blocks):
         at, mp = f"blocks[{i}].attention", f"blocks[{i}].mlp"
