@@ -9,6 +9,7 @@ from helpers import assert_gradients_pass
 from numforge.backend import asarray, default_rng, to_numpy
 from numforge.gradcheck.model import OPTIONS, TINY, check_model, randomized_model, tiny_batch
 from numforge.model import GPT, GPTConfig
+from numforge.model.config import ARCHS
 from numforge.optim import AdamW
 
 SMALL = dict(vocab_size=29, max_seq_len=12, d_model=16, num_heads=4, num_layers=2)
@@ -183,7 +184,15 @@ def test_float32_model_stays_float32_and_matches_float64():
     assert model32.logits(ids).dtype == np.float32
 
 
-@pytest.mark.parametrize("options", [{}, {"activation": "relu", "position": "sinusoidal", "attention": "plain"}])
+DECODING_OPTIONS = [
+    {},
+    {"activation": "relu", "position": "sinusoidal", "attention": "plain"},
+    {**ARCHS["llama"], "qk_norm": True},  # the cache holds keys rotated at their absolute positions
+    {**ARCHS["llama"], "qk_norm": True, "qk_norm_order": "after_rope", "norm_weight": False, "head_dim": 6},
+]
+
+
+@pytest.mark.parametrize("options", DECODING_OPTIONS)
 def test_greedy_decoding_with_and_without_kv_cache_is_identical(options):
     model = GPT(GPTConfig(**SMALL, **options), seed=2)
     prompt = asarray(np.array([[3, 1, 4], [2, 7, 1]]))
@@ -205,8 +214,9 @@ def test_greedy_decoding_with_and_without_kv_cache_is_identical(options):
         model.logits(asarray(np.array([[1, 2], [3, 4]])), kv_cache=kv)
 
 
-def test_kv_cache_prefill_in_chunks_matches_full_logits():
-    model = GPT(GPTConfig(**SMALL), seed=5)
+@pytest.mark.parametrize("options", DECODING_OPTIONS)
+def test_kv_cache_prefill_in_chunks_matches_full_logits(options):
+    model = GPT(GPTConfig(**SMALL, **options), seed=5)
     ids = asarray(np.random.default_rng(1).integers(0, 29, size=(2, 10)))
     full = model.logits(ids)
     kv = model.new_kv_cache(2)

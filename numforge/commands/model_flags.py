@@ -20,7 +20,7 @@ from dataclasses import fields
 
 from ..checks import float_between, int_at_least
 from ..model import ATTENTION_KINDS, POSITIONS, GPTConfig
-from ..model.config import QK_NORM_ORDERS
+from ..model.config import ARCHS, QK_NORM_ORDERS
 from ..ops.activations import ACTIVATIONS
 from ..ops.norms import NORMS
 
@@ -50,8 +50,6 @@ def json_object(text: str) -> dict:
 # the sizes of a new run when no flag gives them (GPTConfig has no default for these); every other field
 # left out takes GPTConfig's default
 RUN_DEFAULTS = {"num_layers": 3, "d_model": 96, "num_heads": 4}
-# --arch NAME -> the fields it sets (gpt2: GPTConfig's own defaults)
-ARCHS = {"gpt2": {}}
 # flag dest -> (GPTConfig field, argparse options)
 MODEL_FLAGS = {
     "layers": ("num_layers", dict(type=int_at_least(1), help="transformer blocks")),

@@ -116,59 +116,64 @@ def attend_backward(do, cache, config):
 
 # ---------------------------------------------------------------- q and k: QK-norm and the rotation
 
+QK_NORM = "qk_norm"  # the step of qk_steps that normalizes each head's q and k
+
+
+def qk_steps(config) -> tuple[str, ...]:
+    """What happens to q and k between the split and the attention, in order: ``QK_NORM`` (``attn.q_norm``,
+    ``attn.k_norm``) and the position scheme's rotation (by the scheme's name), each where the config has it.
+    Qwen3: ``("qk_norm", "rope")``; nanochat: ``("rope", "qk_norm")``; GPT-2: ``()``."""
+    rotation = () if POSITIONS[config.position].rotation is None else (config.position,)
+    if not config.qk_norm:
+        return rotation
+    return (QK_NORM, *rotation) if config.qk_norm_order == "before_rope" else (*rotation, QK_NORM)
+
 
 class QKCache(NamedTuple):
-    q_norm: object  # the norms' caches, None without QK-norm
-    k_norm: object
-    q_rotation: object  # the rotation's caches, None without a rotary position scheme
-    k_rotation: object
+    """The steps of ``qk_steps``, their op caches ``(q's, k's)`` per step, and, for study, every
+    ``(q, k)`` along the way by reference: ``path[0]`` as split, ``path[i + 1]`` after step ``i``."""
+
+    steps: tuple[str, ...]
+    caches: tuple[tuple[object, object], ...]
+    path: tuple[tuple[object, object], ...]
 
 
 def qk_forward(q, k, p, config, tables: dict, start: int):
-    """``(q, k, QKCache)``: QK-norm (``attn.q_norm``, ``attn.k_norm``) and the rotation by absolute
-    position ``start + t``, in the order ``config.qk_norm_order`` says; ``q (B,H,T,D)``, ``k (B,H_kv,T,D)``."""
-    rotation = POSITIONS[config.position].rotation
-    q_norm = k_norm = q_rotation = k_rotation = None
-    norm_first = config.qk_norm and config.qk_norm_order == "before_rope"
-    if norm_first:
-        q, q_norm = norm_forward(q, p, "attn.q_norm", config)  # (B,H,T,D), over D
-        k, k_norm = norm_forward(k, p, "attn.k_norm", config)  # (B,H_kv,T,D)
-    if rotation is not None:
-        T = q.shape[2]
-        rows = [tables[name][start : start + T] for name in rotation.tables]  # each (T,D)
-        q, q_rotation = rotation.forward(q, *rows)  # (B,H,T,D)
-        k, k_rotation = rotation.forward(k, *rows)  # (B,H_kv,T,D)
-    if config.qk_norm and not norm_first:
-        q, q_norm = norm_forward(q, p, "attn.q_norm", config)
-        k, k_norm = norm_forward(k, p, "attn.k_norm", config)
-    return q, k, QKCache(q_norm, k_norm, q_rotation, k_rotation)
+    """``(q, k, QKCache)``: the ``qk_steps`` on ``q (B,H,T,D)`` and ``k (B,H_kv,T,D)``; the rotation turns
+    position ``t`` of them by its absolute position ``start + t``."""
+    steps, caches, path = qk_steps(config), [], [(q, k)]
+    for step in steps:
+        if step == QK_NORM:
+            q, q_cache = norm_forward(q, p, "attn.q_norm", config)  # (B,H,T,D), over each head's D
+            k, k_cache = norm_forward(k, p, "attn.k_norm", config)  # (B,H_kv,T,D)
+        else:
+            rotation = POSITIONS[step].rotation
+            rows = [tables[name][start : start + q.shape[2]] for name in rotation.tables]  # each (T,D)
+            q, q_cache = rotation.forward(q, *rows)  # (B,H,T,D)
+            k, k_cache = rotation.forward(k, *rows)  # (B,H_kv,T,D)
+        caches.append((q_cache, k_cache))
+        path.append((q, k))
+    return q, k, QKCache(steps, tuple(caches), tuple(path))
 
 
 def qk_backward(dq, dk, cache: QKCache, config, record=no_record):
-    """``(dq, dk, grads)``: ``qk_forward`` walked back, last step first."""
-    rotation = POSITIONS[config.position].rotation
+    """``(dq, dk, grads)``: ``qk_forward`` walked back, the last step first."""
     grads = {}
-    norm_first = config.qk_norm and config.qk_norm_order == "before_rope"
-    if config.qk_norm and not norm_first:
-        dq, dk = _qk_norm_backward(dq, dk, cache, config, grads, record)
-    if rotation is not None:
-        # forward: q = rotate(q), k = rotate(k); the backward rotates back
-        dq, dk = rotation.backward(dq, cache.q_rotation), rotation.backward(dk, cache.k_rotation)
-        record("q before the rotation", dq, {})
-        record("k before the rotation", dk, {})
-    if norm_first:
-        dq, dk = _qk_norm_backward(dq, dk, cache, config, grads, record)
+    for step, (q_cache, k_cache) in reversed(list(zip(cache.steps, cache.caches))):
+        if step == QK_NORM:
+            # forward: q = q_norm(q), k = k_norm(k)
+            dq, q_grads = norm_backward(dq, q_cache, "attn.q_norm", config)
+            record("q before q_norm", dq, q_grads)
+            dk, k_grads = norm_backward(dk, k_cache, "attn.k_norm", config)
+            record("k before k_norm", dk, k_grads)
+            grads.update(q_grads | k_grads)
+        else:
+            # forward: q = rotate(q), k = rotate(k); the backward rotates them back
+            rotation = POSITIONS[step].rotation
+            dq, dk = rotation.backward(dq, q_cache), rotation.backward(dk, k_cache)
+            record(f"q before {step}", dq, {})
+            record(f"k before {step}", dk, {})
     return dq, dk, grads
-
-
-def _qk_norm_backward(dq, dk, cache: QKCache, config, grads: dict, record):
-    # forward: q = q_norm(q), k = k_norm(k)
-    dq, q_grads = norm_backward(dq, cache.q_norm, "attn.q_norm", config)
-    record("q before q_norm", dq, q_grads)
-    dk, k_grads = norm_backward(dk, cache.k_norm, "attn.k_norm", config)
-    record("k before k_norm", dk, k_grads)
-    grads.update(q_grads | k_grads)
-    return dq, dk
 
 
 # ---------------------------------------------------------------- the branch

@@ -49,11 +49,27 @@ from dataclasses import asdict, dataclass, fields
 from ..checks import check_bool, check_positive_int, is_real
 from ..ops.activations import ACTIVATIONS, GELU_APPROXIMATIONS
 from ..ops.norms import NORMS
+from ..ops.rope import check_rope_scaling
 from .positions import POSITIONS
 
 ATTENTION_KINDS = ("tiled", "plain")  # the tiled kernel, or the plain one that holds (B,H,T,T): the oracle
 QK_NORM_ORDERS = ("before_rope", "after_rope")  # QK-norm then the rotation (Qwen3), or the reverse (nanochat)
 BIAS_SWITCHES = ("qkv_bias", "out_bias", "mlp_bias", "norm_bias")
+# the families a preset (``numforge train --arch NAME``) names: the fields each sets over GPTConfig's defaults.
+# gpt2: the defaults themselves. llama: RMSNorm, rotary positions of base 10,000, SwiGLU, no biases, an untied
+# head. Grouped-query attention is a size, like the number of heads (Llama 2 7B has none, 70B has 8 key/value
+# heads for 64), so num_kv_heads is left to the caller.
+ARCHS = {
+    "gpt2": {},
+    "llama": {
+        "norm": "rmsnorm",
+        "position": "rope",
+        "rope_theta": 10000.0,
+        "activation": "swiglu",
+        "use_bias": False,
+        "tie_weights": False,
+    },
+}
 GATED_MULTIPLE = 64
 LEGACY_NAMES = {"ffn": "activation", "ln_eps": "norm_eps"}  # field names of older checkpoints -> today's
 LEGACY_VALUES = {("attention", "naive"): "plain"}
@@ -156,7 +172,9 @@ class GPTConfig:
                 raise ValueError(f"rope_scaling is set, but position={self.position!r} rotates nothing")
             if self.qk_norm_order == "after_rope":
                 raise ValueError(f"qk_norm_order='after_rope' needs a rotary position, got position={self.position!r}")
-        elif self.head_dim % 2:
+            return
+        self.rope_scaling = check_rope_scaling(self.rope_scaling)
+        if self.head_dim % 2:
             raise ValueError(
                 f"position={self.position!r} rotates pairs of coordinates: head_dim ({self.head_dim}) must be even"
             )

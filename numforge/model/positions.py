@@ -24,6 +24,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..ops.rope import rope_backward, rope_forward, rope_table
+
 
 def sinusoidal_positions(max_seq_len: int, d_model: int, dtype) -> np.ndarray:
     """The fixed table of the original Transformer, ``(T_max, C)``, as a NumPy array.
@@ -76,5 +78,15 @@ POSITIONS = {  # name -> PositionScheme
         table_shapes=lambda c: {"sinusoidal": (c.max_seq_len, c.d_model)},
         tables=lambda c, dtype: {"sinusoidal": sinusoidal_positions(c.max_seq_len, c.d_model, dtype)},
         added="sinusoidal",
+    ),
+    "rope": PositionScheme(
+        "rope: q and k rotated by their positions, no parameters",
+        parameter_shapes=_none,
+        table_shapes=lambda c: {"rope_cos": (c.max_seq_len, c.head_dim), "rope_sin": (c.max_seq_len, c.head_dim)},
+        tables=lambda c, dtype: dict(
+            zip(("rope_cos", "rope_sin"), rope_table(c.max_seq_len, c.head_dim, c.rope_theta, c.rope_scaling, dtype))
+        ),
+        added=None,
+        rotation=Rotation(rope_forward, rope_backward, ("rope_cos", "rope_sin")),
     ),
 }

@@ -321,8 +321,26 @@ def _layer_norm_backward(dy, saved, weight):
     return dx, (dy * xhat).sum(axis=leading), dy.sum(axis=leading)  # (...,C), (C,), (C,)
 
 
+def _rms_norm(x, weight, bias, eps: float):
+    """``xhat = x / sqrt(mean(x^2) + eps)`` over the last axis (nothing subtracted), ``y = xhat weight``
+    (no weight: ``y = xhat``); saves ``(xhat, rstd)``."""
+    rstd = 1.0 / get_xp(x).sqrt((x**2).mean(axis=-1, keepdims=True) + eps)  # (...,1)
+    xhat = x * rstd  # (...,C)
+    return (xhat if weight is None else xhat * weight), (xhat, rstd)
+
+
+def _rms_norm_backward(dy, saved, weight):
+    """``(dx, dweight, None)``: ``dx = rstd (g - xhat mean(g xhat))`` with ``g = dy weight`` (or ``dy``),
+    the mean over the last axis (only the scale path: nothing was subtracted); ``dweight = sum of dy xhat``."""
+    xhat, rstd = saved
+    g = dy if weight is None else dy * weight  # (...,C): the gradient reaching xhat
+    dx = rstd * (g - xhat * (g * xhat).mean(axis=-1, keepdims=True))  # (...,C)
+    return dx, (dy * xhat).sum(axis=tuple(range(dy.ndim - 1))), None  # (...,C), (C,)
+
+
 _NORMS = {  # ops.norms.NORMS name -> (formula, its backward)
     "layernorm": (_layer_norm, _layer_norm_backward),
+    "rmsnorm": (_rms_norm, _rms_norm_backward),
 }
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from .layernorm import layer_norm_backward, layer_norm_forward
+from .rmsnorm import rms_norm_backward, rms_norm_forward
 
 
 class Norm(NamedTuple):
@@ -30,4 +31,5 @@ class Norm(NamedTuple):
 
 NORMS = {  # name -> Norm
     "layernorm": Norm(layer_norm_forward, layer_norm_backward, {"weight": 1.0, "bias": 0.0}, optional=("bias",)),
+    "rmsnorm": Norm(rms_norm_forward, rms_norm_backward, {"weight": 1.0}, optional=("weight",)),
 }
