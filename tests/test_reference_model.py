@@ -120,3 +120,15 @@ def test_float32_in_float32_out_and_close_to_the_fast_model():
     assert all(g.dtype == np.float32 for g in ref_grads.values())
     assert abs(float(ref_loss) - float(loss)) <= 1e-6 * abs(float(loss))
     assert max(relative_difference(ref_grads[name], g) for name, g in grads.items()) <= 1e-4
+
+
+def test_the_textbook_model_and_the_torch_twin_write_out_every_registered_component():
+    """A new norm or activation in a registry fails here, by name, until its formula is written out."""
+    from numforge.model import reference
+    from numforge.ops.activations import ACTIVATIONS
+    from numforge.ops.norms import NORMS
+
+    assert set(reference._NORMS) == set(NORMS)
+    assert set(reference._ACTIVATIONS) == set(ACTIVATIONS)
+    train_torch = pytest.importorskip("numforge.bench.train_torch", reason="the torch twin needs torch")
+    assert set(train_torch.NORMS) == set(NORMS) and set(train_torch.ACTIVATIONS) == set(ACTIVATIONS)

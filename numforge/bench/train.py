@@ -27,7 +27,7 @@ from ..model.flops import flops_per_token
 from ..optim import AdamW
 from . import train_ranks
 from .measure import non_negative_int, optional_torch, positive_int
-from .train_models import CONFIGS, LR, WEIGHT_DECAY, build, torch_step
+from .train_models import ARCH_FIELDS, CONFIGS, LR, WEIGHT_DECAY, build, torch_step
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=1,
         help="BLAS threads for NumPy's OpenBLAS and for torch alike (default 1)",
+    )
+    parser.add_argument(
+        "--arch",
+        choices=tuple(ARCH_FIELDS),
+        default="gpt2",
+        help="the model family: GPT-2 (default), or Llama-style (RMSNorm, rotary positions, SwiGLU, "
+        "grouped-query attention, no biases, untied)",
     )
     parser.add_argument(
         "--attention",
@@ -129,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def bench_config(name: str, args, torch) -> dict:
-    config, ids, targets = build(name, args.attention)
+    config, ids, targets = build(name, args.attention, args.arch)
     model = GPT(config, seed=0)
     opt = AdamW(model.params, lr=LR, weight_decay=WEIGHT_DECAY)
     ids_nf, targets_nf = asarray(ids), asarray(targets)

@@ -1,15 +1,25 @@
 """GPT: a decoder-only transformer, its forward pass and its backward pass, by hand.
 
-The network (pre-norm blocks, GPT-2 style), on token ids ``(B,T)``, with the
-parameters by name::
+The network (pre-norm blocks), on token ids ``(B,T)``, with the parameters by name::
 
-    x = token_embedding[ids] * (sqrt(C) if scale_embeddings) + position_embedding[:T]   (B,T,C)
+    x = token_embedding[ids] * (sqrt(C) if scale_embeddings) + positions[:T]           (B,T,C)
     x = Drop(x)
     for each layer i:  x = x + Drop(attn(pre_attn_norm(x)))          layers.{i}.*, blocks.py
                        x = x + Drop(mlp(pre_mlp_norm(x)))
     h = final_norm(x)
     logits = h @ unembedding^T      unembedding = token_embedding (tied) or lm_head.weight    (B,T,V)
     loss = mean cross-entropy(logits, targets) over targets != -1                          unembedding.py
+
+The components are the registries' (``config.norm`` from ``ops.norms.NORMS``,
+``config.position`` from ``positions.POSITIONS``, ``config.activation`` from
+``ops.activations.ACTIVATIONS``), and this file names none of them: the
+position scheme either adds rows to the embeddings (``positions`` above: the
+``position_embedding`` parameter, or a fixed table) or rotates q and k inside
+every attention layer (RoPE: then nothing is added here). GPT-2 is the
+default; ``GPTConfig(**ARCHS["llama"])`` is Llama's RMSNorm, rotary positions,
+SwiGLU, no biases and untied head, and ``num_kv_heads``, ``head_dim`` and
+``qk_norm`` give Mistral's, Qwen2's and Qwen3's grouped-query attention,
+head widths and QK-norm.
 
 ``forward`` and ``backward`` below are mirror images: ``backward`` walks the
 same lines bottom-up, each gradient step reversing the forward line it names.

@@ -9,17 +9,25 @@ gradients (tested equal to 1e-12 in float64 under every ``GPTConfig`` option,
 - attention holds its ``(B,H,T,T)`` scores and weights (no tiles, no online softmax);
 - the logits ``(B,T,V)`` exist, the loss is a plain softmax cross-entropy,
   and its gradient ``softmax - onehot`` is computed in the backward, not fused into the forward;
+- each component is its formula, by name: LayerNorm and RMSNorm (``_NORMS``),
+  the activations (``_ACTIVATIONS``), the rotation of q and k as an explicit
+  turn of each pair of coordinates (``_rotate``), grouped-query attention by
+  repeating each key/value head for its group of query heads (``repeat``);
 - no array is changed in place once computed (the two embedding gradients are
   filled into zeros); no op of ``numforge/ops`` is called (only the normal CDF
-  of exact GELU, the sinusoidal table and the attention-dropout mask are imported);
+  of exact GELU, the position schemes' fixed tables and the attention-dropout mask are imported);
 - ``reference_backward`` is one function that walks ``reference_forward`` in
   exact reverse order, each step naming the forward line it reverses.
 
-The network (pre-norm, GPT-2 style; ``s = sqrt(C)`` if ``scale_embeddings`` else 1)::
+The network (pre-norm; ``s = sqrt(C)`` if ``scale_embeddings`` else 1; ``G = H / H_kv``)::
 
-    x = s * token_embedding[ids] + positions[:T]               positions: learned or sinusoidal
+    x = s * token_embedding[ids] + positions[:T]        positions: learned or sinusoidal; none when rotary
     x = Drop(x)
-    for each layer:  x = x + Drop(attention(pre_attn_norm(x)))     attention: Drop(softmax(scores)) @ v
+    for each layer:  h = pre_attn_norm(x)                                  LayerNorm or RMSNorm
+                     q | k | v = h @ qkv_proj                              q (B,H,T,D), k, v (B,H_kv,T,D)
+                     q, k = QK-norm and the rotation, in the config's order (either may be absent)
+                     o = Drop(softmax(q repeat(k, G)^T / sqrt(D))) @ repeat(v, G)
+                     x = x + Drop(o @ out_proj)
                      x = x + Drop(mlp(pre_mlp_norm(x)))
     logits = final_norm(x) @ unembedding^T                     token_embedding (tied) or lm_head.weight
     loss = mean over targets != -1 of -log softmax(logits)[target]
