@@ -17,17 +17,22 @@ NEW_FLAGS = [
 ]  # fmt: skip
 
 
-@pytest.fixture
-def small_run(tmp_path, capsys):
-    """A 2-step run with every new model flag: (run directory, its stdout, its stderr)."""
+def two_steps(tmp_path, *model_flags: str):
+    """Train a 1-layer model for 2 steps on a little random text with these model flags; the run directory."""
     corpus = tmp_path / "corpus.txt"
     rng = np.random.default_rng(0)
     corpus.write_text(" ".join(WORDS[i] for i in rng.integers(0, len(WORDS), 600)), encoding="utf-8")
     out = tmp_path / "run"
     argv = ["train", "--data", str(corpus), "--cache-dir", str(tmp_path), "--vocab-size", "270", "--layers", "1"]
-    argv += ["--d-model", "8", "--heads", "2", "--seq-len", "8", "--batch-size", "2", "--max-steps", "2"]
-    argv += ["--eval-every", "1", "--out", str(out), *NEW_FLAGS]
-    assert cli.main(argv) == 0
+    argv += ["--seq-len", "8", "--batch-size", "2", "--max-steps", "2", "--eval-every", "1", "--out", str(out)]
+    assert cli.main([*argv, *model_flags]) == 0
+    return out
+
+
+@pytest.fixture
+def small_run(tmp_path, capsys):
+    """A 2-step run with every new model flag: (run directory, its stdout, its stderr)."""
+    out = two_steps(tmp_path, "--d-model", "8", "--heads", "2", *NEW_FLAGS)
     captured = capsys.readouterr()
     return out, captured.out, captured.err
 
@@ -138,15 +143,7 @@ def test_an_impossible_combination_of_flags_names_the_flags(capsys):
 @pytest.fixture
 def llama_run(tmp_path):
     """A 2-step Llama-style run (QK-norm before the rotation): its directory."""
-    corpus = tmp_path / "corpus.txt"
-    rng = np.random.default_rng(0)
-    corpus.write_text(" ".join(WORDS[i] for i in rng.integers(0, len(WORDS), 600)), encoding="utf-8")
-    out = tmp_path / "run"
-    argv = ["train", "--data", str(corpus), "--cache-dir", str(tmp_path), "--vocab-size", "270", "--layers", "1"]
-    argv += ["--d-model", "16", "--heads", "4", "--seq-len", "8", "--batch-size", "2", "--max-steps", "2"]
-    argv += ["--eval-every", "1", "--out", str(out), "--arch", "llama", "--qk-norm"]
-    assert cli.main(argv) == 0
-    return out
+    return two_steps(tmp_path, "--d-model", "16", "--heads", "4", "--arch", "llama", "--qk-norm")
 
 
 def test_a_llama_run_checkpoints_resumes_and_refuses_model_flags(llama_run, capsys):
