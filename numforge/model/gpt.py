@@ -183,8 +183,9 @@ class GPT:
         output_side = "token_embedding (output side: dlogits^T h)" if config.tie_weights else "lm_head.weight"
         record("final norm output h", dh, {output_side: dunembedding})
         # forward: h = final_norm(x)
-        dx, grads = norm_backward(dh, cache.final_norm, "final_norm", config)
-        record("residual after the last layer", dx, dict(grads))
+        dx, norm_grads = norm_backward(dh, cache.final_norm, "final_norm", config)
+        record("residual after the last layer", dx, norm_grads)
+        grads = dict(norm_grads)
         # forward: x, blocks = self._blocks(x), layer by layer
         for i in reversed(range(config.num_layers)):
             dx, layer_grads = block_backward(dx, cache.blocks[i], config, _layer_recorder(record, i))

@@ -51,8 +51,8 @@ def mlp_branch_backward(dm, cache: MlpBranchCache, config, record=no_record):
     B, T, C = dm.shape
     dm = dropout_if_backward(dm.reshape(B * T, C), cache.dropout)  # (B,T,C) -> (N,C)
     # forward: m = down_proj(act)
-    dact, grads = linear_layer_backward(dm, cache.down_proj, "mlp.down_proj")  # (N,C) -> (N,F)
-    record("MLP activation (down_proj input)", dact, grads)
+    dact, down_grads = linear_layer_backward(dm, cache.down_proj, "mlp.down_proj")  # (N,C) -> (N,F)
+    record("MLP activation (down_proj input)", dact, down_grads)
     activation = ACTIVATIONS[config.activation]
     if activation.gated:
         # forward: act = swiglu(gate, up); gate = gate_proj(h); up = up_proj(h)
@@ -71,4 +71,4 @@ def mlp_branch_backward(dm, cache: MlpBranchCache, config, record=no_record):
     # forward: h = pre_mlp_norm(x)
     dx, norm_grads = norm_backward(dh, cache.norm, "pre_mlp_norm", config)
     record("MLP branch -> residual", dx, norm_grads)
-    return dx.reshape(B, T, C), grads | gate_grads | up_grads | norm_grads  # (N,C) -> (B,T,C)
+    return dx.reshape(B, T, C), down_grads | gate_grads | up_grads | norm_grads  # (N,C) -> (B,T,C)
