@@ -20,3 +20,7 @@ def test_a_short_run_states_the_cache(capsys):
     assert re.search(r"^numforge +\d+ ms +[0-9.]+", out, flags=re.MULTILINE)
     # 1 layer x 12 heads x 1024 positions x 64 x 2 (keys, values) x 4 bytes = 6 MiB, 6,144 bytes per token
     assert "KV cache: 2 x 1 layers x 12 key/value heads x 1024 positions x 64 x 4 bytes = 6.0 MiB, 6,144 bytes" in out
+    assert cli.main([*argv, "--kv-heads", "3"]) == 0  # grouped-query attention: a quarter of the cache
+    out = capsys.readouterr().out
+    assert "(GPT-2 has no grouped-query attention: numforge alone)" in out
+    assert "x 3 key/value heads x 1024 positions x 64 x 4 bytes = 1.5 MiB, 1,536 bytes per token; 3/12 of" in out

@@ -189,6 +189,8 @@ DECODING_OPTIONS = [
     {"activation": "relu", "position": "sinusoidal", "attention": "plain"},
     {**ARCHS["llama"], "qk_norm": True},  # the cache holds keys rotated at their absolute positions
     {**ARCHS["llama"], "qk_norm": True, "qk_norm_order": "after_rope", "norm_weight": False, "head_dim": 6},
+    {**ARCHS["llama"], "num_kv_heads": 2, "qk_norm": True},  # the cache holds H_kv = 2 heads
+    {**ARCHS["llama"], "num_kv_heads": 1, "attention": "plain"},
 ]
 
 
@@ -209,6 +211,7 @@ def test_greedy_decoding_with_and_without_kv_cache_is_identical(options):
         tokens_plain = asarray(tokens_plain)
         tokens_cached = asarray(np.concatenate([to_numpy(tokens_cached), to_numpy(new_ids)], axis=1))
     assert kv.length == SMALL["max_seq_len"] - 1
+    assert kv.keys[0].shape == (2, model.config.num_kv_heads, SMALL["max_seq_len"], model.config.head_dim)
     np.testing.assert_array_equal(to_numpy(tokens_cached), to_numpy(tokens_plain))
     with pytest.raises(ValueError, match="max_seq_len"):
         model.logits(asarray(np.array([[1, 2], [3, 4]])), kv_cache=kv)

@@ -19,10 +19,29 @@ EVERY_OPTION_AT_ONCE = {
     "drop_prob": 0.3,
     "norm_eps": 1e-3,
 }
+EVERY_MODERN_OPTION_AT_ONCE = {  # GQA, RoPE with scaling, QK-norm, Qwen2's biases, a head width != C / H, dropout
+    "norm": "rmsnorm",
+    "position": "rope",
+    "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+    "num_heads": 4,
+    "num_kv_heads": 2,
+    "head_dim": 6,
+    "qk_norm": True,
+    "use_bias": False,
+    "qkv_bias": True,
+    "tie_weights": False,
+    "activation": "swiglu",
+    "drop_prob": 0.3,
+}
 CASES = {
     **OPTIONS,
     "all_at_once": EVERY_OPTION_AT_ONCE,
     "gelu_exact_untied": {"gelu_approximate": "none", "tie_weights": False},
+    **{
+        f"modern_at_once_{order}_{kernel}": {**EVERY_MODERN_OPTION_AT_ONCE, "qk_norm_order": order, "attention": kernel}
+        for order in ("before_rope", "after_rope")
+        for kernel in ("tiled", "plain")
+    },
 }
 
 

@@ -18,7 +18,7 @@ from numforge.study.prompt import run_prompt
 from numforge.study.trace import forward_stages
 from numforge.tokenizer import BPETokenizer
 
-QWEN3_STYLE = {**ARCHS["llama"], "qk_norm": True}  # QK-norm, then the rotation
+QWEN3_STYLE = {**ARCHS["llama"], "qk_norm": True, "num_kv_heads": 1}  # QK-norm, then the rotation
 NANOCHAT_STYLE = {**ARCHS["llama"], "qk_norm": True, "qk_norm_order": "after_rope", "norm_weight": False}
 
 
@@ -67,7 +67,7 @@ def test_the_recorded_backward_is_the_backward(tokenizer, options):
 
 
 def test_the_commands_on_a_llama_run(tmp_path, capsys):
-    run = tiny_run(tmp_path, "--arch", "llama", "--qk-norm")
+    run = tiny_run(tmp_path, "--arch", "llama", "--kv-heads", "1", "--qk-norm")
     capsys.readouterr()
     assert main(["trace", "--checkpoint", str(run), "--prompt", STUDY_PROMPT, "--backward", "--lens"]) == 0
     out = capsys.readouterr().out
@@ -86,4 +86,5 @@ def test_the_commands_on_a_llama_run(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "rmsnorm norms, QK-norm before rope, rope positions" in out and "no biases" in out
     assert re.search(r"^position table +0 .*rotated", out, flags=re.MULTILINE)
-    assert "KV cache (sampling): 2 x L x H_kv x D = 16 values per token" in out  # 1 layer, 2 heads of 4
+    assert "KV cache (sampling): 2 x L x H_kv x D = 8 values per token" in out  # 1 layer, 1 key/value head of 4
+    assert "1/2 of full attention's 16 values" in out

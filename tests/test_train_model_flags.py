@@ -142,14 +142,14 @@ def test_an_impossible_combination_of_flags_names_the_flags(capsys):
 
 @pytest.fixture
 def llama_run(tmp_path):
-    """A 2-step Llama-style run (QK-norm before the rotation): its directory."""
-    return two_steps(tmp_path, "--d-model", "16", "--heads", "4", "--arch", "llama", "--qk-norm")
+    """A 2-step Llama-style run (GQA, QK-norm before the rotation): its directory."""
+    return two_steps(tmp_path, "--d-model", "16", "--heads", "4", "--arch", "llama", "--kv-heads", "2", "--qk-norm")
 
 
 def test_a_llama_run_checkpoints_resumes_and_refuses_model_flags(llama_run, capsys):
     config = checkpoint.load_checkpoint(llama_run).config
     assert {key: config[key] for key in ("norm", "position", "num_kv_heads", "qk_norm", "use_bias")} == {
-        "norm": "rmsnorm", "position": "rope", "num_kv_heads": 4, "qk_norm": True, "use_bias": False,
+        "norm": "rmsnorm", "position": "rope", "num_kv_heads": 2, "qk_norm": True, "use_bias": False,
     }  # fmt: skip
     capsys.readouterr()
     assert cli.main(["train", "--resume", str(llama_run), "--max-steps", "3", "--arch", "llama", "--kv-heads=1"]) == 2

@@ -31,7 +31,9 @@ LLAMA3_SCALING = {  # Llama 3.1's frequency scaling, its original context shrunk
     "high_freq_factor": 4.0,
     "original_max_position_embeddings": 4,
 }
-QWEN3 = {**ARCHS["llama"], "qk_norm": True, "qk_norm_order": "before_rope", "head_dim": 6}  # head_dim != C / H
+GQA = {"num_heads": 4, "num_kv_heads": 2}  # two query heads per key/value head (head width 8 / 4 = 2)
+LLAMA = {**ARCHS["llama"], "num_kv_heads": 1}  # TINY's two query heads share one key/value head
+QWEN3 = {**ARCHS["llama"], **GQA, "qk_norm": True, "qk_norm_order": "before_rope", "head_dim": 6}  # H D != C
 
 OPTIONS = {  # every entry of each registry (norms, positions, activations), then the other options
     **{name: {"activation": name} for name in ACTIVATIONS},
@@ -49,17 +51,20 @@ OPTIONS = {  # every entry of each registry (norms, positions, activations), the
     "qkv_bias_only": {"use_bias": False, "qkv_bias": True},  # Qwen2
     "mixed_biases": {"qkv_bias": False, "mlp_bias": False, "norm_bias": False},  # out_proj's bias only
     "head_dim": {"head_dim": 6, "num_heads": 3},  # H D = 18 != C = 8
+    "gqa": GQA,
+    "mqa": {"num_kv_heads": 1},
+    "gqa_plain_attention": {**GQA, "attention": "plain"},
     "plain_attention": {"attention": "plain"},
     "sinusoidal_scaled": {"position": "sinusoidal", "scale_embeddings": True},
     "rope_linear": {"position": "rope", "rope_scaling": {"rope_type": "linear", "factor": 2.0}, "rope_theta": 500.0},
     "rope_llama3": {"position": "rope", "rope_scaling": LLAMA3_SCALING},
     "qk_norm_before_rope": {"position": "rope", "norm": "rmsnorm", "qk_norm": True, "qk_norm_order": "before_rope"},
     "qk_norm_after_rope": {"position": "rope", "norm": "rmsnorm", "qk_norm": True, "qk_norm_order": "after_rope"},
-    "llama": ARCHS["llama"],
-    "qwen2": {**ARCHS["llama"], "qkv_bias": True, "tie_weights": True},
+    "llama": LLAMA,
+    "qwen2": {**LLAMA, "qkv_bias": True, "tie_weights": True},
     "qwen3": QWEN3,
     "nanochat": {
-        **ARCHS["llama"],
+        **LLAMA,
         "norm_weight": False,
         "qk_norm": True,
         "qk_norm_order": "after_rope",
@@ -67,7 +72,8 @@ OPTIONS = {  # every entry of each registry (norms, positions, activations), the
     },
     "dropout": {"drop_prob": 0.2},  # embeddings, branches and attention weights
     "dropout_plain_attention": {"drop_prob": 0.2, "attention": "plain"},
-    "dropout_llama": {**ARCHS["llama"], "drop_prob": 0.2},
+    "dropout_llama": {**LLAMA, "drop_prob": 0.2},
+    "dropout_qwen3_plain_attention": {**QWEN3, "drop_prob": 0.2, "attention": "plain"},
 }
 
 
