@@ -42,6 +42,16 @@ def build(name: str, attention: str, arch: str = "gpt2"):
     return config, ids, targets
 
 
+def describe(config: GPTConfig) -> str:
+    """``"4 layers, d_model 128, 4 heads (2 key/value), rmsnorm, rope positions, swiglu, untied, no biases"``."""
+    return (
+        f"{config.num_layers} layers, d_model {config.d_model}, {config.num_heads} heads "
+        f"({config.num_kv_heads} key/value), {config.norm}, {config.position} positions, {config.activation}, "
+        f"{'tied' if config.tie_weights else 'untied'}, {'biases' if config.use_bias else 'no biases'}, "
+        f"T {config.max_seq_len}"
+    )
+
+
 def torch_step(torch, config, model, ids, targets):
     """One PyTorch eager step (forward, autograd backward, AdamW) on a copy of ``model``'s weights."""
     from .train_torch import torch_loss, torch_params, torch_tables
