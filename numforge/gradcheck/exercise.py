@@ -30,8 +30,14 @@ STUB = 'raise NotImplementedError("{name}: write this backward, then run: numfor
 
 
 def exercise_ops() -> list[str]:
-    """The ops modules an exercise can be written from: ``numforge/ops/*.py`` but the private ``_*.py``."""
-    return sorted(m.name for m in pkgutil.iter_modules([str(OPS_DIR)]) if not m.name.startswith("_"))
+    """The ops modules an exercise can be written from: ``numforge/ops/*.py`` that define a ``*_backward``
+    (not the private ``_*.py``, not a registry such as ``norms.py``)."""
+    names = (m.name for m in pkgutil.iter_modules([str(OPS_DIR)]) if not m.name.startswith("_"))
+    return sorted(name for name in names if _backwards(ast.parse((OPS_DIR / f"{name}.py").read_text(encoding="utf-8"))))
+
+
+def _backwards(tree: ast.Module) -> list[ast.FunctionDef]:
+    return [f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name.endswith("_backward")]
 
 
 def exercise_source(op: str, file_name: str = "THIS_FILE", solution: bool = False) -> str:
@@ -43,7 +49,7 @@ def exercise_source(op: str, file_name: str = "THIS_FILE", solution: bool = Fals
         raise ValueError(f"no op {op!r} to write an exercise from; choose one of {exercise_ops()}")
     lines = (OPS_DIR / f"{op}.py").read_text(encoding="utf-8").splitlines()
     tree = ast.parse("\n".join(lines))
-    backwards = [f for f in tree.body if isinstance(f, ast.FunctionDef) and f.name.endswith("_backward")]
+    backwards = _backwards(tree)
     if not solution:
         for function in reversed(backwards):  # bottom-up, so earlier line numbers stay valid
             body = function.body
