@@ -30,7 +30,7 @@ from ..backend import array_module, to_numpy
 from ..generate import generate_ids
 from ..hf.weights import PREFIX, hf_name
 from ..model import GPT, GPTConfig
-from .measure import MIB, peak_extra_bytes, positive_int
+from .measure import MIB, optional_torch, peak_extra_bytes, positive_int, where_it_runs
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}  # the CPU clock: what a busy machine disturbs less
 GPT2_124M = dict(vocab_size=50257, max_seq_len=1024, d_model=768, num_heads=12, num_layers=12)
@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if args.prompt_tokens + args.new_tokens > GPT2_124M["max_seq_len"]:
         raise ValueError(f"--prompt-tokens + --new-tokens must be at most {GPT2_124M['max_seq_len']}")
     threads = _one_blas_thread()
+    print(where_it_runs(None if args.no_transformers else optional_torch()))
     config = GPTConfig(**{**GPT2_124M, "num_layers": args.layers, "num_kv_heads": args.kv_heads})
     model = GPT(config, seed=0)
     prompt = np.random.default_rng(0).integers(0, config.vocab_size, size=args.prompt_tokens).tolist()

@@ -1,7 +1,8 @@
-"""Measuring tools shared by the benchmarks: fair timing, peak memory, the CPU they ran on."""
+"""Measuring tools shared by the benchmarks: where they run (the CPU, the cores, the BLAS), fair timing, peak memory."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 import platform
 import time
@@ -10,9 +11,42 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..blas import numpy_openblas
 from ..checks import float_between, int_at_least
+from ..training.threads import usable_cores
 
 MIB = 2**20
+
+
+def where_it_runs(torch=None) -> str:
+    """The lines every bench prints first: the CPU and its vector extensions, the cores, NumPy's BLAS, PyTorch's.
+
+    Example (a 2-core AMD EPYC)::
+
+        CPU: AMD EPYC, vector extensions: avx avx2 avx512f ...; 2 cores usable (of 2); load average ...
+        NumPy 2.4.1, BLAS scipy-openblas 0.3.31.188.0, kernel Cooperlake, 2 threads now
+        PyTorch 2.14.1: 2 threads, CPU capability AVX512, MKL; OMP_WAIT_POLICY=PASSIVE
+
+    ``torch`` is the module when the bench runs it, else None.
+    """
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    lines = [
+        f"CPU: {cpu_description()}; {usable_cores()} cores usable (of {os.cpu_count()}); "
+        f"load average (1, 5, 15 min) {load}"
+    ]
+    blas, openblas = np.show_config(mode="dicts")["Build Dependencies"]["blas"], numpy_openblas()
+    kernel = f", kernel {openblas.corename()}, {openblas.num_threads()} threads now" if openblas else ""
+    lines.append(f"NumPy {np.__version__}, BLAS {blas.get('name', '?')} {blas.get('version', '')}{kernel}")
+    if torch is None:
+        lines.append("PyTorch: not run")
+    else:
+        library = "MKL" if torch.backends.mkl.is_available() else "no MKL"
+        wait = os.environ.get("OMP_WAIT_POLICY", "(unset)")
+        lines.append(
+            f"PyTorch {torch.__version__}: {torch.get_num_threads()} threads, CPU capability "
+            f"{torch.backends.cpu.get_cpu_capability()}, {library}; OMP_WAIT_POLICY={wait}"
+        )
+    return "\n".join(lines)
 
 
 def synchronize(xp) -> None:
