@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from parallel_run import FLOAT32_TOLERANCE, max_relative_difference, tiny_flags, tiny_run, without_key_bias
 from parallel_run import write_corpus as write_tiny_corpus
 
-from numforge import checkpoint, cli
+from numforge import checkpoint, cli, interrupts
 from numforge.blas import blas_threads, numpy_openblas
 from numforge.ops._parallel import worker_count
 from numforge.training import LOSS_CSV
@@ -171,8 +171,13 @@ def test_resume_on_the_same_threads_is_bit_identical(tmp_path, corpus):
     assert (tmp_path / "straight" / LOSS_CSV).read_text() == (tmp_path / "split" / LOSS_CSV).read_text()
 
 
-@pytest.mark.parametrize("signals", [1, 2])  # a second Ctrl-C: out at once, the last checkpoint kept
-def test_ctrl_c_on_threads_stops_after_the_step_with_a_resumable_checkpoint(tmp_path, corpus, signals):
+@pytest.mark.parametrize(
+    "signum, count",
+    [(signal.SIGINT, 1), (signal.SIGINT, 2), (signal.SIGTERM, 1)],  # a second signal: out at once, the checkpoint kept
+)
+def test_a_stop_signal_on_threads_ends_the_run_after_the_step_with_a_resumable_checkpoint(
+    tmp_path, corpus, signum, count
+):
     flags = tiny_flags(tmp_path, corpus, "run", steps=100_000) + ["--eval-every", "2", "--save-every", "2"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
     command = [sys.executable, "-m", "numforge", "train", *flags, "--threads", "2"]
@@ -181,14 +186,14 @@ def test_ctrl_c_on_threads_stops_after_the_step_with_a_resumable_checkpoint(tmp_
     while not (tmp_path / "run" / LOSS_CSV).exists():  # written at the first evaluation, step 2
         assert job.poll() is None and time.monotonic() < deadline, "the job ended or hung before step 2"
         time.sleep(0.1)
-    for _ in range(signals):
-        job.send_signal(signal.SIGINT)
+    for _ in range(count):
+        job.send_signal(signum)
     out, err = job.communicate(timeout=60)
-    assert job.returncode == 130, err.decode()
+    assert job.returncode == 128 + signum, err.decode()
     step = checkpoint.load_checkpoint(tmp_path / "run").state["step"]
     assert step >= 2
-    if signals == 1:
-        assert f"interrupted: checkpoint at step {step}" in err.decode()
+    if count == 1:
+        assert f"{interrupts.describe(signum)}: checkpoint at step {step}" in err.decode()
         assert "resume with: numforge train --resume" in out.decode()
     assert cli.main(["train", "--resume", str(tmp_path / "run"), "--max-steps", str(step + 1), "--no-progress"]) == 0
 
