@@ -35,7 +35,8 @@ def where_it_runs(torch=None) -> str:
         f"load average (1, 5, 15 min) {load}"
     ]
     blas, openblas = np.show_config(mode="dicts")["Build Dependencies"]["blas"], numpy_openblas()
-    kernel = f", kernel {openblas.corename()}, {openblas.num_threads()} threads now" if openblas else ""
+    count = openblas.num_threads() if openblas else 0
+    kernel = f", kernel {openblas.corename()}, {count} thread{'s' * (count != 1)} now" if openblas else ""
     lines.append(f"NumPy {np.__version__}, BLAS {blas.get('name', '?')} {blas.get('version', '')}{kernel}")
     if torch is None:
         lines.append("PyTorch: not run")

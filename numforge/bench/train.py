@@ -165,6 +165,9 @@ def _run(args: argparse.Namespace, torch, threads: int) -> int:
                 f"the step without; without attention-weight dropout "
                 f"{result['dropout_no_attention_s'] / result['numforge_s']:.2f}x"
             )
+        if "one_thread_s" in result:
+            gain = result["one_thread_s"] / result["numforge_s"]
+            print(f"{'':8s} numforge on {threads} threads: {gain:.2f}x its speed on one thread (steps taking turns)")
         if args.profile:
             print(result["profile"])
     print(
@@ -204,6 +207,8 @@ def bench_config(name: str, args, torch, threads: int) -> dict:
     for attention_dropout in (True, False)[: len(dropout_names)]:
         dropout_config = replace(config, drop_prob=args.dropout, attention_dropout=attention_dropout)
         steps.append(_numforge_step(GPT(dropout_config, seed=0), ids, targets, threads))
+    if threads > 1:  # the same step on one thread, taking turns with the others: what the threads gain
+        steps.append(_numforge_step(GPT(config, seed=0), ids, targets, 1))
     times = [[] for _ in steps]  # per implementation: (wall seconds, CPU seconds) per step
     for i in range(args.warmup + args.steps):
         for step, record in zip(steps, times):
@@ -221,8 +226,10 @@ def bench_config(name: str, args, torch, threads: int) -> dict:
     if torch is not None:
         result["torch_s"] = statistics.median(t[0] for t in times[1])
         result["torch_cpu_s"] = statistics.median(t[1] for t in times[1])
-    for name, record in zip(dropout_names, times[len(times) - len(dropout_names) :]):
+    for name, record in zip(dropout_names, times[len(steps) - len(dropout_names) - (threads > 1) :]):
         result[f"{name}_s"] = statistics.median(t[0] for t in record)
+    if threads > 1:
+        result["one_thread_s"] = statistics.median(t[0] for t in times[-1])
     if args.profile:  # cProfile sees one thread: the profile is of the step on one thread
         one_thread = numforge_step if threads == 1 else _numforge_step(model, ids, targets, 1)
         with one_blas_thread():
