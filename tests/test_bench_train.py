@@ -61,6 +61,8 @@ def test_on_two_threads_it_says_where_it_ran_and_what_the_threads_gain(capsys):
     assert "threads: numforge 2 (--threads; the batch's rows in 2 part(s), one BLAS thread each)" in out
     gain = re.search(r"numforge on 2 threads: ([0-9.]+)x its speed on one thread", out)
     assert gain and float(gain.group(1)) > 0
+    free = re.search(r"products on 2 threads ran ([0-9.]+)x and ([0-9.]+)x one thread", out)
+    assert free and 0 < float(free.group(1)) < 3 and 0 < float(free.group(2)) < 3
     assert "target (" not in out  # issue 27's targets are for one thread and for the default threads
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import pathlib
 import platform
+import statistics
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -48,6 +50,35 @@ def where_it_runs(torch=None) -> str:
             f"{torch.backends.cpu.get_cpu_capability()}, {library}; OMP_WAIT_POLICY={wait}"
         )
     return "\n".join(lines)
+
+
+def free_cores(threads: int, rounds: int = 7) -> float:
+    """How many cores this process could use just now: the same float32 products (``512 x 512``, which
+    release the GIL) on ``threads`` Python threads against one, taking turns; the median speed-up.
+
+    ``threads`` on idle cores; about 1 on a machine whose other work leaves this process one core's worth
+    (Linux's autogroup scheduling shares the cores out by session first, then by thread). It says whether
+    any thread count could pay just then. Call it on one BLAS thread.
+    """
+    a = np.random.default_rng(0).standard_normal((512, 512), dtype=np.float32)
+
+    def products(count: int) -> None:
+        for _ in range(count):
+            a @ a
+
+    ratios = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        products(8 * threads)
+        alone = time.perf_counter() - start
+        workers = [threading.Thread(target=products, args=(8,)) for _ in range(threads)]
+        start = time.perf_counter()
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        ratios.append(alone / (time.perf_counter() - start))
+    return statistics.median(ratios)
 
 
 def synchronize(xp) -> None:

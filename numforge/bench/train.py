@@ -39,7 +39,7 @@ from ..training.dropout import dropout_rng
 from ..training.parallel import DataParallel, SingleProcess
 from ..training.threads import Threads, set_blas_threads, thread_count
 from . import train_ranks
-from .measure import cpu_description, non_negative_int, optional_torch, positive_int, verdict, where_it_runs
+from .measure import cpu_description, free_cores, non_negative_int, optional_torch, positive_int, verdict, where_it_runs
 from .train_models import ARCH_FIELDS, CONFIGS, LR, WEIGHT_DECAY, build, describe, torch_step
 
 # issue 27's targets: numforge / torch tokens per second, each config
@@ -133,13 +133,19 @@ def _run(args: argparse.Namespace, torch, threads: int) -> int:
         print(f"{name}: {describe(build(name, args.attention, args.arch)[0])}")
     # the matmul rate is taken before and after the configs and the best kept: one reading on a busy
     # machine can come out low, and an MFU above 100% would follow
-    rate_before = matmul_rate(threads)
+    rate_before, free_before = matmul_rate(threads), free_cores(threads) if threads > 1 else None
     results = {name: bench_config(name, args, torch, threads) for name in names}
     rate = max(rate_before, matmul_rate(threads))
     print(
         f"float32 matmul rate (1024^3 on {threads} BLAS thread(s), best of 5, before and after the configs): "
-        f"{rate / 1e9:.1f} GFLOP/s\n"
+        f"{rate / 1e9:.1f} GFLOP/s"
     )
+    if threads > 1:  # measure.free_cores: what any code on these threads could gain just now
+        print(
+            f"cores free for this process: products on {threads} threads ran {free_before:.2f}x and "
+            f"{free_cores(threads):.2f}x one thread, before and after the configs ({threads:.2f}x on idle cores)"
+        )
+    print()
     header = (
         f"{'config':8s} {'params':>9s} {'numforge tok/s':>15s} {'MFU':>6s} "
         f"{'torch tok/s':>12s} {'MFU':>6s} {'ratio':>6s} {'CPU-time ratio':>15s}"
