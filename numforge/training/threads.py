@@ -66,7 +66,7 @@ def thread_count(threads: int | None = None, ranks: int = 1) -> int:
 def set_blas_threads(count: int) -> None:
     """Run NumPy's products on ``count`` BLAS threads from now on (process-wide)."""
     blas = numpy_openblas()
-    if blas is not None:
+    if blas is not None and blas.num_threads() != count:  # setting it at all maps OpenBLAS another 32 MB buffer
         blas.set_num_threads(count)
 
 
