@@ -76,6 +76,12 @@ def next_token_probs(
     return probs
 
 
+def allowed_logits(logits: np.ndarray, allowed: np.ndarray | None) -> np.ndarray:
+    """``(V,) -> (V,)``: the logits of ids outside ``allowed`` (a boolean mask; None: every id) set to -inf,
+    so they can never be drawn (a model's vocabulary may be padded beyond its tokenizer's)."""
+    return logits if allowed is None else np.where(allowed, logits, -np.inf)
+
+
 def sample_next(
     logits: np.ndarray,
     rng: np.random.Generator,
@@ -128,9 +134,7 @@ def generate_ids(
         else:  # one new position
             feed, cache = ids[-1:], kv_cache
         logits = model.logits(asarray(np.asarray(feed)[None, :]), last_only=True, kv_cache=cache)  # (1,T) -> (1,V)
-        row = to_numpy(logits).reshape(-1)  # (1,V) -> (V,)
-        if allowed is not None:
-            row = np.where(allowed, row, -np.inf)  # (V,): ids outside the tokenizer can never be drawn
+        row = allowed_logits(to_numpy(logits).reshape(-1), allowed)  # (1,V) -> (V,)
         token = sample_next(row, rng, temperature, top_k, top_p)
         ids.append(token)
         yield token

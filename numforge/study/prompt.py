@@ -24,6 +24,7 @@ class Prompt(NamedTuple):
     ids: tuple[int, ...]  # (T,) token ids
     targets: tuple[int, ...]  # (T,) the next token of each position; IGNORE_INDEX after the last
     tokens: tuple[str, ...]  # (T,) each token's text, as ``token_label`` writes it
+    shown: tuple[str, ...]  # (T,) each token as the study tools show it, ``shown_token``
     loss: float | None  # the forward's loss; None for a one-token prompt (no target)
     cache: object  # the ModelCache of model.forward
 
@@ -34,11 +35,27 @@ def token_label(tokenizer, token_id: int) -> str:
     the tokenizer has no token for (a model's vocabulary padded beyond it) as ``(no token)``."""
     if not tokenizer.has_token(token_id):
         return "(no token)"
-    raw = tokenizer.token_bytes(token_id)
+    text = _whole_text(tokenizer, token_id)
+    return "<" + tokenizer.token_bytes(token_id).hex(" ") + ">" if text is None else text
+
+
+def shown_token(tokenizer, token_id: int) -> str:
+    """A token as every study tool writes it (the terminal's tables, the pages, the PNG): ``token_label``
+    with, in a token of whole characters, a space as ``·`` (U+00B7, so a token's edges show) and an
+    unprintable character escaped as ``repr`` does (``\\n``). ``" the\\n"`` -> ``·the\\n``; a piece of a
+    character stays ``<e4 b8>``, an id without a token ``(no token)``."""
+    text = _whole_text(tokenizer, token_id) if tokenizer.has_token(token_id) else None
+    if text is None:
+        return token_label(tokenizer, token_id)
+    return "".join("\u00b7" if c == " " else c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _whole_text(tokenizer, token_id: int) -> str | None:
+    """The token's bytes decoded, or None when they are not whole UTF-8 characters."""
     try:
-        return raw.decode("utf-8")
+        return tokenizer.token_bytes(token_id).decode("utf-8")
     except UnicodeDecodeError:
-        return "<" + raw.hex(" ") + ">"
+        return None
 
 
 def run_prompt(model, tokenizer, text: str) -> Prompt:
@@ -59,6 +76,7 @@ def run_prompt(model, tokenizer, text: str) -> Prompt:
         tuple(ids),
         tuple(targets),
         tuple(token_label(tokenizer, i) for i in ids),
+        tuple(shown_token(tokenizer, i) for i in ids),
         float(to_numpy(loss)) if len(ids) > 1 else None,
         cache,
     )
