@@ -35,6 +35,7 @@ COMMANDS = (
     "convert",
     "attention",
     "inspect",
+    "studio",
     "gradcheck",
     "params",
     "bench",

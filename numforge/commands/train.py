@@ -13,7 +13,7 @@ from pathlib import Path
 from .. import interrupts
 from ..checks import float_between, int_at_least, path_flag
 from ..data import DEFAULT_CORPUS, DEFAULT_VOCAB_SIZE, default_cache_dir, load_or_train_tokenizer, open_prepared
-from ..generate import generate
+from ..generate import RUN_SAMPLE, generate
 from ..model import GPTConfig
 from ..resources import check_input_file, check_output_dir
 from ..training import LOSS_CSV, LOSS_PNG, RESUMABLE, TrainingDiverged, TrainSettings, new_run, resume_run, train
@@ -319,9 +319,9 @@ def _train(args: argparse.Namespace, session, world, say, report, started: float
         return 128 + session.stopped_by  # 130 Ctrl-C, 143 SIGTERM
     if not world.is_root:
         return 0
-    sample = generate(model, session.tokenizer, "", 60, temperature=0.8, seed=0)
+    sample = generate(model, session.tokenizer, **RUN_SAMPLE)
     report(
-        f"a sample (temperature 0.8):\n{sample.text}\n"
+        f"a sample (temperature {RUN_SAMPLE['temperature']}):\n{sample.text}\n"
         f'more with: numforge sample --checkpoint {session.run_dir} --prompt "The"'
     )
     return 0

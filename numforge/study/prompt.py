@@ -60,6 +60,11 @@ def _whole_text(tokenizer, token_id: int) -> str | None:
 
 def run_prompt(model, tokenizer, text: str) -> Prompt:
     """Encode ``text`` (special tokens allowed) and run the model's forward pass on it once."""
+    return run_ids(model, tokenizer, encode_prompt(model, tokenizer, text))
+
+
+def encode_prompt(model, tokenizer, text: str) -> list[int]:
+    """The ids of ``text`` (special tokens allowed): 1 to ``max_seq_len`` of them, else a ``ValueError``."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
     ids = tokenizer.encode(text, allowed_special="all")
@@ -70,6 +75,24 @@ def run_prompt(model, tokenizer, text: str) -> Prompt:
             f"text encodes to {len(ids)} tokens, more than the model's context "
             f"max_seq_len {model.config.max_seq_len}; give a shorter text"
         )
+    return ids
+
+
+def check_ids(model, ids) -> tuple[int, ...]:
+    """``ids`` as a tuple if they are a list of 1 to ``max_seq_len`` ints in ``[0, vocab_size)``, else a ``ValueError``."""
+    V, context = model.config.vocab_size, model.config.max_seq_len
+    if not isinstance(ids, (list, tuple)) or not 1 <= len(ids) <= context:
+        what = f"{len(ids)} ids" if isinstance(ids, (list, tuple)) else type(ids).__name__
+        raise ValueError(f"ids must be a list of 1 to max_seq_len = {context} token ids, got {what}")
+    for i in ids:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < V:
+            raise ValueError(f"every id must be an integer in [0, {V - 1}] (the model's vocabulary), got {i!r}")
+    return tuple(ids)
+
+
+def run_ids(model, tokenizer, ids) -> Prompt:
+    """The forward pass on ``ids`` (``check_ids``): the cache every study tool reads."""
+    ids = list(check_ids(model, ids))
     targets = ids[1:] + [IGNORE_INDEX]
     loss, cache = model.forward(asarray(np.asarray([ids])), asarray(np.asarray([targets])), for_backward=False)
     return Prompt(
