@@ -32,7 +32,6 @@ from .backend import asarray, to_numpy
 from .checks import check_positive_int
 from .tokenizer import EOT
 
-
 RUN_SAMPLE = dict(prompt="", max_new_tokens=60, temperature=0.8, seed=0)  # the sample a run ends with
 
 

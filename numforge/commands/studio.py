@@ -26,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_checkpoint_arguments(parser)
     parser.add_argument(
         "--run",
+        dest="run_dir",  # not "run": cli.py keeps the command's function there
         metavar="DIR",
         type=path_flag,
         help="a run directory whose loss.csv the Training view follows as it grows "
@@ -44,10 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def watched_run(args: argparse.Namespace) -> Path | None:
     """The run directory of the Training view: ``--run``, else ``--checkpoint``'s run (or None)."""
-    if args.run is not None:
-        run = Path(args.run)
+    if args.run_dir is not None:
+        run = Path(args.run_dir)
         if not run.is_dir():
-            raise ValueError(f"--run {args.run}: not a directory (give a run directory written by numforge train)")
+            raise ValueError(f"--run {args.run_dir}: not a directory (give a run directory written by numforge train)")
         return run
     if args.checkpoint is None or latest_checkpoint_dir(args.checkpoint) is None:
         return None  # no checkpoint, or a Hugging Face directory

@@ -37,14 +37,14 @@ import sys
 import threading
 import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from importlib import resources
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from ..checks import check_positive_int, is_real
 from ..checkpoint import checkpoint_step, latest_checkpoint_dir, load_model
+from ..checks import check_positive_int, is_real
 from ..generate import RUN_SAMPLE, generate
 from .backward import backward_stages
+from .page import studio_page, web_file
 from .prompt import check_ids, encode_prompt, run_ids
 from .views import (
     attention_view,
@@ -62,14 +62,6 @@ PAGE_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
-WEB = "web"  # the package data folder beside this file
-
-
-def web_file(name: str) -> str:
-    """One file of ``numforge/study/web/`` (package data)."""
-    return resources.files(__package__).joinpath(WEB, name).read_text(encoding="utf-8")
-
-
 class Studio:
     """The model, its tokenizer, the run to watch, and the last prompt's passes (kept for the next request)."""
 
@@ -222,13 +214,7 @@ class StudioServer(ThreadingHTTPServer):
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else (f"[{host}]" if ":" in host else host)
         self.url = f"http://{shown}:{port}/?token={self.token}"
         self.files = {path: (web_file(name).encode("utf-8"), kind) for path, (name, kind) in STATIC.items()}
-        self.page = page_html().encode("utf-8")
-
-
-def page_html() -> str:
-    """The studio's page: ``web/studio.html`` with its style and script linked from ``/static/``."""
-    head = '<link rel="stylesheet" href="/static/studio.css">\n<script src="/static/studio.js" defer></script>'
-    return web_file("studio.html").replace("<!-- head -->", head)
+        self.page = studio_page().encode("utf-8")
 
 
 class Handler(BaseHTTPRequestHandler):

@@ -127,11 +127,6 @@ def trace_view(model, tokenizer, prompt, grad_stages, position: int, k: int = 3)
     equation and its values at ``position``; the per-position predictions; the logit lens."""
     T, label = len(prompt.ids), Labels(tokenizer)
     check_index(position, T, "position")
-
-    def at(array):
-        part = at_position(array, position, T)
-        return None if part is None else {"norm": float(np.linalg.norm(part)), "first": part.ravel()[:4].tolist()}
-
     forward = [
         {
             "name": s.name,
@@ -142,7 +137,7 @@ def trace_view(model, tokenizer, prompt, grad_stages, position: int, k: int = 3)
             "min": s.min,
             "max": s.max,
             "source": s.source,
-            "at": at(s.array),
+            "at": stage_at(s, position, T),
         }
         for s in forward_stages(model, prompt)
     ]
@@ -156,7 +151,7 @@ def trace_view(model, tokenizer, prompt, grad_stages, position: int, k: int = 3)
             "std": s.std,
             "max_abs": s.max_abs,
             "params": [[name, list(shape), norm] for name, shape, norm in s.params],
-            "at": at(s.array),
+            "at": stage_at(s, position, T),
         }
         for s in grad_stages or ()
     ]
@@ -174,6 +169,14 @@ def trace_view(model, tokenizer, prompt, grad_stages, position: int, k: int = 3)
         },
         "labels": label.json(),
     }
+
+
+def stage_at(stage, position: int, T: int) -> dict | None:
+    """A stage's array at ``position`` (``at_position``): its norm and first 4 values, or None (no position axis)."""
+    part = at_position(stage.array, position, T)
+    if part is None:
+        return None
+    return {"norm": rounded(float(np.linalg.norm(part))), "first": [rounded(v, 4) for v in part.ravel()[:4]]}
 
 
 def predictions_json(prompt, label: Labels, k: int) -> list[dict]:
@@ -200,6 +203,7 @@ def attention_view(model, tokenizer, prompt, layer: int, heads: list[int], k: in
         "layer": layer,
         "heads": heads,
         "T": len(prompt.ids),
+        "tokens": token_rows(tokenizer, prompt.ids),
         "path": config.attention,
         "encoding": "tril float16 base64",
         "weights": [tril_float16(weights[0, h]) for h in heads],
@@ -216,6 +220,8 @@ def next_token_view(model, tokenizer, prompt, position, settings: dict, all_logi
     order = np.argsort(-nt.probs, kind="stable")[:TOP_TOKENS]
     chosen, target = label(nt.chosen), prompt.targets[nt.position]
     answer = {
+        "tokens": token_rows(tokenizer, prompt.ids),
+        "text": tokenizer.decode(list(prompt.ids)),
         "position": nt.position,
         **settings,
         "hidden": {
