@@ -51,7 +51,11 @@ def study_model_and_source(args: argparse.Namespace):
         return model, tokenizer, f"checkpoint: {args.checkpoint} ({describe_model(model)})"
     tokenizer = default_tokenizer(say=lambda text: print(text, file=sys.stderr))
     model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, **FRESH_CONFIG), seed=0)
-    return model, tokenizer, (
-        f"no --checkpoint: an untrained model, seed 0 ({describe_model(model)}), and the "
-        f"{tokenizer.vocab_size}-token BPE tokenizer of the default corpus (pydoc_data.topics)"
+    return (
+        model,
+        tokenizer,
+        (
+            f"no --checkpoint: an untrained model, seed 0 ({describe_model(model)}), and the "
+            f"{tokenizer.vocab_size}-token BPE tokenizer of the default corpus (pydoc_data.topics)"
+        ),
     )

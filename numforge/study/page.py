@@ -38,7 +38,13 @@ def script_json(data) -> str:
     """``data`` as JSON that is safe inside ``<script type="application/json">``: ``<``, ``>``, ``&`` and the
     JavaScript line separators escaped, everything else as it is (not ASCII-escaped)."""
     text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    for raw, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+    for raw, escaped in (
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("&", "\\u0026"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
         text = text.replace(raw, escaped)
     return text
 

@@ -62,6 +62,8 @@ PAGE_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
+
+
 class Studio:
     """The model, its tokenizer, the run to watch, and the last prompt's passes (kept for the next request)."""
 
@@ -133,7 +135,10 @@ class Studio:
         if self._sample is None or self._sample[0] != latest:
             model, tokenizer = load_model(latest)
             text = generate(model, tokenizer, **RUN_SAMPLE).text
-            self._sample = (latest, {"step": checkpoint_step(latest), "vocab_size": model.config.vocab_size, "text": text})
+            self._sample = (
+                latest,
+                {"step": checkpoint_step(latest), "vocab_size": model.config.vocab_size, "text": text},
+            )
         return self._sample[1]
 
 
@@ -221,8 +226,9 @@ class Handler(BaseHTTPRequestHandler):
     """One request: checks (Host, token, Origin, body), then one route; every answer JSON but the page."""
 
     server: StudioServer
-    server_version = "numforge-studio"
-    sys_version = ""
+
+    def version_string(self) -> str:
+        return "numforge-studio"
 
     def setup(self) -> None:
         self.timeout = self.server.request_timeout  # a silent connection is closed after this long
@@ -275,7 +281,8 @@ class Handler(BaseHTTPRequestHandler):
         host = (self.headers.get("Host") or "").lower()
         if host not in self.server.hosts:
             raise RequestError(
-                403, f"Host {host!r} is not this server's name ({sorted(self.server.hosts)[0]}): refused (DNS rebinding)"
+                403,
+                f"Host {host!r} is not this server's name ({sorted(self.server.hosts)[0]}): refused (DNS rebinding)",
             )
 
     def check_token(self, query: str) -> None:
@@ -329,8 +336,10 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """http.server's own refusals (a malformed request line, headers too long): JSON too, never HTML."""
+        """http.server's own refusals (a malformed request line, headers too long): JSON too, never HTML,
+        with a status line even when the request line was too broken to name a version."""
         self.close_connection = True
+        self.request_version = "HTTP/1.0"
         try:
             self.send_json(code, {"error": message or self.responses.get(code, ("error",))[0]})
         except OSError:
@@ -341,5 +350,5 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_request(self, code="-", size="-") -> None:
         if isinstance(code, int) and code >= 400:
-            path = urlsplit(self.path).path if hasattr(self, "path") else "?"
-            print(f"numforge studio: {self.command} {path} -> {code}", file=sys.stderr)
+            path = urlsplit(self.path).path if getattr(self, "path", None) else "?"
+            print(f"numforge studio: {self.command or '-'} {path} -> {int(code)}", file=sys.stderr)

@@ -367,18 +367,16 @@
         step + " of " + ranks.length + ": merges up to rank " + upTo + " applied";
       var label = function (id) { return d.labels[String(id)]; };
       d.chunks.forEach(function (c, n) {
-        var div = el("div", "chunk"), title = el("p");
-        title.appendChild(document.createTextNode("chunk " + (n + 1) + " "));
-        title.appendChild(el("code", null, c.text));
-        title.appendChild(document.createTextNode(c.special ? "  a special token, encoded whole" : "  " + c.start.length + " bytes"));
-        div.appendChild(title);
-        var ids = c.start, last = null;
-        c.merges.forEach(function (m) { if (m.rank <= upTo) { ids = m.ids; last = m; } });
-        var strip = el("div", "tokens");
+        var div = el("div", "chunk"), line = el("div", "line");
+        line.appendChild(el("span", "what", "chunk " + (n + 1)));
+        line.appendChild(el("code", null, c.text));
+        line.appendChild(el("span", "what", c.special ? "special, whole" : c.start.length + " bytes \u2192"));
+        var ids = c.start, now = null;
+        c.merges.forEach(function (m) { if (m.rank <= upTo) ids = m.ids; if (m.rank === upTo) now = m; });
         ids.forEach(function (id) {
-          strip.appendChild(chip(label(id), id, c.special ? "special" : last && id === last.id ? "merged" : ""));
+          line.appendChild(chip(label(id), id, c.special ? "special" : now && id === now.id ? "merged" : ""));
         });
-        div.appendChild(strip);
+        div.appendChild(line);
         if (c.merges.length) {
           var details = el("details"), list = el("ol");
           details.appendChild(el("summary", null, c.merges.length + " merges, in rank order"));
@@ -593,8 +591,8 @@
       var key = scaleKey(headData, scale);
       drawKey($("att-key"), VIRIDIS, key[0], key[1]);
       var box = $("att-main"), size = Number($("att-cell").value);
-      var fitSize = Math.floor((box.parentNode.clientWidth - 100) / T);
-      var cellSize = Math.max(1, Math.min(size, Math.max(fitSize, 1)));
+      var fitSize = Math.max(1, Math.min(32, Math.floor((box.parentNode.clientWidth - 100) / T)));
+      var cellSize = size === 0 ? fitSize : size;
       if ($("att-draw").value === "lines") return this.lines(box, labels, value);
       var margin = cellSize >= 9 ? 90 : 0;
       this.grid = Grid(box, {
@@ -714,10 +712,10 @@
         "loss (mean cross-entropy of the " + (d.tokens.length - 1) + " next tokens): " + d.loss.toFixed(6);
       var atHead = "at position " + t + " (" + d.tokens[t].shown + "): \u2016\u00b7\u2016, first values";
       var table = clear($("trace-forward"));
-      head(table, ["stage", "equation", "shape", "mean", "std", "min", "max", atHead, "read from"]);
+      head(table, ["stage: its equation, the cache field it is read from", "shape", "mean", "std", "min", "max", atHead]);
       d.forward.forEach(function (s) {
-        row(table, [s.name, cell(s.equation, "eq"), "(" + s.shape.join(",") + ")", fmt(s.mean), fmt(s.std), fmt(s.min), fmt(s.max),
-          cell(atText(s.at), "t"), cell(s.source, "src")]);
+        row(table, [stageCell(s.name, s.equation, "read from " + s.source), "(" + s.shape.join(",") + ")", fmt(s.mean),
+          fmt(s.std), fmt(s.min), fmt(s.max), cell(atText(s.at), "t")]);
       });
       var pred = clear($("trace-predictions"));
       head(pred, ["pos", "token", "target (next token)", "p(target)", "loss", "top predictions"]);
@@ -733,12 +731,12 @@
       }
       this.lens(d, label);
       var back = clear($("trace-backward"));
-      head(back, ["upstream gradient (d loss / d ...)", "equation", "shape", "norm", "mean", "std", "max |.|", atHead]);
+      head(back, ["upstream gradient d loss / d ...: its equation", "shape", "norm", "mean", "std", "max |.|", atHead]);
       d.backward.forEach(function (s) {
-        row(back, [s.name, cell(s.equation, "eq"), "(" + s.shape.join(",") + ")", fmt(s.norm), fmt(s.mean, 3), fmt(s.std, 3),
-          fmt(s.max_abs, 3), cell(atText(s.at), "t")]);
+        row(back, [stageCell(s.name, s.equation, null), "(" + s.shape.join(",") + ")", fmt(s.norm), fmt(s.mean, 3),
+          fmt(s.std, 3), fmt(s.max_abs, 3), cell(atText(s.at), "t")]);
         s.params.forEach(function (p) {
-          row(back, [cell("    param " + p[0], "t"), "", "(" + p[1].join(",") + ")", fmt(p[2]), "", "", "", ""], "param");
+          row(back, [cell("    param " + p[0], "t"), "(" + p[1].join(",") + ")", fmt(p[2]), "", "", "", ""], "param");
         });
       });
       if (!d.backward.length) row(back, [cell("a one-token prompt has no target: no loss, no backward", "t")]);
@@ -765,6 +763,14 @@
       redraws[1] = grid.draw;
     }
   };
+
+  function stageCell(name, equation, source) {
+    var td = el("td", "stage");
+    td.appendChild(el("div", "name", name));
+    td.appendChild(el("div", "eq", equation));
+    if (source) td.appendChild(el("div", "src", source));
+    return td;
+  }
 
   function atText(at) {
     if (!at) return "";
