@@ -1,4 +1,5 @@
-"""numforge studio's server without a browser: its checks refuse what they must, its answers are the study functions'."""
+"""numforge studio's server, without a browser: its checks refuse what they must; its answers are the study
+functions' own numbers."""
 
 import base64
 import http.client
@@ -254,7 +255,7 @@ def test_concurrent_requests_run_one_model_call_at_a_time(server, tokenizer, mon
         thread.join()
     assert [status for status, _ in results] == [200] * len(bodies)
     assert most[0] == 1  # never two model calls at once
-    for (route, body), (_, answer) in zip(bodies[:5], results[:5]):
+    for (_, body), (_, answer) in zip(bodies[:5], results[:5]):
         assert [t["text"] for t in answer["tokens"]] == [
             t for t in run_prompt(model, tokenizer, body["text"]).tokens
         ]  # each answer is its own prompt's, not another thread's

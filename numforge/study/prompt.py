@@ -79,7 +79,8 @@ def encode_prompt(model, tokenizer, text: str) -> list[int]:
 
 
 def check_ids(model, ids) -> tuple[int, ...]:
-    """``ids`` as a tuple if they are a list of 1 to ``max_seq_len`` ints in ``[0, vocab_size)``, else a ``ValueError``."""
+    """``ids`` as a tuple if they are a list of 1 to ``max_seq_len`` ints in ``[0, vocab_size)``, else a
+    ``ValueError`` naming what is wrong."""
     V, context = model.config.vocab_size, model.config.max_seq_len
     if not isinstance(ids, (list, tuple)) or not 1 <= len(ids) <= context:
         what = f"{len(ids)} ids" if isinstance(ids, (list, tuple)) else type(ids).__name__

@@ -128,7 +128,8 @@ class Studio:
         return training_view(self.run_dir, self.run_sample())
 
     def run_sample(self) -> dict | None:
-        """``numforge train``'s closing sample (``RUN_SAMPLE``) from the run's latest checkpoint, made once per checkpoint."""
+        """``numforge train``'s closing sample (``RUN_SAMPLE``) from the run's latest checkpoint, made once for
+        each checkpoint."""
         latest = latest_checkpoint_dir(self.run_dir)
         if latest is None:
             return None

@@ -196,6 +196,7 @@
     sizer.style.height = o.top + o.rows * o.cellH + "px";
     sizer.appendChild(canvas);
     box.appendChild(sizer);
+    box.setAttribute("data-geometry", JSON.stringify({ left: o.left, top: o.top, cellW: o.cellW, cellH: o.cellH }));
     var grid = { mark: o.mark || { row: -1, col: -1 }, options: o, canvas: canvas };
     var pending = false;
 
