@@ -3,7 +3,7 @@
 ``inspect_data(model, tokenizer, text)`` makes, from one forward pass and
 one backward on ``text``, the answers the studio's routes would give
 (``views.py``): the tokenizer's steps, the forward and backward stages with
-their values at every position, the predictions and the logit lens, every
+their values at the last position and their norms at every position, the predictions and the logit lens, every
 layer's attention weights (float16, without the masked triangle) and the
 next-token pipeline at the last position (temperature 1, greedy).
 ``page.render_page(data)`` embeds them once, as JSON, in the studio's own
@@ -42,16 +42,20 @@ def inspect_data(model, tokenizer, text: str, k: int = 3) -> dict:
         "answers": {
             "tokenize": tokenizer_view(tokenizer, text),
             "trace": trace_view(model, tokenizer, prompt, grads, T - 1, k),
-            "at": [
-                {"forward": [stage_at(s, t, T) for s in forward], "backward": [stage_at(s, t, T) for s in grads or ()]}
-                for t in range(T)
-            ],
+            "at": [{"forward": norms_at(forward, t, T), "backward": norms_at(grads or (), t, T)} for t in range(T)],
             "next": next_token_view(model, tokenizer, prompt, None, LAST_POSITION_SETTINGS),
-            "attention": [
-                attention_view(model, tokenizer, prompt, layer, heads, k) for layer in range(model.config.num_layers)
-            ],
+            "attention": [attention_view(model, tokenizer, prompt, 0, heads, k)]
+            + [
+                {"layer": layer, "weights": attention_view(model, tokenizer, prompt, layer, heads, k)["weights"]}
+                for layer in range(1, model.config.num_layers)
+            ],  # the tokens and predictions once, with layer 0
         },
     }
+
+
+def norms_at(stages, position: int, T: int) -> list:
+    """Each stage's ``[norm]`` at ``position`` (``stage_at`` without the first values, to keep the page small)."""
+    return [None if at is None else at[:1] for at in (stage_at(s, position, T) for s in stages)]
 
 
 def write_page(path, data: dict) -> None:

@@ -171,12 +171,13 @@ def trace_view(model, tokenizer, prompt, grad_stages, position: int, k: int = 3)
     }
 
 
-def stage_at(stage, position: int, T: int) -> dict | None:
-    """A stage's array at ``position`` (``at_position``): its norm and first 4 values, or None (no position axis)."""
+def stage_at(stage, position: int, T: int) -> list[float] | None:
+    """A stage's array at ``position`` (``at_position``) as ``[norm, first 4 values]``, 4 significant digits;
+    None for an array with no position axis."""
     part = at_position(stage.array, position, T)
     if part is None:
         return None
-    return {"norm": rounded(float(np.linalg.norm(part))), "first": [rounded(v, 4) for v in part.ravel()[:4]]}
+    return [rounded(float(np.linalg.norm(part)), 4)] + [rounded(float(v), 4) for v in part.ravel()[:4]]
 
 
 def predictions_json(prompt, label: Labels, k: int) -> list[dict]:

@@ -31,7 +31,7 @@
     if (route === "/api/model") return Promise.resolve(STATIC.model);
     if (route === "/api/tokenize") return Promise.resolve(a.tokenize);
     if (route === "/api/next") return Promise.resolve(a.next);
-    if (route === "/api/attention") return Promise.resolve(a.attention[body.layer || 0]);
+    if (route === "/api/attention") return Promise.resolve(Object.assign({}, a.attention[0], a.attention[body.layer || 0]));
     if (route === "/api/trace") {
       var position = body.position === undefined || body.position === null ? a.trace.position : body.position;
       var at = a.at[position], trace = Object.assign({}, a.trace, { position: position });
@@ -775,7 +775,8 @@
 
   function atText(at) {
     if (!at) return "";
-    return fmt(at.norm) + "  [" + at.first.map(function (v) { return fmt(v); }).join(" ") + "]";
+    if (at.length === 1) return fmt(at[0]) + "  (first values: in numforge studio)";
+    return fmt(at[0]) + "  [" + at.slice(1).map(function (v) { return fmt(v); }).join(" ") + "]";
   }
 
   /* ------------------------------------------------------------------ Training */
