@@ -11,8 +11,8 @@ from helpers import STUDY_PROMPT, STUDY_TEXT, tiny_model, tiny_run
 from numforge.cli import main
 from numforge.study.attention import model_attention_weights
 from numforge.study.backward import backward_stages
-from numforge.study.predictions import logit_lens, position_predictions
 from numforge.study.page import render_page
+from numforge.study.predictions import logit_lens, position_predictions
 from numforge.study.prompt import run_prompt, shown_token
 from numforge.study.report import inspect_data
 from numforge.study.trace import at_position, forward_stages

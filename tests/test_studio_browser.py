@@ -7,7 +7,6 @@ Chromium the tests skip and say what to install.
 
 import base64
 import json
-import shutil
 import threading
 
 import numpy as np
@@ -24,29 +23,39 @@ from numforge.study.report import inspect_data
 from numforge.study.studio import Studio, StudioServer
 from numforge.training.logs import LOSS_CSV, write_loss_csv
 
-webdriver = pytest.importorskip("selenium.webdriver", reason='the browser tests need selenium: pip install -e ".[test]"')
+pytest.importorskip("selenium", reason='the browser tests need selenium: pip install -e ".[test]"')
+
+from browser import (  # noqa: E402  (selenium is there: checked above)
+    CHROMIUM,
+    DRIVER,
+    MISSING,
+    PHONE,
+    WIDE,
+    chips,
+    console_errors,
+    open_view,
+    page_fits,
+    ready,
+    start_browser,
+    type_prompt,
+    wait_for,
+)
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-DRIVER = shutil.which("chromedriver")
 if CHROMIUM is None or DRIVER is None:
-    pytest.skip(
-        "no headless Chromium and chromedriver here (Debian: apt-get install chromium chromium-driver)",
-        allow_module_level=True,
-    )
+    pytest.skip(MISSING, allow_module_level=True)
 
 PROMPT = "the cat sat on a mat"
 HOSTILE = [
     "<!--<script>",
     "</script><script>window.pwned = 1</script>",
     '"&<>',
-    "<img src=x onerror=\"window.pwned = 1\"> &amp; &lt;b&gt;",
+    '<img src=x onerror="window.pwned = 1"> &amp; &lt;b&gt;',
     "🙂 世界 👩‍👩‍👧 e\u0301",
 ]
-WIDE, PHONE = (1280, 900), (390, 844)
 
 
 @pytest.fixture(scope="module")
@@ -66,67 +75,9 @@ def server(run):
 
 @pytest.fixture(scope="module")
 def browser():
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        options.add_argument(flag)
-    options.add_argument(f"--window-size={WIDE[0]},{WIDE[1]}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=webdriver.ChromeService(DRIVER), options=options)
-    driver.set_window_size(*WIDE)
+    driver = start_browser(WIDE)
     yield driver
     driver.quit()
-
-
-def console_errors(browser) -> list:
-    return [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
-
-
-def ready(browser, view: str) -> int:
-    return int(browser.find_element(By.ID, f"view-{view}").get_attribute("data-ready") or 0)
-
-
-def wait_for(browser, view: str, after: int) -> None:
-    """Until the view has drawn an answer newer than ``after`` and no request is in flight."""
-
-    def done(driver):
-        return ready(driver, view) > after and driver.find_element(By.TAG_NAME, "body").get_attribute("data-busy") == "0"
-
-    WebDriverWait(browser, 60).until(done)
-
-
-def open_view(browser, server, view: str) -> None:
-    if not browser.current_url.startswith(server.url.split("#")[0]):
-        browser.get(server.url)
-        WebDriverWait(browser, 60).until(lambda d: d.execute_script("return !!document.querySelector('.view:not([hidden])')"))
-    before = ready(browser, view)
-    browser.find_element(By.CSS_SELECTOR, f'#tabs [data-view="{view}"]').click()
-    wait_for(browser, view, before)
-
-
-def type_prompt(browser, text: str, view: str) -> None:
-    before = ready(browser, view)
-    box = browser.find_element(By.ID, "prompt")
-    browser.execute_script("arguments[0].value = ''", box)  # send_keys cannot type every character (emoji)
-    box.send_keys("x")
-    browser.execute_script(
-        "arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('input'))", box, text
-    )
-    wait_for(browser, view, before)
-
-
-def chips(browser, container: str) -> list[tuple[str, int]]:
-    """``(shown text, id)`` of each token chip in ``container``."""
-    found = browser.execute_script(
-        "return Array.from(document.querySelectorAll(arguments[0] + ' .tok')).map(function (c) {"
-        "  return [c.firstChild.textContent, Number(c.querySelector('small').textContent)]; })",
-        f"#{container}",
-    )
-    return [(text, i) for text, i in found]
-
-
-def page_fits(browser) -> bool:
-    return browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1")
 
 
 def softmax(z, tau):
@@ -156,8 +107,10 @@ def test_the_temperature_slider_reshapes_the_probabilities_as_softmax_z_over_tau
             wait_for(browser, "next", before)
         table = browser.find_element(By.ID, "next-table")
         assert float(table.get_attribute("data-temperature")) == pytest.approx(tau)
-        rows = [(int(r.get_attribute("data-id")), float(r.get_attribute("data-p"))) for r in table.find_elements(
-            By.CSS_SELECTOR, "tr[data-id]")]
+        rows = [
+            (int(r.get_attribute("data-id")), float(r.get_attribute("data-p")))
+            for r in table.find_elements(By.CSS_SELECTOR, "tr[data-id]")
+        ]
         expected = softmax(z, tau)
         assert [i for i, _ in rows] == list(np.argsort(-expected, kind="stable")[: len(rows)])
         for token, p in rows:
@@ -194,7 +147,9 @@ def test_hovering_a_heatmap_cell_shows_its_weight(browser, server):
     open_view(browser, server, "attention")
     type_prompt(browser, PROMPT, "attention")
     before = ready(browser, "attention")
-    browser.execute_script("var s = document.getElementById('att-head'); s.value = '1'; s.dispatchEvent(new Event('change'))")
+    browser.execute_script(
+        "var s = document.getElementById('att-head'); s.value = '1'; s.dispatchEvent(new Event('change'))"
+    )
     box = browser.find_element(By.ID, "att-main")
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", box)  # all of it on the screen
     geometry = json.loads(box.get_attribute("data-geometry"))
@@ -208,7 +163,11 @@ def test_hovering_a_heatmap_cell_shows_its_weight(browser, server):
         tip = browser.find_element(By.ID, "tip")
         assert tip.is_displayed()
         lines = tip.text.splitlines()
-        assert lines[1].split() == ["query", str(i), prompt.shown[i]] and lines[2].split() == ["key", str(j), prompt.shown[j]]
+        assert lines[1].split() == ["query", str(i), prompt.shown[i]] and lines[2].split() == [
+            "key",
+            str(j),
+            prompt.shown[j],
+        ]
         shown = float(lines[3].split()[1])
         assert shown == pytest.approx(weights[i, j], rel=1.5e-3)  # float16 (2^-11), then 4 digits
         assert box.get_attribute("data-hover").split(",")[:2] == [str(i), str(j)]
@@ -216,7 +175,8 @@ def test_hovering_a_heatmap_cell_shows_its_weight(browser, server):
         assert focus.startswith(f"query {i} {prompt.shown[i]}") and "top predictions" in focus
     for draw in ("lines", "heatmap"):
         browser.execute_script(
-            "var s = document.getElementById('att-draw'); s.value = arguments[0]; s.dispatchEvent(new Event('input'))", draw
+            "var s = document.getElementById('att-draw'); s.value = arguments[0]; s.dispatchEvent(new Event('input'))",
+            draw,
         )
     assert console_errors(browser) == []
 
@@ -246,7 +206,8 @@ def test_hostile_prompts_render_as_text_in_every_view(browser, server, size):
         assert len(ids) == 200
         open_view(browser, server, "tokenizer")
         codes = browser.execute_script(
-            "return Array.from(document.querySelectorAll('#tok-chunks code')).map(function (c) { return c.textContent; })"
+            "return Array.from(document.querySelectorAll('#tok-chunks code')).map(function (c) {"
+            "  return c.textContent; })"
         )
         assert "".join(codes) == long
     finally:
