@@ -96,13 +96,15 @@
   /* one request per view at a time that counts: an answer older than the view's last question is dropped */
   var asked = {};
   function ask(view, route, body, draw) {
-    var n = (asked[view] = (asked[view] || 0) + 1);
+    var n = (asked[view] = (asked[view] || 0) + 1), started = performance.now();
     working(1);
     return api(route, body).then(function (data) {
       if (n !== asked[view]) return;
       ok();
       draw(data);
-      $("view-" + view).setAttribute("data-ready", String(n));
+      var section = $("view-" + view);
+      section.setAttribute("data-ms", String(Math.round(performance.now() - started)));  /* asked to drawn */
+      section.setAttribute("data-ready", String(n));
     }).catch(function (error) {
       if (n === asked[view]) fail(error);
     }).then(function () { working(-1); });
