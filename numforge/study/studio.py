@@ -93,7 +93,9 @@ class Studio:
         return model_view(self.model, self.source, self.run_dir is not None)
 
     def tokenize(self, body: dict) -> dict:
-        return tokenizer_view(self.tokenizer, text_field(body, "text"))
+        text = text_field(body, "text")
+        encode_prompt(self.model, self.tokenizer, text)  # bounded as every prompt: by the model's context
+        return tokenizer_view(self.tokenizer, text)
 
     def trace(self, body: dict) -> dict:
         prompt, grads = self.prompt(body, with_backward=True)
