@@ -95,8 +95,7 @@ def test_every_stage_has_its_equation(tokenizer, options):
     assert "silu(g) * u" in stage_equation("layer 1 MLP activation (down_proj input)", model.config) or (
         options.get("activation") != "swiglu"
     )
-    with pytest.raises(ValueError, match="no equation for the forward stage 'layer 0 magic'"):
-        stage_equation("layer 0 magic", model.config)
+    assert stage_equation("layer 0 magic", model.config) is None
 
 
 def test_at_position_reads_one_position_of_each_layout(tokenizer):

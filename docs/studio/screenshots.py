@@ -81,7 +81,8 @@ def measure(browser, server) -> None:
         type_prompt(browser, text, view)
         ms = browser.find_element(By.ID, f"view-{view}").get_attribute("data-ms")
         sizes = browser.execute_script(
-            "return performance.getEntriesByType('resource').filter(function (e) { return e.name.indexOf('/api/') > 0; })"
+            "return performance.getEntriesByType('resource')"
+            ".filter(function (e) { return e.name.indexOf('/api/') > 0; })"
             ".map(function (e) { return e.encodedBodySize; })"
         )
         print(f"  {view:<10} asked to drawn {ms:>6} ms, answer {sizes[-1]:>10,} bytes")
@@ -95,7 +96,8 @@ def measure(browser, server) -> None:
     wait_for(browser, "trace", 0)
     opened = time.perf_counter() - started
     path.unlink()
-    print(f"  numforge inspect's page: {len(page.encode()):,} bytes, made in {made:.2f} s, opened and drawn in {opened:.2f} s")
+    size = len(page.encode())
+    print(f"  numforge inspect's page: {size:,} bytes, made in {made:.2f} s, opened and drawn in {opened:.2f} s")
 
 
 def main() -> int:

@@ -45,8 +45,11 @@ def shown_token(tokenizer, token_id: int) -> str:
     unprintable character escaped as ``repr`` does (``\\n``). ``" the\\n"`` -> ``·the\\n``; a piece of a
     character stays ``<e4 b8>``, an id without a token ``(no token)``."""
     text = _whole_text(tokenizer, token_id) if tokenizer.has_token(token_id) else None
-    if text is None:
-        return token_label(tokenizer, token_id)
+    return token_label(tokenizer, token_id) if text is None else shown_text(text)
+
+
+def shown_text(text: str) -> str:
+    """``text`` as ``shown_token`` writes a token's characters: ``" a\\n"`` -> ``·a\\n``."""
     return "".join("\u00b7" if c == " " else c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 

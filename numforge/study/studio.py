@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import math
 import secrets
 import socket
 import sys
@@ -138,10 +139,9 @@ class Studio:
         if self._sample is None or self._sample[0] != latest:
             model, tokenizer = load_model(latest)
             text = generate(model, tokenizer, **RUN_SAMPLE).text
-            self._sample = (
-                latest,
-                {"step": checkpoint_step(latest), "vocab_size": model.config.vocab_size, "text": text},
-            )
+            V = model.config.vocab_size
+            found = {"step": checkpoint_step(latest), "vocab_size": V, "ln_vocab": math.log(V), "text": text}
+            self._sample = (latest, found | {"temperature": RUN_SAMPLE["temperature"], "seed": RUN_SAMPLE["seed"]})
         return self._sample[1]
 
 

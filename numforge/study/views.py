@@ -30,7 +30,7 @@ from .attention import attention_weights
 from .equations import stage_equation
 from .next_token import next_token
 from .predictions import logit_lens, position_predictions
-from .prompt import describe_model, shown_token, token_label
+from .prompt import describe_model, shown_text, shown_token, token_label
 from .trace import at_position, forward_stages
 
 MAX_MERGE_CELLS = 200_000  # the tokenizer view's merge steps: the sum over merges of the chunk's length after it
@@ -103,6 +103,7 @@ def tokenizer_view(tokenizer, text: str) -> dict:
     found = [
         {
             "text": chunk.text,
+            "shown": shown_text(chunk.text),
             "special": chunk.special,
             "start": [label(i) for i in chunk.start_ids],
             "merges": [

@@ -81,6 +81,8 @@
 
   function cell(text, className) { return el("td", className, text); }
 
+  function plural(n, word) { return n + " " + word + (n === 1 ? "" : "s"); }
+
   var status = $("status");
   var busy = 0;
   function working(delta) {
@@ -348,7 +350,7 @@
   VIEWS.tokenizer = {
     data: null,
     load: function () {
-      ask("tokenizer", "/api/tokenize", { text: state.ids ? decodeIds() : promptBox.value }, function (d) {
+      ask("tokenizer", "/api/tokenize", { text: promptBox.value }, function (d) {
         VIEWS.tokenizer.data = d;
         var ranks = [];
         d.chunks.forEach(function (c) { c.merges.forEach(function (m) { ranks.push(m.rank); }); });
@@ -372,8 +374,8 @@
       d.chunks.forEach(function (c, n) {
         var div = el("div", "chunk"), line = el("div", "line");
         line.appendChild(el("span", "what", "chunk " + (n + 1)));
-        line.appendChild(el("code", null, c.text));
-        line.appendChild(el("span", "what", c.special ? "special, whole" : c.start.length + " bytes \u2192"));
+        line.appendChild(el("code", null, c.shown));
+        line.appendChild(el("span", "what", c.special ? "special, whole" : plural(c.start.length, "byte") + " \u2192"));
         var ids = c.start, now = null;
         c.merges.forEach(function (m) { if (m.rank <= upTo) ids = m.ids; if (m.rank === upTo) now = m; });
         ids.forEach(function (id) {
@@ -382,7 +384,7 @@
         div.appendChild(line);
         if (c.merges.length) {
           var details = el("details"), list = el("ol");
-          details.appendChild(el("summary", null, c.merges.length + " merges, in rank order"));
+          details.appendChild(el("summary", null, plural(c.merges.length, "merge") + ", in rank order"));
           c.merges.forEach(function (m) {
             list.appendChild(el("li", null, "rank " + m.rank + ": [" + label(m.pair[0]) + "] + [" + label(m.pair[1]) +
               "] \u2192 id " + m.id));
@@ -395,8 +397,6 @@
     }
   };
   $("tok-step").addEventListener("input", function () { if (VIEWS.tokenizer.data) VIEWS.tokenizer.drawChunks(); });
-
-  function decodeIds() { return (VIEWS.next.tokens || []).map(function (t) { return t.text; }).join(""); }
 
   /* ------------------------------------------------------------------ Next token */
 
@@ -425,6 +425,7 @@
       var tokens = d.tokens;
       this.tokens = tokens;
       if (!state.ids) state.promptLength = tokens.length;
+      else promptBox.value = d.text;  /* the prompt and what was generated, decoded */
       tokenStrip($("next-tokens"), tokens, {
         selected: d.position,
         onClick: function (i) { state.position = i === tokens.length - 1 ? null : i; VIEWS.next.load(); },
@@ -770,7 +771,7 @@
   function stageCell(name, equation, source) {
     var td = el("td", "stage");
     td.appendChild(el("div", "name", name));
-    td.appendChild(el("div", "eq", equation));
+    if (equation) td.appendChild(el("div", "eq", equation));
     if (source) td.appendChild(el("div", "src", source));
     return td;
   }
@@ -798,7 +799,7 @@
         return;
       }
       var rows = d.rows, last = rows[rows.length - 1];
-      var lnV = d.sample ? Math.log(d.sample.vocab_size) : null;
+      var lnV = d.sample ? d.sample.ln_vocab : null;
       info.textContent = "run " + d.run + ": " + rows.length + " steps logged" + (last ? ", the last step " + last[0] +
         " (train loss " + fmt(last[1]) + (last[2] === null ? "" : ", validation " + fmt(last[2])) + ", learning rate " +
         fmt(last[3], 3) + ")" : "") + (d.sample ? "; the latest checkpoint is step " + d.sample.step : "") + ".";
@@ -808,7 +809,8 @@
         { column: 2, color: "#ea580c", name: "validation", dots: true }
       ], lnV === null ? null : { value: lnV, name: "ln V = " + lnV.toFixed(2) + " (uniform guessing)" });
       chart($("train-lr"), rows, [{ column: 3, color: "#059669", name: "learning rate" }], null);
-      $("train-sample").textContent = d.sample ? "step " + d.sample.step + " (temperature 0.8, seed 0):\n" + d.sample.text : "(no checkpoint yet)";
+      $("train-sample").textContent = d.sample ? "step " + d.sample.step + " (temperature " + d.sample.temperature +
+        ", seed " + d.sample.seed + "):\n" + d.sample.text : "(no checkpoint yet)";
     }
   };
 
