@@ -216,6 +216,41 @@ def test_hostile_prompts_render_as_text_in_every_view(browser, server, size):
     assert console_errors(browser) == []
 
 
+def test_on_a_phone_a_tap_shows_a_weight_and_the_canvases_are_sharp(browser, server):
+    """390 px at 3 device pixels per CSS pixel, with touch: a tap on a cell shows its weight."""
+    metrics = {"width": PHONE[0], "height": PHONE[1], "deviceScaleFactor": 3, "mobile": True}
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+    browser.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": True, "maxTouchPoints": 1})
+    try:
+        browser.get(server.url)
+        open_view(browser, server, "attention")
+        type_prompt(browser, PROMPT, "attention")
+        box = browser.find_element(By.ID, "att-main")
+        browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", box)
+        canvas = box.find_element(By.TAG_NAME, "canvas")
+        css = browser.execute_script("return arguments[0].getBoundingClientRect().width", canvas)
+        assert int(canvas.get_attribute("width")) == round(3 * css)  # drawn at the screen's own density
+        geometry = json.loads(box.get_attribute("data-geometry"))
+        rect = browser.execute_script("var r = arguments[0].getBoundingClientRect(); return [r.left, r.top]", box)
+        x, y = rect[0] + geometry["left"] + 1.5 * geometry["cellW"], rect[1] + geometry["top"] + 3.5 * geometry["cellH"]
+        touch = {"type": "touchStart", "touchPoints": [{"x": x, "y": y}]}
+        browser.execute_cdp_cmd("Input.dispatchTouchEvent", touch)
+        browser.execute_cdp_cmd("Input.dispatchTouchEvent", {"type": "touchEnd", "touchPoints": []})
+        tip = browser.find_element(By.ID, "tip")
+        assert tip.is_displayed() and tip.text.splitlines()[1].startswith("query 3 ")
+        assert tip.text.splitlines()[2].startswith("key   1 ")
+        tip_box = browser.execute_script("var r = arguments[0].getBoundingClientRect(); return [r.left, r.right]", tip)
+        assert 0 <= tip_box[0] and tip_box[1] <= PHONE[0]  # kept inside the window
+        for view in ("training", "next", "tokenizer", "trace"):
+            open_view(browser, server, view)
+            assert page_fits(browser), view
+    finally:
+        browser.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": False})
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+        browser.set_window_size(*WIDE)
+    assert console_errors(browser) == []
+
+
 def test_the_training_view_follows_loss_csv_as_it_grows(browser, server, run):
     open_view(browser, server, "training")
     chart = browser.find_element(By.ID, "train-loss")

@@ -76,16 +76,24 @@ def measure(browser, server) -> None:
     ids = studio.tokenizer.encode(" ".join([PROMPT] * 200), allowed_special="all")[:context]
     text = studio.tokenizer.decode(ids)
     print(f"a prompt of the whole context: {len(studio.tokenizer.encode(text))} tokens (context {context})")
-    for view in ("tokenizer", "next", "attention", "trace"):
-        open_view(browser, server, view)
-        type_prompt(browser, text, view)
+    open_view(browser, server, "tokenizer")
+    type_prompt(browser, text, "tokenizer")
+    for view, method in (("tokenizer", "tokenize"), ("next", "next_token"), ("attention", "attention"), ("trace", "trace")):
+        with studio.lock:
+            studio._last = None  # each view pays for its own passes
+            started = time.perf_counter()
+            getattr(studio, method)({"text": text})
+            computed = time.perf_counter() - started
+            studio._last = None
+        if view != "tokenizer":
+            open_view(browser, server, view)
         ms = browser.find_element(By.ID, f"view-{view}").get_attribute("data-ms")
         sizes = browser.execute_script(
             "return performance.getEntriesByType('resource')"
             ".filter(function (e) { return e.name.indexOf('/api/') > 0; })"
             ".map(function (e) { return e.encodedBodySize; })"
         )
-        print(f"  {view:<10} asked to drawn {ms:>6} ms, answer {sizes[-1]:>10,} bytes")
+        print(f"  {view:<10} computed in {computed:6.2f} s; asked to drawn {ms:>6} ms, answer {sizes[-1]:>10,} bytes")
     started = time.perf_counter()
     page = render_page(inspect_data(studio.model, studio.tokenizer, text))
     made = time.perf_counter() - started
