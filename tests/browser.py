@@ -36,7 +36,7 @@ def ready(browser, view: str) -> int:
     return int(browser.find_element(By.ID, f"view-{view}").get_attribute("data-ready") or 0)
 
 
-def wait_for(browser, view: str, after: int) -> None:
+def wait_for(browser, view: str, after: int, timeout: float = 60) -> None:
     """Until the view has drawn an answer newer than ``after`` and no request is in flight."""
 
     def done(driver):
@@ -44,10 +44,10 @@ def wait_for(browser, view: str, after: int) -> None:
             ready(driver, view) > after and driver.find_element(By.TAG_NAME, "body").get_attribute("data-busy") == "0"
         )
 
-    WebDriverWait(browser, 60).until(done)
+    WebDriverWait(browser, timeout).until(done)
 
 
-def open_view(browser, server, view: str) -> None:
+def open_view(browser, server, view: str, timeout: float = 60) -> None:
     if not browser.current_url.startswith(server.url.split("#")[0]):
         browser.get(server.url)
         WebDriverWait(browser, 60).until(
@@ -55,7 +55,7 @@ def open_view(browser, server, view: str) -> None:
         )
     before = ready(browser, view)
     browser.find_element(By.CSS_SELECTOR, f'#tabs [data-view="{view}"]').click()
-    wait_for(browser, view, before)
+    wait_for(browser, view, before, timeout)
 
 
 def type_prompt(browser, text: str, view: str) -> None:

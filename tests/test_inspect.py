@@ -60,7 +60,7 @@ def test_the_embedded_data_are_the_traces_numbers(tokenizer):
         (p.target, None if p.loss is None else float(f"{p.loss:.6g}"), [i for i, _ in p.top])
         for p in position_predictions(prompt)
     ]
-    assert [[[q[0] for q in top] for top in row] for row in trace["lens"]["top"]] == [
+    assert [[[q[0] for q in top] for top in row] for row in answers["lens"]["top"]] == [
         [[i for i, _ in top] for top in r.top] for r in logit_lens(model, prompt)
     ]
     grad_stages, _ = backward_stages(model, prompt)

@@ -17,6 +17,7 @@ from helpers import STUDY_TEXT, make_tiny_run, tiny_model
 
 from numforge.generate import decodable_ids, generate
 from numforge.study.attention import attention_weights
+from numforge.study.predictions import logit_lens
 from numforge.study.prompt import run_prompt, shown_token
 from numforge.study.studio import MAX_BODY, Studio, StudioServer
 from numforge.tokenizer import BPETokenizer
@@ -219,6 +220,9 @@ def test_the_answers_are_the_study_functions_numbers(server, tokenizer):
     status, answer, _ = call(server, "POST", "/api/trace", {"text": PROMPT, "position": 1})
     assert status == 200 and answer["position"] == 1 and answer["loss"] == pytest.approx(prompt.loss)
     assert answer["backward"][0]["name"] == "loss" and answer["forward"][-1]["name"] == "final norm output"
+    status, answer, _ = call(server, "POST", "/api/lens", {"text": PROMPT})
+    last = logit_lens(model, prompt)[-1]  # the last stream's top-1 is the model's own prediction
+    assert status == 200 and [top[0][0] for top in answer["top"][-1]] == [top[0][0] for top in last.top]
 
 
 def test_concurrent_requests_run_one_model_call_at_a_time(server, tokenizer, monkeypatch):
@@ -242,6 +246,8 @@ def test_concurrent_requests_run_one_model_call_at_a_time(server, tokenizer, mon
     bodies = [("/api/trace", {"text": f"the {word} sat"}) for word in ("cat", "dog", "mat", "log", "on")] + [
         ("/api/next", {"text": "the dog", "temperature": 2.0}),
         ("/api/generate", {"text": "the", "count": 5}),
+        ("/api/lens", {"text": "the log"}),
+        ("/api/attention", {"text": "on the mat"}),
     ]
     results = [None] * len(bodies)
 

@@ -78,7 +78,12 @@ def measure(browser, server) -> None:
     print(f"a prompt of the whole context: {len(studio.tokenizer.encode(text))} tokens (context {context})")
     open_view(browser, server, "tokenizer")
     type_prompt(browser, text, "tokenizer")
-    for view, method in (("tokenizer", "tokenize"), ("next", "next_token"), ("attention", "attention"), ("trace", "trace")):
+    for view, method in (
+        ("tokenizer", "tokenize"),
+        ("next", "next_token"),
+        ("attention", "attention"),
+        ("trace", "trace"),
+    ):
         with studio.lock:
             studio._last = None  # each view pays for its own passes
             started = time.perf_counter()
@@ -86,7 +91,7 @@ def measure(browser, server) -> None:
             computed = time.perf_counter() - started
             studio._last = None
         if view != "tokenizer":
-            open_view(browser, server, view)
+            open_view(browser, server, view, timeout=1200)
         ms = browser.find_element(By.ID, f"view-{view}").get_attribute("data-ms")
         sizes = browser.execute_script(
             "return performance.getEntriesByType('resource')"
@@ -101,7 +106,7 @@ def measure(browser, server) -> None:
     path.write_text(page, encoding="utf-8")
     started = time.perf_counter()
     browser.get(path.as_uri())
-    wait_for(browser, "trace", 0)
+    wait_for(browser, "trace", 0, timeout=1200)
     opened = time.perf_counter() - started
     path.unlink()
     size = len(page.encode())

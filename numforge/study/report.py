@@ -3,7 +3,7 @@
 ``inspect_data(model, tokenizer, text)`` makes, from one forward pass and
 one backward on ``text``, the answers the studio's routes would give
 (``views.py``): the tokenizer's steps, the forward and backward stages with
-their values at the last position and their norms at every position, the predictions and the logit lens, every
+their values at the last position and their norms at every position, the predictions, the logit lens, every
 layer's attention weights (float16, without the masked triangle) and the
 next-token pipeline at the last position (temperature 1, greedy).
 ``page.render_page(data)`` embeds them once, as JSON, in the studio's own
@@ -19,6 +19,7 @@ from .prompt import run_prompt
 from .trace import forward_stages
 from .views import (
     attention_view,
+    lens_view,
     model_view,
     next_token_view,
     stage_at,
@@ -42,6 +43,7 @@ def inspect_data(model, tokenizer, text: str, k: int = 3) -> dict:
         "answers": {
             "tokenize": tokenizer_view(tokenizer, text),
             "trace": trace_view(model, tokenizer, prompt, grads, T - 1, k),
+            "lens": lens_view(model, tokenizer, prompt, k),
             "at": [{"forward": norms_at(forward, t, T), "backward": norms_at(grads or (), t, T)} for t in range(T)],
             "next": next_token_view(model, tokenizer, prompt, None, LAST_POSITION_SETTINGS),
             "attention": [attention_view(model, tokenizer, prompt, 0, heads, k)]

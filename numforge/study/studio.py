@@ -50,6 +50,7 @@ from .prompt import check_ids, encode_prompt, run_ids
 from .views import (
     attention_view,
     generate_view,
+    lens_view,
     model_view,
     next_token_view,
     tokenizer_view,
@@ -102,6 +103,10 @@ class Studio:
         prompt, grads = self.prompt(body, with_backward=True)
         position = optional_int(body, "position", len(prompt.ids) - 1)
         return trace_view(self.model, self.tokenizer, prompt, grads, position)
+
+    def lens(self, body: dict) -> dict:
+        prompt, _ = self.prompt(body)
+        return lens_view(self.model, self.tokenizer, prompt)
 
     def attention(self, body: dict) -> dict:
         prompt, _ = self.prompt(body)
@@ -187,6 +192,7 @@ ROUTES = {  # path -> (method, Studio method name); "page" is the HTML page
     "/api/training": ("GET", "training"),
     "/api/tokenize": ("POST", "tokenize"),
     "/api/trace": ("POST", "trace"),
+    "/api/lens": ("POST", "lens"),
     "/api/attention": ("POST", "attention"),
     "/api/next": ("POST", "next_token"),
     "/api/generate": ("POST", "generate"),

@@ -125,7 +125,7 @@ def tokenizer_view(tokenizer, text: str) -> dict:
 
 def trace_view(model, tokenizer, prompt, grad_stages, position: int, k: int = 3) -> dict:
     """The forward stages, the backward stages (``grad_stages``; None for a one-token prompt), each with its
-    equation and its values at ``position``; the per-position predictions; the logit lens."""
+    equation and its values at ``position``; the per-position predictions."""
     T, label = len(prompt.ids), Labels(tokenizer)
     check_index(position, T, "position")
     forward = [
@@ -156,7 +156,6 @@ def trace_view(model, tokenizer, prompt, grad_stages, position: int, k: int = 3)
         }
         for s in grad_stages or ()
     ]
-    lens = logit_lens(model, prompt, k)
     return {
         "tokens": token_rows(tokenizer, prompt.ids),
         "loss": prompt.loss,
@@ -164,10 +163,17 @@ def trace_view(model, tokenizer, prompt, grad_stages, position: int, k: int = 3)
         "forward": forward,
         "backward": backward,
         "predictions": predictions_json(prompt, label, k),
-        "lens": {
-            "streams": [{"name": r.name, "source": r.source} for r in lens],
-            "top": [[[[label(i), rounded(p, 4)] for i, p in top] for top in r.top] for r in lens],
-        },
+        "labels": label.json(),
+    }
+
+
+def lens_view(model, tokenizer, prompt, k: int = 3) -> dict:
+    """The logit lens (``logit_lens``): each residual stream's top ``k`` at every position. Its own answer, as
+    it costs one unembedding per stream (at GPT-2's shape and context, more than the forward and backward)."""
+    label, lens = Labels(tokenizer), logit_lens(model, prompt, k)
+    return {
+        "streams": [{"name": r.name, "source": r.source} for r in lens],
+        "top": [[[[label(i), rounded(p, 4)] for i, p in top] for top in r.top] for r in lens],
         "labels": label.json(),
     }
 

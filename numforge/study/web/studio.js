@@ -31,6 +31,7 @@
     if (route === "/api/model") return Promise.resolve(STATIC.model);
     if (route === "/api/tokenize") return Promise.resolve(a.tokenize);
     if (route === "/api/next") return Promise.resolve(a.next);
+    if (route === "/api/lens") return Promise.resolve(a.lens);
     if (route === "/api/attention") return Promise.resolve(Object.assign({}, a.attention[0], a.attention[body.layer || 0]));
     if (route === "/api/trace") {
       var position = body.position === undefined || body.position === null ? a.trace.position : body.position;
@@ -95,16 +96,20 @@
   }
   function ok() { status.textContent = ""; status.className = ""; }
 
-  /* one request per view at a time that counts: an answer older than the view's last question is dropped */
-  var asked = {};
-  function ask(view, route, body, draw) {
+  /* one request per view at a time that counts: an answer older than the view's last question is dropped;
+     the same question again (back to a view) is drawn from the last answer, not asked twice */
+  var asked = {}, last = {};
+  function ask(view, route, body, draw, marker) {
     var n = (asked[view] = (asked[view] || 0) + 1), started = performance.now();
+    var key = body === null ? null : route + " " + JSON.stringify(body);
+    var answer = key !== null && last[view] && last[view].key === key ? Promise.resolve(last[view].data) : api(route, body);
     working(1);
-    return api(route, body).then(function (data) {
+    return answer.then(function (data) {
       if (n !== asked[view]) return;
       ok();
+      last[view] = { key: key, data: data };
       draw(data);
-      var section = $("view-" + view);
+      var section = marker || $("view-" + view);
       section.setAttribute("data-ms", String(Math.round(performance.now() - started)));  /* asked to drawn */
       section.setAttribute("data-ready", String(n));
     }).catch(function (error) {
@@ -147,7 +152,11 @@
         showTip(["position " + i + "   id " + t.id, "text  " + t.shown, "bytes " + (t.bytes || "(none)")], e.clientX, e.clientY);
         if (opts.onHover) opts.onHover(i);
       });
-      c.addEventListener("pointerleave", function () { hideTip(); if (opts.onHover) opts.onHover(-1); });
+      c.addEventListener("pointerleave", function (e) {
+        if (e.pointerType === "touch") return;  /* the end of a tap: keep what it showed */
+        hideTip();
+        if (opts.onHover) opts.onHover(-1);
+      });
       if (opts.onClick) c.addEventListener("click", function () { opts.onClick(i); });
       container.appendChild(c);
     });
@@ -296,7 +305,9 @@
     function hover(e) { var ij = grid.at(e); if (o.onHover) o.onHover(ij[0], ij[1], e); }
     box.onpointermove = hover;
     box.onpointerdown = hover;
-    box.onpointerleave = function (e) { if (o.onHover) o.onHover(-1, -1, e); };
+    box.onpointerleave = function (e) {  /* a finger leaves at the end of every tap: keep what the tap showed */
+      if (o.onHover && e.pointerType !== "touch") o.onHover(-1, -1, e);
+    };
     box.onscroll = grid.draw;
     draw();
     return grid;
@@ -689,7 +700,7 @@
         if (selected >= 0) self.focus(selected, -1);
         draw();
       };
-      box.onpointerleave = function () { selected = -1; draw(); };
+      box.onpointerleave = function (e) { if (e.pointerType !== "touch") { selected = -1; draw(); } };
       this.grid = null;
       draw();
     }
@@ -733,7 +744,7 @@
         var target = pred.rows[t + 1];
         if (target) pred.parentNode.scrollTop = target.offsetTop - 40;
       }
-      this.lens(d, label);
+      ask("lens", "/api/lens", promptBody(), function (lens) { VIEWS.trace.lens(d, lens); }, $("trace-lens"));
       var back = clear($("trace-backward"));
       head(back, ["upstream gradient d loss / d ...: its equation", "shape", "norm", "mean", "std", "max |.|", atHead]);
       d.backward.forEach(function (s) {
@@ -745,8 +756,9 @@
       });
       if (!d.backward.length) row(back, [cell("a one-token prompt has no target: no loss, no backward", "t")]);
     },
-    lens: function (d, label) {
-      var streams = d.lens.streams, T = d.tokens.length, top = d.lens.top, box = $("trace-lens");
+    lens: function (d, lens) {
+      var streams = lens.streams, T = d.tokens.length, top = lens.top, box = $("trace-lens");
+      var label = function (id) { return lens.labels[String(id)]; };
       var grid = Grid(box, {
         rows: streams.length, cols: T, cellW: T > 200 ? 12 : 64, cellH: 22, left: 190, top: 70,
         rgb: function (i, j) { return ramp(BLUES, 0.85 * top[i][j][0][1]); },
