@@ -105,6 +105,7 @@ def tokenizer_view(tokenizer, text: str) -> dict:
             "text": chunk.text,
             "shown": shown_text(chunk.text),
             "special": chunk.special,
+            "whole": chunk.whole_id is not None,  # in the vocabulary whole (ignore_merges): no merge applies
             "start": [label(i) for i in chunk.start_ids],
             "merges": [
                 {"rank": m.rank, "pair": [label(m.pair[0]), label(m.pair[1])], "id": label(m.new_id), "ids": m.ids}

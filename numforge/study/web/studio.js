@@ -386,8 +386,9 @@
         var div = el("div", "chunk"), line = el("div", "line");
         line.appendChild(el("span", "what", "chunk " + (n + 1)));
         line.appendChild(el("code", null, c.shown));
-        line.appendChild(el("span", "what", c.special ? "special, whole" : plural(c.start.length, "byte") + " \u2192"));
-        var ids = c.start, now = null;
+        line.appendChild(el("span", "what", c.special ? "special, whole" : plural(c.start.length, "byte") +
+          (c.whole ? ", a token whole (no merges) \u2192" : " \u2192")));
+        var ids = c.whole ? c.ids : c.start, now = null;
         c.merges.forEach(function (m) { if (m.rank <= upTo) ids = m.ids; if (m.rank === upTo) now = m; });
         ids.forEach(function (id) {
           line.appendChild(chip(label(id), id, c.special ? "special" : now && id === now.id ? "merged" : ""));
