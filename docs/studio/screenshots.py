@@ -13,6 +13,7 @@ question to the drawn answer (the page's own ``data-ms``) and the bytes of the a
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import threading
 import time
@@ -24,6 +25,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from browser import PHONE, WIDE, open_view, start_browser, type_prompt, wait_for  # noqa: E402
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 from numforge.checkpoint import load_model  # noqa: E402
 from numforge.study.page import render_page  # noqa: E402
@@ -99,6 +101,14 @@ def measure(browser, server) -> None:
             ".map(function (e) { return e.encodedBodySize; })"
         )
         print(f"  {view:<10} computed in {computed:6.2f} s; asked to drawn {ms:>6} ms, answer {sizes[-1]:>10,} bytes")
+    with studio.lock:
+        started = time.perf_counter()
+        lens = studio.lens({"text": text})  # the trace view asks for it after its stages: the passes are kept
+        computed = time.perf_counter() - started
+    lens_bytes = len(json.dumps(lens, ensure_ascii=False).encode())
+    WebDriverWait(browser, 1200).until(lambda d: d.find_element(By.ID, "trace-lens").get_attribute("data-ms"))
+    ms = browser.find_element(By.ID, "trace-lens").get_attribute("data-ms")
+    print(f"  {'lens':<10} computed in {computed:6.2f} s; asked to drawn {ms:>6} ms, answer {lens_bytes:>10,} bytes")
     started = time.perf_counter()
     page = render_page(inspect_data(studio.model, studio.tokenizer, text))
     made = time.perf_counter() - started
