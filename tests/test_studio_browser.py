@@ -199,6 +199,13 @@ def test_hostile_prompts_render_as_text_in_every_view(browser, server, size):
                 type_prompt(browser, text, view)
                 assert chips(browser, strip) == expected, (view, text)
                 assert page_fits(browser), (view, text, size)
+                if view == "trace" and size == WIDE:  # the stage tables fit 1280 px: no sideways scroll
+                    widths = browser.execute_script(
+                        "return ['trace-forward', 'trace-backward'].map(function (id) {"
+                        "  var box = document.getElementById(id).parentNode;"
+                        "  return box.scrollWidth - box.clientWidth; })"
+                    )
+                    assert widths == [0, 0], widths
             open_view(browser, server, "attention")
             assert chips(browser, "att-tokens") == expected
             assert page_fits(browser)
