@@ -46,6 +46,10 @@ def save(browser, name: str) -> None:
     Image.open(path).convert("RGB").quantize(256).save(path, optimize=True)
 
 
+def lens_drawn(browser) -> bool:
+    return bool(browser.find_element(By.ID, "trace-lens").get_attribute("data-ready"))
+
+
 def shoot(browser, server) -> None:
     for view in ("tokenizer", "next", "attention", "trace", "training"):
         open_view(browser, server, view)
@@ -62,6 +66,7 @@ def shoot(browser, server) -> None:
             browser.find_element(By.CSS_SELECTOR, "#trace-tokens .tok[data-position='3']").click()
             wait_for(browser, "trace", before)
             lens = browser.find_element(By.ID, "trace-lens")
+            WebDriverWait(browser, 120).until(lens_drawn)  # the trace view asks for it after its stages
             browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", lens)
         save(browser, view)
     browser.set_window_size(*PHONE)
