@@ -9,6 +9,7 @@ import pytest
 from helpers import STUDY_PROMPT, STUDY_TEXT, tiny_model, tiny_run
 
 from numforge.cli import main
+from numforge.model.config import ARCHS
 from numforge.study.attention import model_attention_weights
 from numforge.study.backward import backward_stages
 from numforge.study.page import render_page
@@ -29,8 +30,9 @@ def embedded_data(page: str) -> dict:
     return json.loads(found.group(1))
 
 
-def test_the_embedded_data_are_the_traces_numbers(tokenizer):
-    model = tiny_model(tokenizer)
+@pytest.mark.parametrize("options", [{}, {**ARCHS["llama"], "num_kv_heads": 1}], ids=["gpt2", "llama-mqa"])
+def test_the_embedded_data_are_the_traces_numbers(tokenizer, options):
+    model = tiny_model(tokenizer, **options)
     page = render_page(inspect_data(model, tokenizer, STUDY_PROMPT))
     data = embedded_data(page)
     answers = data["answers"]

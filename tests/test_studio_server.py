@@ -325,3 +325,40 @@ def test_the_command_serves_a_run_and_ctrl_c_stops_it_at_once(tmp_path):
         [sys.executable, "-m", "numforge", *flags[:-1], "--port", "70000"], capture_output=True, text=True
     )
     assert status.returncode == 2 and "--port must be in [0, 65535]" in status.stderr
+
+
+def test_a_llama_style_model_with_grouped_keys_is_served(tokenizer):
+    from numforge.model.config import ARCHS
+
+    model = tiny_model(tokenizer, **ARCHS["llama"], num_kv_heads=1, qk_norm=True)  # RMSNorm, RoPE, SwiGLU, MQA
+    server = StudioServer(Studio(model, tokenizer, "a tiny Llama-style model"), "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        prompt = run_prompt(model, tokenizer, PROMPT)
+        answers = {
+            route: call(server, "POST", route, {"text": PROMPT, **extra})
+            for route, extra in (
+                ("/api/tokenize", {}),
+                ("/api/next", {"greedy": False, "seed": 3, "temperature": 0.9}),
+                ("/api/generate", {"count": 4}),
+                ("/api/attention", {"layer": 1}),
+                ("/api/trace", {"position": 2}),
+                ("/api/lens", {}),
+            )
+        }
+        assert {route: status for route, (status, _, _) in answers.items()} == dict.fromkeys(answers, 200)
+        trace = answers["/api/trace"][1]
+        names = [s["name"] for s in trace["forward"]]
+        assert "layer 0 q after qk_norm" in names and "layer 0 k after rope" in names
+        assert all(s["equation"] for s in trace["forward"] + trace["backward"])  # every stage has its equation
+        weights = attention_weights(prompt.cache.blocks[1].attention.attention)[0]  # (H,T,T): 2 query heads
+        T = len(prompt.ids)
+        for head, b64 in enumerate(answers["/api/attention"][1]["weights"]):
+            sent = np.frombuffer(base64.b64decode(b64), dtype="<f2").astype(np.float64)
+            np.testing.assert_allclose(sent, weights[head][np.tril_indices(T)], rtol=2**-11, atol=6e-8)
+        drawn = generate(model, tokenizer, PROMPT, 1, temperature=0.9, seed=3).ids
+        assert answers["/api/next"][1]["chosen"]["id"] == drawn[0]
+        assert answers["/api/generate"][1]["ids"] == generate(model, tokenizer, PROMPT, 4, temperature=0).ids
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -8,6 +8,7 @@ from helpers import STUDY_PROMPT, STUDY_TEXT, make_tiny_run, tiny_model
 
 from numforge.backend import asarray, to_numpy
 from numforge.generate import decodable_ids, generate
+from numforge.model.config import ARCHS
 from numforge.study import views
 from numforge.study.backward import backward_stages
 from numforge.study.equations import stage_equation
@@ -80,10 +81,21 @@ def test_an_earlier_position_and_a_padded_vocabulary(tokenizer):
         next_token(prompt, temperature=0)
 
 
+LLAMA = ARCHS["llama"]
+
+
 @pytest.mark.parametrize(
     "options",
-    [{}, {"activation": "swiglu"}, {"activation": "relu", "tie_weights": False}, {"use_bias": False}],
-    ids=["gelu", "swiglu", "relu-untied", "no-bias"],
+    [
+        {},
+        {"activation": "swiglu"},
+        {"activation": "relu", "tie_weights": False},
+        {"use_bias": False, "position": "sinusoidal"},
+        {**LLAMA, "num_kv_heads": 1},
+        {**LLAMA, "qk_norm": True},
+        {**LLAMA, "qk_norm": True, "qk_norm_order": "after_rope"},
+    ],
+    ids=["gelu", "swiglu", "relu-untied", "no-bias-sinusoidal", "llama-mqa", "qwen3-qk-norm", "nanochat-qk-norm"],
 )
 def test_every_stage_has_its_equation(tokenizer, options):
     model = tiny_model(tokenizer, **options)
@@ -95,6 +107,7 @@ def test_every_stage_has_its_equation(tokenizer, options):
     assert "silu(g) * u" in stage_equation("layer 1 MLP activation (down_proj input)", model.config) or (
         options.get("activation") != "swiglu"
     )
+    assert stage_equation("layer 0 pre-attention norm output", model.config) == f"h = {model.config.norm}(x)"
     assert stage_equation("layer 0 magic", model.config) is None
 
 
