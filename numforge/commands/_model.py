@@ -15,19 +15,18 @@ from ..study.prompt import describe_model
 FRESH_CONFIG = dict(max_seq_len=64, d_model=32, num_heads=2, num_layers=2)
 
 
-def add_model_arguments(parser: argparse.ArgumentParser, checkpoint_required: bool = False) -> None:
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", type=text_flag, required=True, help="the text to run through the model")
-    add_checkpoint_arguments(parser, checkpoint_required)
+    add_checkpoint_arguments(parser)
 
 
-def add_checkpoint_arguments(parser: argparse.ArgumentParser, checkpoint_required: bool = False) -> None:
+def add_checkpoint_arguments(parser: argparse.ArgumentParser, default: str = "a tiny untrained model (seed 0)") -> None:
     parser.add_argument(
         "--checkpoint",
         metavar="DIR",
         type=path_flag,
-        required=checkpoint_required,
         help="a run directory written by numforge train (or one of its ckpt-* directories), or a Hugging Face "
-        "GPT-2 directory" + ("" if checkpoint_required else "; default: a tiny untrained model (seed 0)"),
+        f"GPT-2 directory; default: {default}",
     )
     parser.add_argument(
         "--trust-pattern",
