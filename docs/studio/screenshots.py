@@ -1,7 +1,7 @@
 """Take the README's screenshots of numforge studio, and measure its views at the model's whole context.
 
-    numforge train --out runs/studio                       # the main job's model (or any run)
-    python docs/studio/screenshots.py --checkpoint runs/studio
+    python docs/studio/screenshots.py                           # the studio's default model (trained once, cached)
+    python docs/studio/screenshots.py --checkpoint runs/run-1   # or any run
 
 writes docs/studio/{tokenizer,next,attention,trace,training}.png (1280 px wide) and next-phone.png,
 attention-phone.png (390 px), with the browser the tests use (tests/browser.py: headless Chromium through
@@ -28,6 +28,7 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 from numforge.checkpoint import load_model  # noqa: E402
+from numforge.commands._default_model import default_model  # noqa: E402
 from numforge.study.page import render_page  # noqa: E402
 from numforge.study.report import inspect_data  # noqa: E402
 from numforge.study.studio import Studio, StudioServer  # noqa: E402
@@ -130,11 +131,17 @@ def measure(browser, server) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint", required=True, help="a run directory written by numforge train")
+    parser.add_argument(
+        "--checkpoint", help="a run directory written by numforge train (default: the studio's default model)"
+    )
     parser.add_argument("--no-shots", action="store_true", help="only measure")
     args = parser.parse_args()
-    model, tokenizer = load_model(args.checkpoint)
-    studio = Studio(model, tokenizer, f"checkpoint: {Path(args.checkpoint).name}", run_dir=Path(args.checkpoint))
+    if args.checkpoint is None:
+        model, tokenizer, source, run_dir = default_model()
+    else:
+        model, tokenizer = load_model(args.checkpoint)
+        source, run_dir = f"checkpoint: {Path(args.checkpoint).name}", Path(args.checkpoint)
+    studio = Studio(model, tokenizer, source, run_dir=run_dir)
     server = StudioServer(studio, "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     browser = start_browser(WIDE)

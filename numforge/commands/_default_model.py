@@ -138,7 +138,7 @@ def train_into(path: Path, args: argparse.Namespace, recipe: dict, say) -> None:
     steps = recipe["settings"]["max_steps"]
     say(
         f"the default model is not cached yet: training it once, as `numforge train` does ({steps} steps: "
-        f"about a minute on 2 cores), into {path}"
+        f"about a minute on 2 idle cores; the bar shows the time left), into {path}"
     )
     started = time.perf_counter()
     with atomic_directory(path) as temporary:
