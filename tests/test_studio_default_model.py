@@ -49,15 +49,13 @@ def params_of(model) -> dict:
 
 def test_trained_once_as_numforge_train_trains_it_then_read_from_the_cache(tmp_path, corpus, monkeypatch):
     cache, said = tmp_path / "cache", []
-    model, tokenizer, about, path = default_model(tiny_flags(corpus), cache, said.append)
+    model, _, about, path = default_model(tiny_flags(corpus), cache, said.append)
     assert trained(said) and path.parent == cache / MODELS and latest_checkpoint_dir(path).name == f"ckpt-{STEPS:08d}"
     assert about.startswith(f"the default model: trained once on {corpus}, {STEPS} steps, cached at {path} (1 layers")
     assert json.loads((path / RECIPE).read_text())["settings"]["max_steps"] == STEPS
     assert sorted(p.name for p in (cache / MODELS).iterdir()) == [path.name]  # no lock, no temporary left
-    assert (
-        main(["train", "--no-progress", *tiny_flags(corpus), "--cache-dir", str(cache), "--out", str(tmp_path / "run")])
-        == 0
-    )
+    command = ["train", "--no-progress", *tiny_flags(corpus), "--cache-dir", str(cache), "--out", str(tmp_path / "run")]
+    assert main(command) == 0
     by_the_command = params_of(load_model(tmp_path / "run")[0])
     assert by_the_command.keys() == params_of(model).keys()
     for name, value in params_of(model).items():
