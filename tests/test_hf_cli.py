@@ -117,6 +117,6 @@ def test_a_command_without_safetensors_says_how_to_install(hf_dir, capsys, monke
 def test_not_a_model_directory_is_named(tmp_path, capsys):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
     assert cli.main(["sample", "--checkpoint", str(tmp_path), "--prompt", "x"]) == 2
-    assert "config.json: model_type is 'bert'; numforge loads only 'gpt2'" in capsys.readouterr().err
+    assert "config.json: model_type is 'bert'; numforge loads 'gpt2', 'llama'," in capsys.readouterr().err
     assert cli.main(["sample", "--checkpoint", str(tmp_path / "nothing"), "--prompt", "x"]) == 2
     assert "no checkpoint in" in capsys.readouterr().err

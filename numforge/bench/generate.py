@@ -28,7 +28,7 @@ import numpy as np
 
 from ..backend import array_module, to_numpy
 from ..generate import generate_ids
-from ..hf.weights import PREFIX, hf_name
+from ..hf.gpt2 import PREFIX, hf_name
 from ..model import GPT, GPTConfig
 from .measure import MIB, peak_extra_bytes, positive_int
 
