@@ -27,7 +27,8 @@ def add_checkpoint_arguments(parser: argparse.ArgumentParser, checkpoint_require
         type=path_flag,
         required=checkpoint_required,
         help="a run directory written by numforge train (or one of its ckpt-* directories), or a Hugging Face "
-        "GPT-2 directory" + ("" if checkpoint_required else "; default: a tiny untrained model (seed 0)"),
+        "directory (GPT-2, Llama, Mistral, Qwen2, Qwen3)"
+        + ("" if checkpoint_required else "; default: a tiny untrained model (seed 0)"),
     )
     parser.add_argument(
         "--trust-pattern",

@@ -16,6 +16,6 @@ with a note on converting it to safetensors. ``GPT`` and ``BPETokenizer``
 know nothing of this format; this package maps it onto them.
 """
 
-from .directory import load_pretrained, save_pretrained
+from .directory import load_pretrained, pretrained_config, save_pretrained
 
-__all__ = ["load_pretrained", "save_pretrained"]
+__all__ = ["load_pretrained", "pretrained_config", "save_pretrained"]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..atomic import atomic_directory
 from ..backend import asarray, resolve_dtype, to_numpy
-from ..model import GPT, POSITIONS, parameter_shapes
+from ..model import GPT, POSITIONS, GPTConfig, parameter_shapes
 from ..resources import check_fits
 from ..tokenizer import EOT, BPETokenizer
 from ..tokenizer._files import read_json
@@ -29,7 +29,7 @@ from ..tokenizer.hf_dir import load_tokenizer as load_tokenizer_path
 from ..tokenizer.hf_json import export_tokenizer_json
 from ..tokenizer.interop import export_gpt2
 from .config import config_from_hf, config_to_hf
-from .weights import gather, read_params, write_tensors
+from .weights import Layout, gather, read_params, write_tensors
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -47,9 +47,7 @@ def load_pretrained(path, dtype="float32", trust_pattern: bool = False) -> tuple
     ``ImportError``) when safetensors is not installed.
     """
     path = Path(path)
-    if not (path / "config.json").is_file():
-        raise ValueError(f"{path}: no config.json; expected a Hugging Face model directory")
-    config, layout = config_from_hf(read_json(path / "config.json"), str(path / "config.json"))
+    config, layout = _read_config(path)
     files = weight_files(path)
     tokenizer = load_tokenizer(path, trust_pattern)
     if tokenizer.vocab_size > config.vocab_size:
@@ -67,6 +65,17 @@ def load_pretrained(path, dtype="float32", trust_pattern: bool = False) -> tuple
     model = GPT(config, seed=0, dtype=dtype)
     model.load_params({name: asarray(array) for name, array in arrays.items()})
     return model, tokenizer
+
+
+def pretrained_config(path) -> GPTConfig:
+    """The ``GPTConfig`` of a Hugging Face model directory, from its config.json alone (no weight is read)."""
+    return _read_config(Path(path))[0]
+
+
+def _read_config(path: Path) -> tuple[GPTConfig, Layout]:
+    if not (path / "config.json").is_file():
+        raise ValueError(f"{path}: no config.json; expected a Hugging Face model directory")
+    return config_from_hf(read_json(path / "config.json"), str(path / "config.json"))
 
 
 def weight_files(path: Path) -> list[Path]:
