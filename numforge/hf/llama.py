@@ -131,6 +131,9 @@ def config_from_hf(d: dict, source: str) -> GPTConfig:
     biases = dict(family.fixed_biases)
     for field, switches in family.bias_fields.items():
         biases.update(dict.fromkeys(switches, d.get(field, False)))
+    everywhere = all(value is True for value in biases.values())
+    # numforge's own spelling: use_bias for biases everywhere, else no biases but the switches set
+    switches = {} if everywhere else {switch: None if value is False else value for switch, value in biases.items()}
     try:
         return GPTConfig(
             vocab_size=d["vocab_size"],
@@ -148,9 +151,9 @@ def config_from_hf(d: dict, source: str) -> GPTConfig:
             num_kv_heads=d["num_key_value_heads"],
             head_dim=d["head_dim"],
             qk_norm=family.qk_norm,
-            use_bias=False,
+            use_bias=everywhere,
             tie_weights=d["tie_word_embeddings"],
-            **{switch: None if value is False else value for switch, value in biases.items()},  # False: use_bias's
+            **switches,
         )
     except (ValueError, TypeError) as error:
         raise ValueError(f"{source}: {error}") from None
