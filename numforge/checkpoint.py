@@ -433,7 +433,7 @@ def restore_model(checkpoint: Checkpoint, dtype: str = "float32") -> GPT:
     )
     model = GPT(config, seed=0, dtype=dtype)
     try:
-        model.load_params({name: asarray(a) for name, a in checkpoint.params.items()})
+        model.load_params({name: asarray(a, dtype=model.dtype) for name, a in checkpoint.params.items()})
     except ValueError as err:
         raise CheckpointFileError(
             f"checkpoint {checkpoint.path}: its config.json and params.npz disagree: {err}"

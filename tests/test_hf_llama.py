@@ -14,8 +14,10 @@ from hf_dirs import llama_fields, llama_shapes, tiny_tokenizer, write_llama_dir,
 
 from numforge import backend
 from numforge.hf import load_pretrained, pretrained_config, save_pretrained
+from numforge.hf.llama import QWEN2_REBUILT
 from numforge.model import GPT, GPTConfig
 from numforge.model.config import ARCHS
+from numforge.tokenizer import BPETokenizer
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
@@ -231,7 +233,6 @@ EXPORTS = {
         "llama",
     ),
     "llama (every bias)": ({"use_bias": True}, "llama"),
-    "qwen2 (q/k/v biases)": ({"qkv_bias": True, "num_kv_heads": 2}, "qwen2"),
     "qwen3 (QK-norm, head_dim 6)": ({"qk_norm": True, "head_dim": 6, "num_kv_heads": 2}, "qwen3"),
     "qwen3 (QK-norm, attention biases)": ({"qk_norm": True, "qkv_bias": True, "out_bias": True}, "qwen3"),
 }  # fmt: skip
@@ -257,9 +258,36 @@ def test_numforge_to_hf_to_numforge_is_bit_identical(tmp_path, options, model_ty
         }  # fmt: skip
 
 
+def qwen2_style(tok):
+    """``tok``'s merges cut as transformers' Qwen2Tokenizer cuts every qwen2 directory's text (NFC, Qwen2's split)."""
+    return BPETokenizer(tok.merges, tok.special_tokens, None, tok.byte_ids, tok.merge_ids, pipeline=QWEN2_REBUILT)
+
+
+def test_qwen2s_shape_is_written_as_qwen2_when_transformers_would_cut_its_text_alike(tmp_path):
+    model = llama_model(qkv_bias=True, num_kv_heads=2)
+    save_pretrained(model, qwen2_style(tiny_tokenizer()), tmp_path / "qwen2")
+    assert json.loads((tmp_path / "qwen2" / "config.json").read_text())["model_type"] == "qwen2"
+    loaded, tokenizer = load_pretrained(tmp_path / "qwen2")
+    assert loaded.config == model.config and tokenizer.to_dict() == qwen2_style(tiny_tokenizer()).to_dict()
+    for name, array in params_of(model).items():
+        np.testing.assert_array_equal(params_of(loaded)[name], array, err_msg=name)
+    # numforge's own tokenizer (GPT-2's pattern) would be rebuilt by transformers as Qwen2's: a Llama instead,
+    # the same function, its o_proj bias zero
+    save_pretrained(model, tiny_tokenizer(), tmp_path / "llama")
+    written = json.loads((tmp_path / "llama" / "config.json").read_text())
+    assert (written["model_type"], written["attention_bias"], written["mlp_bias"]) == ("llama", True, False)
+    loaded, _ = load_pretrained(tmp_path / "llama")
+    assert loaded.config.has_bias("out_bias") and set(loaded.params) - set(model.params) == {
+        "layers.0.attn.out_proj.bias", "layers.1.attn.out_proj.bias",
+    }  # fmt: skip
+    assert not params_of(loaded)["layers.1.attn.out_proj.bias"].any()
+    ids = backend.asarray(np.array([tiny_tokenizer().encode("the standard library")]))
+    np.testing.assert_array_equal(backend.to_numpy(loaded.logits(ids)), backend.to_numpy(model.logits(ids)))
+
+
 def test_the_exported_tensors_are_the_familys_by_hand(tmp_path):
     model = llama_model(num_kv_heads=2, qkv_bias=True)  # Qwen2: H D = 16, H_kv D = 8
-    save_pretrained(model, tiny_tokenizer(), tmp_path / "out")
+    save_pretrained(model, qwen2_style(tiny_tokenizer()), tmp_path / "out")
     stored = safetensors_numpy.load_file(str(tmp_path / "out" / "model.safetensors"))
     assert set(stored) == set(llama_shapes(llama_fields("qwen2"), tied=False))
     p = params_of(model)

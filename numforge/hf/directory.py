@@ -29,6 +29,7 @@ from ..tokenizer.hf_dir import load_tokenizer as load_tokenizer_path
 from ..tokenizer.hf_json import export_tokenizer_json
 from ..tokenizer.interop import export_gpt2
 from .config import config_from_hf, config_to_hf
+from .llama import as_exported
 from .weights import Layout, gather, read_params, write_tensors
 
 SINGLE_FILE = "model.safetensors"
@@ -129,13 +130,14 @@ def save_pretrained(model: GPT, tokenizer: BPETokenizer, path) -> None:
             f"the tokenizer has ids up to {tokenizer.vocab_size - 1}, beyond the model's vocab_size {config.vocab_size}"
         )
     ids = _special_ids(tokenizer)
+    params = {name: to_numpy(array) for name, array in model.params.items()}
+    config, params = as_exported(config, params, tokenizer)
     hf_config, layout = config_to_hf(config, ids)
     hf_config["dtype"] = str(model.dtype)
     gpt2 = hf_config["model_type"] == "gpt2"
     files = _tokenizer_configs(tokenizer, config.max_seq_len, gpt2)
     if not gpt2:  # where generate starts and stops (transformers reads it; numforge too, as eos_ids)
         files["generation_config.json"] = ids
-    params = {name: to_numpy(array) for name, array in model.params.items()}
     with atomic_directory(path) as temp:
         (temp / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n", encoding="utf-8")
         write_tensors(temp / SINGLE_FILE, params, layout)
@@ -166,8 +168,9 @@ def _tokenizer_configs(tokenizer: BPETokenizer, max_seq_len: int, gpt2: bool) ->
         "bos_token": names.get(ids.get("bos_token_id")),
         "eos_token": names.get(end[0] if isinstance(end, list) else end),
     }
-    if gpt2:
-        roles["unk_token"] = roles["eos_token"]
+    # GPT-2: <|endoftext|> also unknown; else none, which Qwen2Tokenizer would otherwise make <|endoftext|> (a new
+    # token where the tokenizer lacks it)
+    roles |= {"unk_token": roles["eos_token"]} if gpt2 else {"unk_token": None, "pad_token": None}
     others = [name for name in tokenizer.special_tokens if name not in roles.values()]
     decoder = {
         str(i): {"content": name, "lstrip": False, "normalized": name in tokenizer.normalized_tokens, "rstrip": False}

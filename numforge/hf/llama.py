@@ -43,9 +43,15 @@ Older files may hold each layer's ``rotary_emb.inv_freq`` buffer: not a paramete
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
+import numpy as np
+
 from ..model import GPTConfig, parameter_shapes
+from ..tokenizer import BPETokenizer
+from ..tokenizer.pipeline import Pipeline
+from ..tokenizer.pretokenize import QWEN2_SPLIT_PATTERN
 from .weights import Layout, Stored, linear
 
 REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
@@ -246,6 +252,44 @@ def family_of(config: GPTConfig) -> str:
             "and o together; Qwen2 has q, k, v biases and no others)"
         )
     return "llama"
+
+
+# What transformers 5's Qwen2Tokenizer cuts text with: it rebuilds every qwen2 directory's tokenizer with NFC and
+# Qwen2's split pattern (then ByteLevel, no BOS, no ignore_merges), whatever the directory's tokenizer.json says.
+QWEN2_REBUILT = Pipeline(
+    {"type": "NFC"},
+    {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": QWEN2_SPLIT_PATTERN}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+    ]},
+)  # fmt: skip
+
+
+def as_exported(config: GPTConfig, params: dict, tokenizer: BPETokenizer) -> tuple[GPTConfig, dict]:
+    """The model to write: ``config`` and ``params`` themselves, except for Qwen2's shape (q/k/v biases only) with
+    a tokenizer transformers would cut differently in a qwen2 directory (``QWEN2_REBUILT``: numforge's own
+    tokenizers, with GPT-2's pattern): that one is written as the Llama it equals, attention biases on q, k, v
+    and o, the o_proj bias zero, so that ``AutoTokenizer`` reads its tokenizer.json as it is."""
+    try:
+        qwen2 = family_of(config) == "qwen2"
+    except ValueError:
+        return config, params  # not the Llama family's: GPT-2's, or refused by config_to_hf
+    rebuilt_alike = (
+        tokenizer.pipeline is not None
+        and tokenizer.pipeline.nfc == QWEN2_REBUILT.nfc
+        and [step.name for step in tokenizer.pipeline.steps] == [step.name for step in QWEN2_REBUILT.steps]
+    )
+    prompt = tokenizer.prompt
+    if not qwen2 or (
+        rebuilt_alike and not tokenizer.ignore_merges and not (prompt and (prompt.prefix or prompt.suffix))
+    ):
+        return config, params
+    zero = {
+        f"layers.{i}.attn.out_proj.bias": np.zeros(config.d_model, dtype=params["token_embedding"].dtype)
+        for i in range(config.num_layers)
+    }
+    config = dataclasses.replace(config, out_bias=True)
+    return config, {name: {**params, **zero}[name] for name in parameter_shapes(config)}
 
 
 def config_to_hf(config: GPTConfig, special_ids: dict) -> dict:
