@@ -113,7 +113,8 @@ def load_tokenizer(path: Path, trust_pattern: bool = False) -> BPETokenizer:
 def save_pretrained(model: GPT, tokenizer: BPETokenizer, path) -> None:
     """Write ``model`` and ``tokenizer`` as a Hugging Face directory at ``path``, which must not exist: GPT-2's
     if GPT-2 can express the model, else the Llama family's member that can (Llama, Qwen2 with q/k/v biases,
-    Qwen3 with QK-norm: ``llama.family_of``).
+    Qwen3 with QK-norm: ``llama.family_of``; a Qwen2 whose tokenizer transformers would rebuild differently is
+    written as the Llama it equals: ``llama.as_exported``).
 
     ``transformers.AutoModelForCausalLM.from_pretrained(path)`` and
     ``AutoTokenizer.from_pretrained(path)`` open it. A model none can express
