@@ -227,7 +227,7 @@ def test_every_parameter_gradient_equals_torch_autograd_on_transformers_model(ca
         logits.reshape(-1, logits.shape[-1]), torch.tensor(targets).reshape(-1)
     )
     theirs_loss.backward()
-    assert abs(float(loss) - float(theirs_loss)) < 1e-12 * float(theirs_loss)
+    assert abs(float(loss) - theirs_loss.item()) < 1e-12 * theirs_loss.item()
     theirs = hf_grads_by_numforge_name(reference)
     assert theirs.keys() == ours.keys()  # every parameter
     errors = {key: worst(ours[key], theirs[key]) for key in ours}

@@ -171,15 +171,15 @@ def _transformers_side(model: GPT, prompt: list[int]):
     """``decode(n) -> ids``: transformers' greedy generate on ``model``'s weights, built from the config.json
     ``numforge convert`` writes; None (and why, printed) if transformers is not installed or cannot express it."""
     try:
+        hf_config, layout = config_to_hf(model.config, {"bos_token_id": None, "eos_token_id": None})
+    except ValueError as error:
+        print(f"(transformers sits out: {error})")
+        return None
+    try:
         import torch
         import transformers
     except ImportError:
         print("(torch + transformers not importable: numforge alone)")
-        return None
-    try:
-        hf_config, layout = config_to_hf(model.config, {"bos_token_id": None, "eos_token_id": None})
-    except ValueError as error:
-        print(f"(transformers sits out: {error})")
         return None
     config = transformers.AutoConfig.for_model(**hf_config, pad_token_id=None)
     hf = transformers.AutoModelForCausalLM.from_config(config).eval()
