@@ -368,3 +368,16 @@ def test_numforge_convert_of_an_arch_llama_run_opens_in_transformers(tmp_path):
     with torch.no_grad():
         theirs = float64_reference(hf_model(tmp_path / "hf", torch.float64))(torch.tensor(ids)).logits.numpy()
     assert worst(backend.to_numpy(model.logits(backend.asarray(ids))), theirs) < 1e-12
+
+
+def test_the_study_tools_read_a_prompt_as_transformers_does(case):
+    from numforge.study.prompt import run_prompt
+
+    name, directory, _ = case
+    model, tokenizer = load_pretrained(directory, dtype="float64")
+    prompt = run_prompt(model, tokenizer, "The cat sat")  # what trace, attention, inspect and the studio run
+    ids = transformers.AutoTokenizer.from_pretrained(directory)("The cat sat")["input_ids"]
+    assert list(prompt.ids) == ids, name  # Llama 3's and Mistral's BOS first
+    with torch.no_grad():
+        theirs = float64_reference(hf_model(directory))(torch.tensor([ids])).logits.numpy()
+    assert worst(backend.to_numpy(model.logits(backend.asarray(np.array([ids])))), theirs) < 1e-12
