@@ -26,7 +26,7 @@ def add_checkpoint_arguments(parser: argparse.ArgumentParser, default: str = "a 
         metavar="DIR",
         type=path_flag,
         help="a run directory written by numforge train (or one of its ckpt-* directories), or a Hugging Face "
-        f"GPT-2 directory; default: {default}",
+        "directory (GPT-2, Llama, Mistral, Qwen2, Qwen3); default: " + default,
     )
     parser.add_argument(
         "--trust-pattern",

@@ -93,7 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SRC",
         type=path_flag,
         help="start a new run from a pretrained model (fine-tuning): a numforge run or checkpoint, or a "
-        "Hugging Face GPT-2 directory; its tokenizer and shape are kept",
+        "Hugging Face directory (GPT-2, Llama, Mistral, Qwen2, Qwen3); its tokenizer and shape are kept",
     )
     run.add_argument(
         "--max-steps", type=int_at_least(0), help=f"train until this many updates (default {defaults.max_steps})"

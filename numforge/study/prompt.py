@@ -62,15 +62,16 @@ def _whole_text(tokenizer, token_id: int) -> str | None:
 
 
 def run_prompt(model, tokenizer, text: str) -> Prompt:
-    """Encode ``text`` (special tokens allowed) and run the model's forward pass on it once."""
+    """Encode ``text`` (``encode_prompt``) and run the model's forward pass on it once."""
     return run_ids(model, tokenizer, encode_prompt(model, tokenizer, text))
 
 
 def encode_prompt(model, tokenizer, text: str) -> list[int]:
-    """The ids of ``text`` (special tokens allowed): 1 to ``max_seq_len`` of them, else a ``ValueError``."""
+    """The ids of ``text`` as ``transformers``' ``tokenizer(text)`` gives them (``encode_prompt``: special tokens
+    allowed; a Llama 3 directory's BOS first): 1 to ``max_seq_len`` of them, else a ``ValueError``."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
-    ids = tokenizer.encode(text, allowed_special="all")
+    ids = tokenizer.encode_prompt(text)
     if not ids:
         raise ValueError("text encodes to no tokens; give a non-empty text")
     if len(ids) > model.config.max_seq_len:

@@ -23,7 +23,6 @@ import numpy as np
 
 from ..checks import check_index
 from ..generate import decodable_ids, generate_ids
-from ..tokenizer import EOT
 from ..tokenizer.explain import explain
 from ..training.logs import LOSS_CSV, read_loss_csv
 from .attention import attention_weights
@@ -279,7 +278,7 @@ def generate_view(model, tokenizer, ids: list[int], count: int, settings: dict) 
             top_k=settings["top_k"],
             top_p=settings["top_p"],
             seed=settings["seed"],
-            stop_id=tokenizer.special_tokens.get(EOT),
+            stop_ids=tokenizer.eos_ids,
             allowed=decodable_ids(tokenizer, model.config.vocab_size),
         )
     )
