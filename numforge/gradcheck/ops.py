@@ -23,8 +23,46 @@ from ..ops.embedding import embedding_backward, embedding_forward
 from ..ops.layernorm import layer_norm_backward, layer_norm_forward
 from ..ops.linear import linear_backward, linear_forward
 from .cases import Case, op_case
+from .diagnose import Invariant, RepeatedIds
 
 B, T, C, F, V = 2, 3, 5, 4, 7
+
+
+def _xhat(x):
+    """The normalized rows of x (eps as in the cases: the default 1e-5)."""
+    centred = x - x.mean(axis=-1, keepdims=True)
+    return centred / np.sqrt((centred * centred).mean(axis=-1, keepdims=True) + 1e-5)
+
+
+LAYER_NORM_INVARIANTS = (
+    Invariant(
+        "x",
+        "each row of dx sums to 0",
+        "the mean path's term (mean(x) reaches every xhat: a constant added to a row of x leaves xhat as it is)",
+        lambda inputs, dx: dx,
+    ),
+    Invariant(
+        "x",
+        "each row of dx is orthogonal to xhat (up to eps / (var + eps))",
+        "the variance path's term (var(x) reaches every xhat: scaling a row's deviations leaves xhat as it is)",
+        lambda inputs, dx: dx * _xhat(inputs["x"]),
+        tol=1e-3,  # eps / (var + eps) <= 1e-3 for rows of variance 0.01 and up
+    ),
+)
+LOGITS_INVARIANT = Invariant(
+    "logits",
+    "each row of dlogits sums to 0",
+    "the softmax's own gradient (softmax minus one-hot: a constant added to a row of logits leaves the loss as it is)",
+    lambda inputs, dlogits: dlogits,
+)
+TABLE_INVARIANT = Invariant(
+    "table",
+    "the rows of dtable add up to the zero vector",
+    "the softmax's own gradient (a vector u added to every row of the table adds h.u to all the logits of a row, "
+    "which leaves the loss as it is)",
+    lambda inputs, dtable: dtable,
+    axis=0,
+)
 
 
 def _randn(*shape, seed: int = 0):
@@ -67,26 +105,35 @@ def _dropout(training: bool) -> Case:
         return dropout_forward(x, 0.3, default_rng(7), training=training)
 
     name = "dropout" + ("" if training else "[eval]")
-    return op_case(name, forward, dropout_backward, lambda: {"x": _randn(B, T, C)})
+    return op_case(name, forward, dropout_backward, lambda: {"x": _randn(B, T, C)}, forward_name="dropout_forward")
 
 
 def _cross_entropy(ignored: int) -> Case:
     name = "cross_entropy" + ("[all ignored]" if ignored == B * T else "")
     inputs = lambda: {"logits": _randn(B, T, V), "targets": _targets(B, T, ignored=ignored)}
-    return op_case(name, cross_entropy_forward, cross_entropy_backward, inputs)
+    return op_case(name, cross_entropy_forward, cross_entropy_backward, inputs, invariants=(LOGITS_INVARIANT,))
 
 
-def _tied_cross_entropy(name: str, forward, backward) -> Case:
+def _tied_cross_entropy(name: str, forward, backward, fused: bool) -> Case:
     inputs = lambda: {"h": _randn(B, T, C), "table": _randn(V, C, seed=1), "targets": _targets(B, T)}
-    return op_case(name, forward, backward, inputs, {"chunk_rows": 4})  # N = 6 rows: one full chunk and a partial
+    options = {"chunk_rows": 4}  # N = 6 rows: one full chunk and a partial
+    return op_case(name, forward, backward, inputs, options, fused=fused, invariants=(TABLE_INVARIANT,))
 
 
 CASES = [
     op_case("linear", linear_forward, linear_backward, lambda: _linear_inputs(bias=True)),
     op_case("linear[no bias]", linear_forward, linear_backward, lambda: _linear_inputs(bias=False)),
-    op_case("embedding", embedding_forward, embedding_backward, _embedding_inputs),
-    op_case("layer_norm", layer_norm_forward, layer_norm_backward, lambda: _layer_norm_inputs(bias=True)),
-    op_case("layer_norm[no bias]", layer_norm_forward, layer_norm_backward, lambda: _layer_norm_inputs(bias=False)),
+    op_case("embedding", embedding_forward, embedding_backward, _embedding_inputs, invariants=(RepeatedIds(),)),
+    *[
+        op_case(
+            name,
+            layer_norm_forward,
+            layer_norm_backward,
+            lambda bias=bias: _layer_norm_inputs(bias),
+            invariants=LAYER_NORM_INVARIANTS,
+        )
+        for name, bias in (("layer_norm", True), ("layer_norm[no bias]", False))
+    ],  # fmt: skip
     op_case("relu", relu_forward, relu_backward, lambda: {"x": _away_from_zero(B, T, F)}),
     _gelu("tanh"),
     _gelu("none"),
@@ -97,6 +144,8 @@ CASES = [
     _dropout(training=False),
     _cross_entropy(ignored=1),
     _cross_entropy(ignored=B * T),
-    _tied_cross_entropy("tied_cross_entropy", tied_cross_entropy_forward, tied_cross_entropy_backward),
-    _tied_cross_entropy("tied_cross_entropy_and_grads", tied_cross_entropy_with_grads, scale_tied_cross_entropy_grads),
+    _tied_cross_entropy("tied_cross_entropy", tied_cross_entropy_forward, tied_cross_entropy_backward, fused=False),
+    _tied_cross_entropy(
+        "tied_cross_entropy_and_grads", tied_cross_entropy_with_grads, scale_tied_cross_entropy_grads, fused=True
+    ),
 ]
