@@ -16,7 +16,6 @@ from ..atomic import write_text_atomic
 from ..gradcheck import all_cases
 from ..gradcheck.exercise import exercise_names, exercise_source, get_exercise, load_learner
 from ..gradcheck.grade import Outcome, grade, learner_cases, matching, passed, report, run_case
-from ..gradcheck.progress import format_progress, progress
 from ..gradcheck.scaffold import HINT_LEVELS
 from ..gradcheck.show import show
 from . import EXIT_FAILED
@@ -66,10 +65,6 @@ def run(args: argparse.Namespace) -> int:
         return _write_exercise(args.write_exercise, args.out, args.hints)
     if args.out or args.hints:
         raise ValueError("--out and --hints go with --write-exercise")
-    if args.progress:
-        rows = progress(".")
-        print(format_progress(rows))
-        return 0 if all(r.done for r in rows) else EXIT_FAILED
     if args.show:
         return _show(args.show, args.impl)
     if args.impl:

@@ -111,10 +111,11 @@ def op_case(
         shapes = ", ".join(f"{k} {_shape(v.shape)}" for k, v in arrays.items() if hasattr(v, "shape"))
         op = forward_name or forward.__name__
         if fused and function == forward.__name__:
+            summary = (forward.__doc__ or "").strip().splitlines()[0]
             return (
-                f"The loss, as {op} returns it, and a cache that holds its gradients already: this forward computes "
-                f"them, {backward.__name__} only scales them by the upstream gradient.\n\n"
-                f"In the check {name!r}: {shapes} -> loss {_shape(y.shape)}."
+                f"{summary} Returns (loss, cache), the loss as the other forwards compute it and a cache that holds "
+                f"its gradients already: this forward computes them, {backward.__name__} only scales them by the "
+                f"upstream gradient.\n\nIn the check {name!r}: {shapes} -> loss {_shape(y.shape)}."
             )
         slots = [k for k, v in arrays.items() if v is None or getattr(getattr(v, "dtype", None), "kind", "") == "f"]
         grads = ", ".join(f"d{k} {_shape(arrays[k].shape)}" for k in slots if arrays[k] is not None)

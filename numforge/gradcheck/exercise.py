@@ -111,16 +111,24 @@ def exercise_source(name: str, file_name: str = "THIS_FILE", hints: int = 0, sol
 
 def _header(exercise: Exercise, file_name: str, hints: int, solution: bool) -> str:
     graded = ", ".join(exercise.graded)
-    more = {0: "; --hints 1 adds the chain-rule steps, --hints 2 the formulas", 1: "; --hints 2 adds the formulas"}
     lines = [
         f"{HEADER_TAG} {exercise.name} ({'the solution' if solution else f'hints {hints}'})",
-        f"# {exercise.source_name} with the answer removed: write {graded}"
-        + ("" if solution else f" (hints {hints}{more.get(hints, '')})."),
+        f"# {exercise.source_name} with the answer removed: write {graded}.",
+        *([] if solution else [f"# Hints {hints}{_more_hints(exercise, hints)}"]),
         f"# Grade it: numforge gradcheck --impl {file_name}  (--show CASE: your gradient beside the true one)",
         *[f"# The math: {doc}" for doc in derivations_of(exercise)],
         f"# The solution, once you are done: {exercise.source_name}.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _more_hints(exercise: Exercise, hints: int) -> str:
+    """What a higher hint level would add, said only where it adds anything to this exercise."""
+    parts, source = exercise.parts(), exercise.path.read_text(encoding="utf-8")
+    texts = [make_scaffold(source, parts, level, exercise.describe, exercise.keep_docstrings) for level in HINT_LEVELS]
+    adds = {1: "the helpers' signatures and the chain-rule steps", 2: "the formulas (the real docstrings)"}
+    more = [f"--hints {n} adds {adds[n]}" for n in HINT_LEVELS[hints + 1 :] if texts[n] != texts[n - 1]]
+    return f"; {', '.join(more)}." if more else " (the most there are)."
 
 
 def derivations_of(exercise: Exercise) -> list[str]:
@@ -187,7 +195,8 @@ def _modules() -> dict[str, Path]:
     return found
 
 
-def imports_of(module: str) -> list[tuple[str, str]]:
+@functools.cache
+def imports_of(module: str) -> tuple[tuple[str, str], ...]:
     """``(module, name)`` for every ``from numforge... import name`` in ``module`` (relative ones resolved)."""
     path = _modules()[module]
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
@@ -200,7 +209,7 @@ def imports_of(module: str) -> list[tuple[str, str]]:
                 base = ".".join(parent + ([node.module] if node.module else []))
             if base.startswith("numforge"):
                 found.extend((base, alias.name) for alias in node.names)
-    return found
+    return tuple(found)
 
 
 @functools.cache

@@ -1,10 +1,11 @@
-"""While a learner's functions are graded: they may not call numforge's own answer, nor the forward from a backward.
+"""While a learner's functions run: they may not call numforge's own answer, nor the forward from a backward.
 
 Two shortcuts would pass every check without a line of the math: calling
 numforge's own backward (or a helper only it uses: ``_backward_tiles``), and a
 "backward" that runs the forward again to take finite differences itself.
-``Guard`` watches every Python call (``sys.setprofile``, and
-``threading.setprofile`` for threads started meanwhile) and records:
+``Guard`` (``with guard:``, re-entrant) watches every Python function call
+(``sys.settrace``, and ``threading.settrace`` for threads started meanwhile;
+no line is traced) and records:
 
 - a call of a ``denied`` function (numforge's file and qualified name) made
   directly by the learner's code (the nearest caller that is numforge's or the
@@ -40,36 +41,47 @@ class Guard:
         self.denied = {(os.path.realpath(path), _name(name)) for path, name in denied}
         self.forwards, self.backwards = {_name(n) for n in forwards}, {_name(n) for n in backwards}
         self.violations: list[str] = []
-        self._owners: dict[str, str | None] = {}
+        self._owners: dict[str, tuple[str, str | None]] = {}
+        self._depth = 0
 
     def __enter__(self) -> Guard:
-        self._previous = sys.getprofile()
-        sys.setprofile(self._hook)
-        threading.setprofile(self._hook)
+        if self._depth == 0:
+            self._previous = sys.gettrace()
+            sys.settrace(self._hook)
+            threading.settrace(self._hook)
+        self._depth += 1
         return self
 
     def __exit__(self, *exc) -> None:
-        sys.setprofile(self._previous)
-        threading.setprofile(None)
+        self._depth -= 1
+        if self._depth == 0:
+            sys.settrace(self._previous)
+            threading.settrace(None)
 
-    def _owner(self, filename: str) -> str | None:
-        """``"learner"``, ``"numforge"`` or None (numpy, the standard library) for a code object's file."""
-        owner = self._owners.get(filename)
-        if owner is None and filename not in self._owners:
+    def _file(self, filename: str) -> tuple[str, str | None]:
+        """``(real path, owner)`` of a code object's file: ``"learner"``, ``"numforge"`` or None (numpy, ...)."""
+        known = self._owners.get(filename)
+        if known is None:
             path = os.path.realpath(filename)
             owner = "learner" if path == self.learner_file else ("numforge" if path.startswith(NUMFORGE_DIR) else None)
-            self._owners[filename] = owner
-        return owner
+            known = self._owners[filename] = (path, owner)
+        return known
 
-    def _hook(self, frame, event, arg) -> None:
+    def _owner(self, filename: str) -> str | None:
+        return self._file(filename)[1]
+
+    def _hook(self, frame, event, arg) -> None:  # returns None: no tracing inside the frame
         if event != "call":
             return
         code = frame.f_code
+        path, owner = self._file(code.co_filename)
+        if owner is None:
+            return
         name = _code_name(code)
-        if name in self.forwards and self._owner(code.co_filename):
+        if name in self.forwards:
             self._check_forward(frame, name)
-        elif (os.path.realpath(code.co_filename), name) in self.denied and self._caller(frame) == "learner":
-            relative = os.path.relpath(os.path.realpath(code.co_filename), os.path.dirname(NUMFORGE_DIR))
+        elif (path, name) in self.denied and self._caller(frame) == "learner":
+            relative = os.path.relpath(path, os.path.dirname(NUMFORGE_DIR))
             self._record(f"it calls numforge's own {name} ({relative}): the exercise is to write it")
 
     def _caller(self, frame) -> str | None:

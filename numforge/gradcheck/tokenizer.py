@@ -12,6 +12,7 @@ own steps.
 
 from __future__ import annotations
 
+import functools
 import random
 import warnings
 from collections import Counter
@@ -23,7 +24,8 @@ from .check import MatchResult
 NUM_MERGES = 24
 
 
-def hidden_texts() -> list[str]:
+@functools.cache
+def hidden_texts() -> tuple[str, ...]:
     """The texts the steps are graded on: the same every run, none of them in the scaffold."""
     from pydoc_data.topics import topics  # this Python's documentation, as in the default corpus
 
@@ -31,7 +33,13 @@ def hidden_texts() -> list[str]:
     keys = sorted(topics)
     prose = [topics[keys[i]][:600] for i in (3, 41)]
     letters = "".join(rng.choice("aab ") for _ in range(240))
-    return [*prose, letters, "aaaa aaa aaaaa baaa", "naïve café: 世界世界 🙂🙂 é", ""]
+    return (*prose, letters, "aaaa aaa aaaaa baaa", "naïve café: 世界世界 🙂🙂 é", "")
+
+
+@functools.cache
+def _merges() -> tuple:
+    """The merges ``encode`` is graded with: learned from two of the hidden texts."""
+    return tuple(reference.train_merges(hidden_texts()[0] + hidden_texts()[2], NUM_MERGES))
 
 
 def _first_difference(mine: list, true: list) -> str:
@@ -63,7 +71,7 @@ def _check(step: str, learner) -> list[MatchResult]:
     """The learner's ``step`` on every hidden text, against the reference's."""
     mine = getattr(learner, step)
     rows = []
-    merges = reference.train_merges(hidden_texts()[0] + hidden_texts()[2], NUM_MERGES)
+    merges = list(_merges())
     for i, text in enumerate(hidden_texts()):
         chunks = reference.chunk_byte_ids(text)
         counts = reference.count_pairs(chunks)
