@@ -111,10 +111,9 @@ def op_case(
         shapes = ", ".join(f"{k} {_shape(v.shape)}" for k, v in arrays.items() if hasattr(v, "shape"))
         op = forward_name or forward.__name__
         if fused and function == forward.__name__:
-            summary = (forward.__doc__ or "").strip().splitlines()[0]
             return (
-                f"{summary} Returns (loss, cache), the loss as the other forwards compute it and a cache that holds "
-                f"its gradients already: this forward computes them, {backward.__name__} only scales them by the "
+                f"A forward that computes its gradients too: (loss, cache), the loss as the plain forward computes "
+                f"it and a cache that holds its gradients already, which {backward.__name__} only scales by the "
                 f"upstream gradient.\n\nIn the check {name!r}: {shapes} -> loss {_shape(y.shape)}."
             )
         slots = [k for k, v in arrays.items() if v is None or getattr(getattr(v, "dtype", None), "kind", "") == "f"]

@@ -102,9 +102,7 @@ def exercise_source(name: str, file_name: str = "THIS_FILE", hints: int = 0, sol
     exercise = get_exercise(name)
     if hints not in HINT_LEVELS:
         raise ValueError(f"--hints must be one of {HINT_LEVELS}, got {hints!r}")
-    source = exercise.path.read_text(encoding="utf-8")
-    if not solution:
-        source = make_scaffold(source, exercise.parts(), hints, exercise.describe, exercise.keep_docstrings)
+    source = exercise.path.read_text(encoding="utf-8") if solution else _scaffold(name, hints)
     text = "\n".join(_absolute_import(line, exercise.module) for line in source.splitlines())
     return _header(exercise, file_name, hints, solution) + text + "\n"
 
@@ -122,10 +120,16 @@ def _header(exercise: Exercise, file_name: str, hints: int, solution: bool) -> s
     return "\n".join(lines) + "\n"
 
 
+@functools.cache
+def _scaffold(name: str, hints: int) -> str:
+    exercise = get_exercise(name)
+    source = exercise.path.read_text(encoding="utf-8")
+    return make_scaffold(source, exercise.parts(), hints, exercise.describe, exercise.keep_docstrings)
+
+
 def _more_hints(exercise: Exercise, hints: int) -> str:
     """What a higher hint level would add, said only where it adds anything to this exercise."""
-    parts, source = exercise.parts(), exercise.path.read_text(encoding="utf-8")
-    texts = [make_scaffold(source, parts, level, exercise.describe, exercise.keep_docstrings) for level in HINT_LEVELS]
+    texts = [_scaffold(exercise.name, level) for level in HINT_LEVELS]
     adds = {1: "the helpers' signatures and the chain-rule steps", 2: "the formulas (the real docstrings)"}
     more = [f"--hints {n} adds {adds[n]}" for n in HINT_LEVELS[hints + 1 :] if texts[n] != texts[n - 1]]
     return f"; {', '.join(more)}." if more else " (the most there are)."

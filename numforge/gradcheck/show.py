@@ -66,8 +66,8 @@ def _by_rows(truth: np.ndarray, mine: np.ndarray) -> list[str]:
     truth_rows, mine_rows = truth.reshape(-1, width), mine.reshape(-1, width)
     lines = []
     for i in range(min(len(truth_rows), MAX_ROWS)):
-        index = ", ".join(map(str, np.unravel_index(i, truth.shape[:-1]))) if truth.ndim > 1 else ""
-        lines.append(f"  [{index}] {_numbers(truth_rows[i])} | {_numbers(mine_rows[i])}")
+        index = f"[{', '.join(map(str, np.unravel_index(i, truth.shape[:-1])))}] " if truth.ndim > 1 else ""
+        lines.append(f"  {index}{_numbers(truth_rows[i])} | {_numbers(mine_rows[i])}")
     if len(truth_rows) > MAX_ROWS:
         lines.append(f"  ... ({len(truth_rows) - MAX_ROWS} more rows)")
     return lines
