@@ -21,8 +21,11 @@ The documents are ``demos/course.md`` and ``demos/derivations/*.md``. In them:
   scientific notation (``2.06e-10``) for any such number (the last digits of a
   rounding error differ between machines).
 - A ```` ```python ```` block whose first line is ``# numforge/PATH.py::NAME``
-  quotes code: each of its lines appears in the source of that function
-  (``Class.method`` for a method), so a derivation's "this is the line" stays true.
+  quotes code: the source of that function (``Class.method`` for a method),
+  verbatim and contiguous, line after line (indentation aside); a line ``# ...``
+  marks a gap, and the runs it separates come in the source's order. So a quote
+  can never drop the line that makes it right (a ``/= width`` between two lines
+  it shows), and a derivation's "this is the line" stays true.
 - Every ``numforge/PATH.py::NAME`` reference names a file that exists and a
   function or class of that name in it; every relative link resolves.
 """
@@ -169,6 +172,34 @@ def function_source(path: pathlib.Path, name: str) -> str | None:
     return ast.get_source_segment(source, scope)
 
 
+GAP = "# ..."
+
+
+def quote_problem(quoted: list[str], source: str) -> str | None:
+    """Why ``quoted`` (lines, ``# ...`` marking each gap) is not the source verbatim, run by run in order; or None."""
+    lines = [line.strip() for line in source.splitlines()]
+    runs, run = [], []
+    for line in quoted:
+        if line.strip() == GAP:
+            runs.append(run)
+            run = []
+        else:
+            run.append(line.strip())
+    runs.append(run)
+    at = 0
+    for run in (r for r in runs if r):
+        found = next((i for i in range(at, len(lines) - len(run) + 1) if lines[i : i + len(run)] == run), None)
+        if found is None:  # say where the run stops being the source
+            for size in range(len(run), 0, -1):
+                starts = [i for i in range(at, len(lines) - size + 1) if lines[i : i + size] == run[:size]]
+                if starts:
+                    after = lines[starts[0] + size] if starts[0] + size < len(lines) else "(the end)"
+                    return f"after {run[size - 1]!r} the source goes on with {after!r}, the quote with {run[size]!r}"
+            return f"{run[0]!r} is not in the source (after the quote's previous run)"
+        at = found + len(run)
+    return None
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=doc_id)
 def test_code_references_and_quotes_are_true(doc):
     text = doc.read_text(encoding="utf-8")
@@ -180,9 +211,28 @@ def test_code_references_and_quotes_are_true(doc):
         reference = REFERENCE.fullmatch(lines[0].lstrip("# ").strip()) if match["lang"] == "python" else None
         if reference is None:
             continue
-        source = " ".join(function_source(ROOT / reference[1], reference[2]).split())
-        for line in lines[1:]:
-            assert " ".join(line.split()) in source, f"{doc_id(doc)} quotes {line.strip()!r} from {lines[0]}"
+        problem = quote_problem(lines[1:], function_source(ROOT / reference[1], reference[2]))
+        assert problem is None, f"{doc_id(doc)} quotes {lines[0]} with a gap not marked '{GAP}': {problem}"
+
+
+def test_quotes_are_checked_for_contiguity_not_only_presence():
+    source = "def f(x):\n    a = x\n    a /= 2\n    b = a\n    return b\n"
+    assert quote_problem(["a = x", "a /= 2", "b = a"], source) is None
+    assert quote_problem(["a = x", "# ...", "b = a"], source) is None  # a marked gap
+    assert "goes on with 'a /= 2', the quote with 'b = a'" in quote_problem(["a = x", "b = a"], source)
+    assert quote_problem(["b = a", "# ...", "a = x"], source) is not None  # runs out of order
+    assert quote_problem(["c = 1"], source) is not None
+
+
+def test_every_python_block_of_the_derivations_quotes_the_code():
+    """Every ```python block names the function it quotes, so the contiguity test reaches it."""
+    for doc in DOCS:
+        for match in BLOCK.finditer(doc.read_text(encoding="utf-8")):
+            if match["lang"] == "python":
+                first = match["body"].splitlines()[0]
+                assert REFERENCE.fullmatch(first.lstrip("# ").strip()), (
+                    f"{doc_id(doc)}: a python block quoting {first!r}"
+                )
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=doc_id)
