@@ -21,8 +21,11 @@ Run:  python demos/optimizer_by_hand.py
 import math
 
 import numpy as np
+from _demo import command_line
 
 from numforge.optim import AdamW, clip_grad_norm
+
+command_line(__doc__)  # -h prints the docstring above
 
 LR, BETA1, BETA2, EPS, WD = 0.1, 0.9, 0.999, 1e-8, 0.01
 rng = np.random.default_rng(0)
