@@ -15,6 +15,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import itertools
+import re
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -107,7 +108,11 @@ def _under(function, guard: Guard):
 
 
 def _raised_in(error: BaseException, path) -> str | None:
-    """The learner's function the traceback ends in (a stub raises where it is), else None."""
+    """The learner's function a stub's error names (``GPT.backward: not written yet``), else the one the
+    traceback ends in, else None."""
+    stub = re.fullmatch(r"([\w.]+): not written yet", str(error))
+    if stub:
+        return stub[1]
     frames = [
         f for f in traceback.extract_tb(error.__traceback__) if Path(f.filename).resolve() == Path(path).resolve()
     ]
