@@ -179,6 +179,31 @@ def test_the_fused_loss_is_graded_with_the_learners_own_forward(tmp_path, capsys
     assert "tied_cross_entropy_with_grads returns" in captured.out and "where numforge's forward gives" in captured.out
 
 
+def test_an_adamw_step_without_bias_correction_is_a_scale_and_a_decayed_bias_is_found_by_case(tmp_path, capsys):
+    adamw = exercise_source("adamw", solution=True)
+    uncorrected = adamw.replace("step_size = lr / correction1", "step_size = lr").replace(
+        "buf *= 1.0 / math.sqrt(correction2)", "pass"
+    )
+    status, captured = grade(tmp_path, capsys, uncorrected, "--only", "adamw[1 step]")
+    report = paragraph(captured.out, "wrong: adamw[1 step], the update of 'weight'")
+    assert status == 1 and "  - yours is 0.447 = 1/sqrt(5) times the true one (cosine 1.000000)" in report[1]
+    status, captured = grade(tmp_path, capsys, adamw.replace("if p.ndim >= 2 and decay != 1.0:", "if decay != 1.0:"))
+    pattern = paragraph(captured.out, "by case, AdamW.step:")
+    assert status == 1 and "  wrong (bias) on 1 case where weight_decay > 0: adamw[5 steps, weight decay]" in pattern
+
+
+def test_a_pair_count_that_skips_overlaps_is_told_so(tmp_path, capsys):
+    tokenizer = exercise_source("tokenizer", solution=True)
+    skipping = tokenizer.replace(
+        "        counts.update(zip(ids, ids[1:]))",
+        "        counts.update(set(zip(ids, ids[1:])))  # each pair once per chunk",
+    )
+    status, captured = grade(tmp_path, capsys, skipping, "--only", "tokenizer.count_pairs")
+    assert status == 1
+    assert "wrong: tokenizer.count_pairs on hidden text" in captured.out
+    assert "  - overlapping pairs each count: a run 'aaa' holds the pair (a, a) twice" in captured.out
+
+
 def test_a_backward_that_writes_into_dy_is_caught(tmp_path, capsys):
     source = "def relu_backward(dy, cache):\n    dy[~cache.positive] = 0\n    return dy\n"
     status, captured = grade(tmp_path, capsys, source)

@@ -67,6 +67,7 @@ def check_adamw(option: str, learner=None) -> list[GradResult]:
         row = GradResult(
             f"adamw[{option}]", name, want.shape, relative_error(got, want), want.size, TOL,
             analytic=got, numeric=want.reshape(-1), coords=coords, reference=want, against="numforge's AdamW",
+            quantity="update",
         )  # fmt: skip
         rows.append(diagnosed(row, before))
     return rows

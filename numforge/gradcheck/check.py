@@ -62,6 +62,7 @@ class GradResult:
     problem: str | None = None
     notes: tuple[str, ...] = ()
     against: str = "finite differences"
+    quantity: str = "gradient"  # what is compared: a gradient, or (AdamW) a parameter's update
     analytic: object = field(default=None, compare=False, repr=False)
     numeric: object = field(default=None, compare=False, repr=False)
     coords: object = field(default=None, compare=False, repr=False)

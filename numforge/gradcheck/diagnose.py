@@ -30,6 +30,7 @@ import numpy as np
 from ..backend import to_numpy
 
 EXACT = 1e-6  # a relative residual below this is "the same up to rounding" (the checker's threshold is 1e-7)
+SCALE_EXACT = 1e-5  # a wrong gradient this close to a multiple of the true one is that multiple (eps, rounding)
 
 
 @dataclass(frozen=True)
@@ -124,8 +125,8 @@ def describe(result) -> list[str]:
 def _scale_note(scale: float, cosine: float, left: float) -> str:
     name = _simple_number(abs(scale))
     size = f"{abs(scale):.3g}" + (f" = {name}" if name and name != f"{abs(scale):.3g}" else "")
-    if left <= EXACT:
-        if abs(scale + 1.0) <= EXACT:
+    if left <= SCALE_EXACT:
+        if abs(scale + 1.0) <= SCALE_EXACT:
             return "it points the opposite way: yours is -1 times the true one (a flipped sign)"
         if scale < 0:
             return f"it points the opposite way, and is {size} times as large (yours is {scale:.3g} times the true one)"

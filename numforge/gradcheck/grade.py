@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..table import format_table
 from .cases import Case, exercise_cases
-from .check import DEFAULT_TOL, GradResult, MatchResult, format_results
+from .check import GradResult, MatchResult, format_results
 from .exercise import defines, denied_functions, load_learner
 from .guard import Guard
 
@@ -134,7 +134,7 @@ def report(outcomes: list[Outcome]) -> str:
         if not r.passed:
             versus = "" if r.vs_reference is None else f", {r.vs_reference:.2e} from numforge's"
             what = r.problem or f"relative error {r.max_rel_error:.2e} against {r.against}{versus}"
-            lines.append(f"wrong: {r.op}, the gradient of {r.argument!r}: {what}")
+            lines.append(f"wrong: {r.op}, the {r.quantity} of {r.argument!r}: {what}")
             lines.extend(f"  - {note}" for note in r.notes)
     for r in matches:
         if not r.passed:
@@ -155,10 +155,10 @@ def passed(outcomes: list[Outcome]) -> bool:
 
 def _count(gradients: list[GradResult], matches: list[MatchResult], outcomes: list[Outcome]) -> str:
     counts = []
-    if gradients:
-        worst = max(r.max_rel_error for r in gradients)
-        good = sum(r.passed for r in gradients)
-        counts.append(f"{good}/{len(gradients)} gradients within {DEFAULT_TOL:g} (worst relative error {worst:.2e})")
+    for quantity in dict.fromkeys(r.quantity for r in gradients):
+        rows = [r for r in gradients if r.quantity == quantity]
+        worst, good, tol = max(r.max_rel_error for r in rows), sum(r.passed for r in rows), rows[0].tol
+        counts.append(f"{good}/{len(rows)} {quantity}s within {tol:g} (worst relative error {worst:.2e})")
     if matches:
         counts.append(f"{sum(r.passed for r in matches)}/{len(matches)} outputs equal the reference's")
     skipped = sum(o.problem is not None for o in outcomes)
