@@ -17,17 +17,17 @@ import numpy as np
 
 from .. import optim
 from ..backend import asarray
-from .cases import Case
+from .cases import option_cases
 from .check import GradResult, relative_error
 from .diagnose import diagnosed
 
 TOL = 1e-10
 BETAS = (0.9, 0.95)  # what numforge trains with
 SHAPES = {"weight": (4, 3), "bias": (3,), "table": (5, 2)}
-OPTIONS = {  # name -> (steps, weight decay)
-    "1 step": (1, 0.0),
-    "5 steps": (5, 0.0),
-    "5 steps, weight decay": (5, 0.1),
+OPTIONS = {
+    "1 step": {"steps": 1, "weight_decay": 0.0},
+    "5 steps": {"steps": 5, "weight_decay": 0.0},
+    "5 steps, weight decay": {"steps": 5, "weight_decay": 0.1},
 }
 
 
@@ -56,7 +56,7 @@ def _run(optimizer_class, steps: int, weight_decay: float) -> tuple[dict, dict]:
 
 
 def check_adamw(option: str, learner=None) -> list[GradResult]:
-    steps, weight_decay = OPTIONS[option]
+    steps, weight_decay = OPTIONS[option]["steps"], OPTIONS[option]["weight_decay"]
     before, true = _run(optim.AdamW, steps, weight_decay)
     _, mine = _run(optim.AdamW if learner is None else learner.AdamW, steps, weight_decay)
     rows = []
@@ -73,16 +73,13 @@ def check_adamw(option: str, learner=None) -> list[GradResult]:
     return rows
 
 
-CASES = [
-    Case(
-        f"adamw[{option}]",
-        lambda learner=None, option=option: check_adamw(option, learner),
-        module=optim.__name__,
-        learner=("AdamW.step",),
-        features=lambda option=option: ({}, {"steps": OPTIONS[option][0], "weight_decay": OPTIONS[option][1]}),
-        exercise="adamw",
-        keep_docstrings=True,
-        scope=(optim.__name__,),
-    )
-    for option in OPTIONS
-]
+CASES = option_cases(
+    "adamw",
+    OPTIONS,
+    check_adamw,
+    module=optim.__name__,
+    learner=("AdamW.step",),
+    exercise="adamw",
+    keep_docstrings=True,
+    scope=(optim.__name__,),
+)

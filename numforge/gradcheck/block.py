@@ -15,7 +15,7 @@ import numpy as np
 
 from ..backend import asarray, default_rng
 from ..model.blocks import block_backward, block_forward
-from .cases import Case
+from .cases import option_cases
 from .check import GradResult, check_op
 from .diagnose import diagnosed
 from .model import randomized_model
@@ -80,19 +80,12 @@ def describe(function: str) -> str:
     )
 
 
-def _features(option: str):
-    return lambda: ({}, {key: value for key, value in OPTIONS[option].items() if isinstance(value, (int, float))})
-
-
-CASES = [
-    Case(
-        f"block[{option}]",
-        lambda learner=None, option=option: check_block(option, learner),
-        module=block_backward.__module__,
-        learner=("block_backward",),
-        forwards=("block_forward",),
-        features=_features(option),
-        describe=describe,
-    )
-    for option in OPTIONS
-]
+CASES = option_cases(
+    "block",
+    OPTIONS,
+    check_block,
+    module=block_backward.__module__,
+    learner=("block_backward",),
+    forwards=("block_forward",),
+    describe=describe,
+)

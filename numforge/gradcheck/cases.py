@@ -137,6 +137,20 @@ def _shape(shape) -> str:
     return "x".join(str(n) for n in shape) or "scalar"
 
 
+def option_cases(prefix: str, options: Mapping[str, Mapping], check: Callable, **fields) -> list[Case]:
+    """One case ``prefix[option]`` per entry of ``options``, running ``check(option, learner)``; the option's
+    settings are the case's features (``weight_decay > 0``, ``tie_weights``), ``fields`` the rest of each case."""
+    return [
+        Case(
+            f"{prefix}[{option}]",
+            lambda learner=None, option=option: check(option, learner),
+            features=lambda option=option: ({}, dict(options[option])),
+            **fields,
+        )
+        for option in options
+    ]
+
+
 def all_cases() -> list[Case]:
     """Every registered gradient check, suite by suite, in order."""
     return _cases(SUITES)

@@ -20,7 +20,7 @@ from ..backend import asarray, default_rng
 from ..model import GPT, GPTConfig
 from ..model.reference import reference_backward, reference_forward
 from ..ops.activations import ACTIVATIONS
-from .cases import Case
+from .cases import option_cases
 from .check import GradResult, check_gradients
 from .diagnose import diagnosed
 
@@ -101,15 +101,12 @@ def describe(function: str) -> str:
     )
 
 
-CASES = [
-    Case(
-        f"model[{option}]",
-        lambda learner=None, option=option: check_model(option, learner),
-        module=GPT.__module__,
-        learner=("GPT.backward",),
-        forwards=("GPT.forward",),
-        features=lambda option=option: ({}, dict(OPTIONS[option])),
-        describe=describe,
-    )
-    for option in OPTIONS
-]
+CASES = option_cases(
+    "model",
+    OPTIONS,
+    check_model,
+    module=GPT.__module__,
+    learner=("GPT.backward",),
+    forwards=("GPT.forward",),
+    describe=describe,
+)
