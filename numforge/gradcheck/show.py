@@ -46,7 +46,8 @@ def show(case: Case, rows: list, label: str) -> str:
         else:
             truth = None
             lines = [
-                f"  {np.unravel_index(int(c), mine.shape)}: {n:10.5f} | {mine.reshape(-1)[int(c)]:10.5f}"
+                f"  {tuple(int(i) for i in np.unravel_index(int(c), mine.shape))}: {n:10.5f} | "
+                f"{mine.reshape(-1)[int(c)]:10.5f}"
                 for c, n in zip(row.coords[:MAX_ROWS], row.numeric)
             ]
             out.append(f"{row.op}, {row.argument!r} ({shape}) at {row.coords_checked} sampled coordinates: "
