@@ -35,7 +35,10 @@ from .cases import Case, exercise_cases
 from .scaffold import HINT_LEVELS, analyse, functions, make_scaffold
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent  # numforge/
-HEADER_TAG = "# numforge exercise:"  # the scaffold's first line: "# numforge exercise: layernorm (hints 0)"
+HEADER_TAG = "# numforge exercise:"
+FROM_IMPORT = re.compile(
+    r"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.M
+)  # the scaffold's first line: "# numforge exercise: layernorm (hints 0)"
 
 
 @dataclass(frozen=True)
@@ -181,8 +184,13 @@ def resolve(module, qualname: str):
 
 
 @functools.cache
+def _text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+@functools.cache
 def _tree(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(encoding="utf-8"))
+    return ast.parse(_text(path))
 
 
 def _tree_functions(path: Path) -> list[str]:
@@ -201,18 +209,17 @@ def _modules() -> dict[str, Path]:
 
 @functools.cache
 def imports_of(module: str) -> tuple[tuple[str, str], ...]:
-    """``(module, name)`` for every ``from numforge... import name`` in ``module`` (relative ones resolved)."""
+    """``(module, name)`` for every ``from numforge... import name`` in ``module``, at any depth (relative ones
+    resolved), read from the text: the house writes imports one way, and parsing every file is slow."""
     path = _modules()[module]
-    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     found = []
-    for node in ast.walk(_tree(path)):
-        if isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(parent + ([node.module] if node.module else []))
-            if base.startswith("numforge"):
-                found.extend((base, alias.name) for alias in node.names)
+    for dots, name, names in FROM_IMPORT.findall(_text(path)):
+        base = ".".join(package[: len(package) - len(dots) + 1] + ([name] if name else [])) if dots else name
+        if base.startswith("numforge"):
+            for alias in re.sub(r"#[^\n]*", "", names).strip("()").split(","):
+                if alias.strip():
+                    found.append((base, alias.split(" as ")[0].strip()))
     return tuple(found)
 
 
@@ -237,8 +244,11 @@ def denied_functions(name: str) -> frozenset[tuple[str, str]]:
         answer |= {(str(other.path), q) for q in (*parts.exercise, *parts.helpers)}
     scope = tuple(s for case in exercise.cases for s in case.scope)
     for module, path in _modules().items():
+        in_scope = module.startswith(scope or ("\0",))
+        if not in_scope and "backward" not in _text(path):
+            continue  # no function of it can be named *backward*
         for qualname in _tree_functions(path):
-            if "backward" in qualname.rsplit(".", 1)[-1] or module.startswith(scope or ("\0",)):
+            if in_scope or "backward" in qualname.rsplit(".", 1)[-1]:
                 answer.add((str(path), qualname))
     return frozenset(answer - _allowed(exercise.module))
 
