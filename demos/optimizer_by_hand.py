@@ -69,8 +69,9 @@ ratio = np.abs(first_step["bias"]) / LR
 print(f"first step, |change of each bias coordinate| / lr: {ratio.min():.6f} .. {ratio.max():.6f}")
 print(f"  (the gradients were {np.abs(steps[0]['bias']).round(2).tolist()}: their size does not matter)")
 for beta2, whose in ((BETA2, "this demo's, PyTorch's default"), (0.95, "numforge's in training")):
-    uncorrected = (1 - BETA1) / math.sqrt(1 - beta2)
-    print(f"  without bias correction: (1 - beta1) / sqrt(1 - beta2) = {uncorrected:.2f} lr at beta2 = {beta2} ({whose})")
+    uncorrected = (1 - BETA1) / math.sqrt(1 - beta2)  # lr times this, without bias correction
+    print(f"  without bias correction: (1 - beta1) / sqrt(1 - beta2) = {uncorrected:.2f} lr", end="")
+    print(f" at beta2 = {beta2} ({whose})")
 
 # %% [markdown]
 # ## 3. Decoupled decay against decay added to the gradient
