@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from numforge.gradcheck.exercise import exercise_names, exercise_source, get_exercise
+from numforge.gradcheck.exercise import _modules, exercise_names, exercise_source, get_exercise, imports_of
 from numforge.gradcheck.grade import grade, passed, report
 from numforge.gradcheck.scaffold import HINT_LEVELS, STUB, functions
 
@@ -199,6 +199,20 @@ def test_the_real_file_as_a_learners_passes(tmp_path, name):
     assert passed(outcomes), report(outcomes)
     for row in (r for o in outcomes for r in o.rows):
         assert getattr(row, "vs_reference", None) in (None, 0.0) or row.vs_reference < 1e-12, row
+
+
+def test_the_imports_read_from_the_text_are_the_parsed_ones():
+    """``imports_of`` reads a file's imports with a regex (parsing every file is slow): it must agree with the parse,
+    or a helper another module imports could be taken for one only the backward uses."""
+    for module, path in _modules().items():
+        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        parsed = []
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                parent = package[: len(package) - node.level + 1] if node.level else []
+                base = ".".join(parent + ([node.module] if node.module else []))
+                parsed.extend((base, alias.name) for alias in node.names if base.startswith("numforge"))
+        assert sorted(imports_of(module)) == sorted(parsed), module
 
 
 def test_the_tiled_kernels_loop_over_numforges_own_tiles_is_refused(tmp_path):
