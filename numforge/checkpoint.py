@@ -17,7 +17,13 @@ Why a crash cannot lose the previous checkpoint: a new checkpoint is written
 into a hidden temporary directory, renamed into place when complete, and only
 then is ``LATEST`` replaced (``os.replace`` of one small file, atomic on POSIX
 and Windows). Until that last step ``LATEST`` names the previous checkpoint,
-which is untouched; older checkpoints are deleted only after the switch.
+which is untouched; older checkpoints are deleted only after the switch, and
+renamed away first, so no directory named like a checkpoint is ever half
+written or half removed. A process killed outright leaves at most a hidden
+``.ckpt-*.tmp``, which nothing reads and the next run removes
+(``atomic.remove_stale_temporaries``). A reader of a run that is training
+now never waits: if the checkpoint it reads is replaced meanwhile, it reads
+the new one (``load_checkpoint``).
 
 Why loading cannot run code: arrays are read with ``numpy.load(...,
 allow_pickle=False)`` and everything else is JSON.
@@ -43,15 +49,13 @@ import json
 import math
 import os
 import re
-import shutil
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from .atomic import write_text_atomic
+from .atomic import atomic_directory, remove_directory, write_text_atomic
 from .backend import asarray, to_numpy
 from .hf import load_pretrained
 from .model import GPT, GPTConfig, parameter_shapes
@@ -63,6 +67,7 @@ PREFIX = "ckpt-"
 _NAME = re.compile(rf"{PREFIX}[0-9]{{8}}(-[0-9]+)?")  # the names save_checkpoint gives
 FILES = ("params.npz", "optimizer.npz", "optimizer.json", "config.json", "tokenizer.json", "state.json")
 CHECKSUMS = "checksums.json"  # {file name: SHA-256 hex digest} of every name in FILES
+LIVE_READ_ATTEMPTS = 5  # reads of a live run's LATEST, when the checkpoint read is replaced meanwhile
 
 
 def _json_text(data) -> str:
@@ -180,15 +185,8 @@ def save_checkpoint(
         # would not be atomic, so write beside it and swap the pointer.
         final = run_dir / f"{PREFIX}{step:08d}-{os.getpid()}"
     try:
-        temp = Path(tempfile.mkdtemp(dir=run_dir, prefix=f".{final.name}.", suffix=".tmp"))
-        try:
+        with atomic_directory(final, replace=True) as temp:  # replaces a complete leftover of an earlier crash
             _write_checkpoint_files(temp, params, optimizer_state, config, tokenizer, state)
-            if final.exists():  # a complete but unreferenced leftover of an earlier crash
-                shutil.rmtree(final)
-            os.rename(temp, final)
-        except BaseException:
-            shutil.rmtree(temp, ignore_errors=True)
-            raise
         write_text_atomic(run_dir / LATEST, final.name + "\n")
     except OSError as err:
         if err.errno not in DISK_FULL:
@@ -221,7 +219,7 @@ def _prune(run_dir: Path, keep: int) -> None:
     live = _live(run_dir)
     others = sorted(p for p in run_dir.glob(f"{PREFIX}*") if p.is_dir() and p != live)
     for old in others[: max(0, len(others) - (keep - 1))]:
-        shutil.rmtree(old, ignore_errors=True)
+        remove_directory(old)  # renamed away first: no directory named as a checkpoint is ever half removed
 
 
 # ---------------------------------------------------------------- load
@@ -304,13 +302,28 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     the file if a file is unreadable, the optimizer moments do not match the
     parameters, or the arrays would not fit in memory (checked from their
     headers, before loading them).
+
+    A run that is training now is read without waiting for it: if the trainer
+    replaces the checkpoint that ``LATEST`` named while it is being read (and
+    removes it), the new one is read instead; an error is raised only when
+    ``LATEST`` still names the checkpoint that failed.
     """
-    directory = latest_checkpoint_dir(path)
-    if directory is None:
-        raise FileNotFoundError(
-            f"no checkpoint in {path}: expected {Path(path) / LATEST} or {Path(path) / 'params.npz'} "
-            f"(or, where a model is read, a Hugging Face GPT-2 directory with config.json)"
-        )
+    for attempt in range(LIVE_READ_ATTEMPTS):
+        directory = latest_checkpoint_dir(path)
+        if directory is None:
+            raise FileNotFoundError(
+                f"no checkpoint in {path}: expected {Path(path) / LATEST} or {Path(path) / 'params.npz'} "
+                f"(or, where a model is read, a Hugging Face GPT-2 directory with config.json)"
+            )
+        try:
+            return _load_checkpoint_directory(directory)
+        except (OSError, ValueError):
+            if attempt + 1 == LIVE_READ_ATTEMPTS or directory == Path(path) or _live(Path(path)) == directory:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _load_checkpoint_directory(directory: Path) -> Checkpoint:
     missing = [name for name in FILES if not (directory / name).is_file()]
     if missing:
         raise ValueError(f"checkpoint {directory} is incomplete: missing {', '.join(missing)}")

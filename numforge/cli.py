@@ -8,10 +8,11 @@ prints it as ``numforge <command>: <message>`` on stderr.
 
 Exit status: 0 done; 1 the job ran and failed (a gradient check off, a
 training run that diverged); 2 bad input (a flag, a file, a path), as
-argparse's usage errors; 130 interrupted (Ctrl-C); 141 the reader of the output
-went away (``numforge params | head``: stdout's pipe closed), quietly, as a
-program killed by SIGPIPE would. A traceback is printed only with ``--debug``
-or ``NUMFORGE_DEBUG=1``.
+argparse's usage errors; 130 interrupted by Ctrl-C (SIGINT), 143 by SIGTERM
+(``interrupts``: every command stops for SIGTERM as for Ctrl-C; the long jobs
+stop at a safe point); 141 the reader of the output went away (``numforge
+params | head``: stdout's pipe closed), quietly, as a program killed by SIGPIPE
+would. A traceback is printed only with ``--debug`` or ``NUMFORGE_DEBUG=1``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import sys
 from importlib import import_module
 
+from . import interrupts
 from .allocator import retain_freed_memory
 from .checks import MissingDependencyError, describe_error
 from .commands import EXIT_BAD_INPUT, EXIT_CLOSED_PIPE, EXIT_INTERRUPTED
@@ -65,17 +67,18 @@ def main(argv: list[str] | None = None) -> int:
     debug = args.debug or os.environ.get("NUMFORGE_DEBUG", "") not in ("", "0")
     retain_freed_memory()  # training steps reuse their freed temporaries instead of faulting in new pages
     try:
-        return args.run(args)
+        with interrupts.raising():
+            return args.run(args)
     except BrokenPipeError:
         if debug:
             raise
         _quiet_stdout()  # Python flushes stdout again at exit: let that write go nowhere, not to a second error
         return EXIT_CLOSED_PIPE
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interruption:  # interrupts.Interrupted, or Ctrl-C before the handlers were set
         if debug:
             raise
-        print(f"numforge {args.command}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        print(f"numforge {args.command}: {str(interruption) or 'interrupted'}", file=sys.stderr)
+        return getattr(interruption, "exit_status", EXIT_INTERRUPTED)
     except (ValueError, TypeError, OSError, MissingDependencyError) as error:
         if debug:
             raise

@@ -1,6 +1,9 @@
 """Helpers the tests share: arrays of the selected backend, a gradient-check assertion, tiny models and runs."""
 
 import json
+import os
+import signal
+from pathlib import Path
 
 import numpy as np
 
@@ -79,3 +82,38 @@ def make_tiny_run(root, seed=5, steps=4):
     run = new_run(root / "run", settings, model, tokenizer, data=corpus, cache_dir=root / "cache")
     train(run, progress=False, say=lambda _: None)
     return root / "run"
+
+
+def signal_at(monkeypatch, owner, name: str, call: int, *signals) -> None:
+    """At the ``call``-th call of ``owner.name``, raise ``signals`` in this process, then make the call: a stop
+    signal that arrives in that phase of a job, deterministically."""
+    original, calls = getattr(owner, name), []
+
+    def hooked(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == call:
+            for signum in signals:
+                signal.raise_signal(signum)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, hooked)
+
+
+def subprocess_env() -> dict:
+    """The environment of a ``python -m numforge`` child: this checkout first on its path, one BLAS thread."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """The ids of the running processes whose command line holds ``text`` (Linux's /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                found.append(int(entry.name))
+        except OSError:  # it ended while we looked
+            pass
+    return found

@@ -7,7 +7,7 @@ import pytest
 from helpers import randn
 from hypothesis import given
 from hypothesis import strategies as st
-from test_flash_attention import error_vs, forward_backward, qkv
+from test_flash_attention import error_vs, forward_backward, kv_groups, qkv
 
 from numforge import backend
 from numforge.backend import to_numpy
@@ -18,7 +18,7 @@ from numforge.ops.flash_attention import flash_attention_backward, flash_attenti
 
 
 @given(
-    shape=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 9), st.integers(1, 9), st.integers(1, 4)),
+    shape=st.tuples(st.integers(1, 2), kv_groups, st.integers(1, 9), st.integers(1, 9), st.integers(1, 4)),
     blocks=st.tuples(st.integers(1, 11), st.integers(1, 11)),
     causal=st.booleans(),
     keep_probs=st.booleans(),
@@ -26,8 +26,9 @@ from numforge.ops.flash_attention import flash_attention_backward, flash_attenti
     seed=st.integers(0, 2**64 - 1),
 )
 def test_tiled_equals_plain_with_dropout(shape, blocks, causal, keep_probs, p, seed):
-    B, H, Tq, Tk, D = shape
-    q, k, v = qkv(B, H, Tq, Tk, D, D + 1, seed=Tq * 13 + Tk)
+    B, (H_kv, G), Tq, Tk, D = shape
+    H = H_kv * G
+    q, k, v = qkv(B, H, Tq, Tk, D, D + 1, seed=Tq * 13 + Tk, kv_heads=H_kv)
     dout = randn(B, H, Tq, D + 1, seed=99)
     dropout = {"dropout_p": p, "dropout_seed": seed}
     plain = forward_backward(attention_forward, attention_backward, q, k, v, dout, causal=causal, **dropout)
@@ -39,12 +40,15 @@ def test_tiled_equals_plain_with_dropout(shape, blocks, causal, keep_probs, p, s
         assert error_vs(a, b) <= 1e-10, name
 
 
+@pytest.mark.parametrize(("H", "H_kv"), [(3, 3), (4, 2), (4, 1)])
 @pytest.mark.parametrize("blocks", [(64, 256), (128, 256), (50, 100)])
-def test_tiled_equals_plain_across_mask_blocks_and_threads(monkeypatch, blocks):
-    # T = 300 spans several mask blocks (64 x 256); three threads split the heads.
+def test_tiled_equals_plain_across_mask_blocks_and_threads(monkeypatch, blocks, H, H_kv):
+    # T = 300 spans several mask blocks (64 x 256); three threads split the heads (whole groups, or shares
+    # of the one group with H_kv = 1).
     monkeypatch.setattr(flash, "worker_count", lambda *args: 3)
-    q, k, v = qkv(1, 3, 300, 300, 4, 4, dtype="float32")
-    dout = randn(1, 3, 300, 4, dtype="float32", seed=5)
+    monkeypatch.setattr(flash, "pairs_per_part", lambda *args: 2)
+    q, k, v = qkv(1, H, 300, 300, 4, 4, dtype="float32", kv_heads=H_kv)
+    dout = randn(1, H, 300, 4, dtype="float32", seed=5)
     dropout = {"dropout_p": 0.2, "dropout_seed": 123}
     plain = forward_backward(attention_forward, attention_backward, q, k, v, dout, **dropout)
     tiled = forward_backward(
@@ -53,6 +57,18 @@ def test_tiled_equals_plain_across_mask_blocks_and_threads(monkeypatch, blocks):
     )  # fmt: skip
     for name, a, b in zip(("out", "dq", "dk", "dv"), tiled, plain):
         assert error_vs(a, b) <= 2e-6, name  # float32 rounding
+
+
+def test_query_heads_that_share_a_kv_head_draw_masks_of_their_own():
+    # the mask is keyed by the query head: the G heads of a group drop different weights, and each head's
+    # mask is the one multi-head attention draws for that head
+    q, k, v = qkv(1, 4, 9, 9, 3, 3, kv_heads=1)
+    _, cache = attention_forward(q, k, v, dropout_p=0.5, dropout_seed=8)
+    _, mha_cache = attention_forward(q, *(backend.array_module().repeat(a, 4, axis=1) for a in (k, v)),
+                                     dropout_p=0.5, dropout_seed=8)  # fmt: skip
+    keep = to_numpy(cache.keep)  # (1,4,9,9)
+    np.testing.assert_array_equal(keep, to_numpy(mha_cache.keep))
+    assert all(not np.array_equal(keep[0, 0], keep[0, h]) for h in (1, 2, 3))
 
 
 def test_the_mask_is_the_seeds_and_drops_something():

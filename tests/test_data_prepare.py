@@ -7,17 +7,22 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from pydoc_data.topics import topics
 
 import numpy as np
 import pytest
+from helpers import signal_at, subprocess_env
 
-from numforge import checkpoint, cli
+from numforge import atomic, checkpoint, cli, interrupts
 from numforge.data import (
     encode_documents,
     load_documents,
+    load_or_train_tokenizer,
     open_prepared,
+    prepare,
     prepare_tokens,
+    prepared_for,
     sources,
     token_dtype,
     train_tokenizer,
@@ -26,6 +31,7 @@ from numforge.data.tokens import TokenWriter
 from numforge.tokenizer import EOT, BPETokenizer
 
 DOCS = [topics[key] for key in sorted(topics)]
+PHASE_HOOK = str(Path(__file__).resolve().parent / "phase_hook.py")
 WORDS = "the cat sat on a mat while one dog ran to the old red barn and back".split()
 
 
@@ -113,24 +119,68 @@ def word_salad(path, megabytes, seed=0):
     return path
 
 
-def test_ctrl_c_during_prepare_leaves_nothing_a_later_run_takes_for_complete(tmp_path, tokenizer):
-    data = word_salad(tmp_path / "big.txt", 8)
+PHASES = {  # (module or class, function, call): where a stop signal arrives
+    "starting": (prepare, "tasks", 1),  # before the first task is encoded
+    "encoding": (TokenWriter, "write", 2),  # the first task's ids written, more to come
+    "finishing": (prepare, "write_index", 1),  # every file written, the directory not yet renamed
+}
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("phase", PHASES)
+def test_a_stop_signal_in_each_phase_of_prepare_leaves_nothing(
+    tmp_path, corpus, tokenizer, monkeypatch, capsys, phase, signum
+):
+    monkeypatch.setattr(sources, "TASK_BYTES", 5000)  # many tasks
     tokenizer.save(tmp_path / "tok.json")
-    out = tmp_path / "prepared"
-    argv = [sys.executable, "-m", "numforge", "prepare", "--data", str(data), "--tokenizer", str(tmp_path / "tok.json")]
-    argv += ["--out", str(out), "--workers", "2", "--no-progress"]
-    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not list(tmp_path.glob(".prepared.*.tmp/tokens.npy")):  # encoding has begun
+    signal_at(monkeypatch, *PHASES[phase], signum)
+    argv = ["prepare", "--data", str(corpus), "--tokenizer", str(tmp_path / "tok.json"), "--out", str(tmp_path / "p")]
+    assert cli.main([*argv, "--workers", "2", "--no-progress"]) == 128 + signum
+    assert capsys.readouterr().err.strip() == f"numforge prepare: {interrupts.describe(signum)}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "tok.json"]  # no output, no temporary
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_from_outside_during_prepare_ends_it_130_or_143_with_nothing_left(tmp_path, tokenizer, signum):
+    data = word_salad(tmp_path / "big.txt", 0.5)
+    tokenizer.save(tmp_path / "tok.json")
+    out, reached = tmp_path / "prepared", tmp_path / "encoding"
+    hook = [sys.executable, PHASE_HOOK, "wait", "numforge.data.tokens:TokenWriter.write", "1", str(reached)]
+    argv = ["prepare", "--data", str(data), "--tokenizer", str(tmp_path / "tok.json"), "--out", str(out)]
+    child = subprocess.Popen(
+        [*hook, *argv, "--workers", "2", "--no-progress"], env=subprocess_env(), stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 120
+    while not reached.exists():  # the job's own progress: it is writing the first task's ids, on 2 workers
         assert child.poll() is None and time.monotonic() < deadline, "prepare ended before it could be interrupted"
-        time.sleep(0.02)
-    child.send_signal(signal.SIGINT)  # at once: on a quiet machine the rest of the encoding takes well under a second
+        time.sleep(0.01)
+    child.send_signal(signum)
     _, err = child.communicate(timeout=60)
-    assert child.returncode == 130, err
-    assert err.strip().endswith("numforge prepare: interrupted")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.txt", "tok.json"]  # no output, no temporary
+    assert child.returncode == 128 + signum, err
+    assert err.strip().endswith(f"numforge prepare: {interrupts.describe(signum)}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.txt", "encoding", "tok.json"]  # no output, no temporary
     with pytest.raises(FileNotFoundError):
         open_prepared(out)
+
+
+def test_what_a_killed_prepare_left_is_removed_and_what_a_live_one_writes_is_not(tmp_path, tokenizer):
+    (tmp_path / ".p.0123abcd.tmp").mkdir()  # a prepare of p killed outright
+    (tmp_path / ".p.0123abcd.tmp" / "tokens.npy").write_bytes(b"half")
+    with atomic.atomic_directory(tmp_path / "q") as writing:  # another prepare, of q, running now
+        prepare_tokens(["some text"], tokenizer, tmp_path / "p", workers=1)
+        assert writing.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p", "q"]
+
+
+def test_what_killed_runs_left_in_the_caches_is_removed_when_a_run_reads_them(tmp_path, tokenizer):
+    cache = tmp_path / "cache"
+    debris = {"tokens": ".0123456789abcdef0123456789abcdef.0123abcd.tmp", "tokenizers": ".k.json.0123abcd.tmp"}
+    for part, name in debris.items():
+        (cache / part).mkdir(parents=True)
+        (cache / part / name).write_text("half")  # of another corpus: removed all the same
+    load_or_train_tokenizer(["some text " * 50], 260, cache_dir=cache, say=lambda _: None)
+    prepared_for(["some text " * 50], tokenizer, cache, workers=1)
+    assert [p.name for p in cache.rglob("*") if p.name.endswith(".tmp")] == []
 
 
 def test_train_on_prepared_tokens_and_resume_refuses_other_token_files(tmp_path, corpus, tokenizer, capsys):

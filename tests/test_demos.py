@@ -132,3 +132,23 @@ def test_activations_experiment_compares_at_equal_parameters():
     mlp = [int(n) for n in re.findall(r"MLP parameters per layer\s+(\d+)", out)]
     assert len(mlp) == 3 and max(mlp) - min(mlp) <= 64  # equal weights; SwiGLU has F more biases
     assert len(re.findall(r"validation \d+\.\d+", out)) == 3
+
+
+def test_rope_relative_experiment_scores_depend_only_on_the_distance():
+    out = run_demo("exp_rope_relative.py")
+    assert numbers_after("largest spread along one distance m - n (over 127 distances):", out)[0] < 1e-12
+    low, high = (float(x) for x in re.search(r"scores across distances: from (\S+) to (\S+)", out).groups())
+    assert high - low > 1.0  # the distance does change the score
+    assert numbers_after("max |HF layout (renumbered) - interleaved rotation|:", out)[0] < 1e-14
+    ratios = {int(i): float(r) for i, r in re.findall(r"^\s+(\d+)\s+\S+\s+\S+\s+\S+\s+(\d+\.\d+)$", out, re.M)}
+    assert ratios[0] == ratios[16] == 1.0 and ratios[63] == 8.0  # llama3: short waves kept, long ones x8
+    assert 1.0 < ratios[31] < 8.0  # and the ones between blended
+
+
+def test_qk_norm_order_experiment_commutes_only_without_a_weight_or_with_paired_halves():
+    out = run_demo("exp_qk_norm_order.py")
+    assert numbers_after("no weight", out)[0] < 1e-14
+    assert numbers_after("w[i] = w[i + D/2]", out)[0] < 1e-14
+    assert numbers_after("a random weight", out)[0] > 0.1
+    assert numbers_after("max relative change", out)[0] < 1e-14
+    assert numbers_after("max |dx (norm first) - dx (rope first)|:", out)[0] < 1e-14

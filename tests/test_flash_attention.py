@@ -1,4 +1,5 @@
-"""Tiled attention against its oracle, plain attention: same numbers, gradients, memory that grows with T."""
+"""Tiled attention against its oracle, plain attention: same numbers, gradients, memory that grows with T;
+grouped-query and multi-query attention (k, v with fewer heads than q) without repeated k, v."""
 
 import tracemalloc
 
@@ -17,12 +18,18 @@ from numforge.ops.attention import attention_backward, attention_forward
 from numforge.ops.flash_attention import flash_attention_backward, flash_attention_forward
 
 
-def qkv(B, H, Tq, Tk, D, Dv, dtype="float64", seed=0):
+def qkv(B, H, Tq, Tk, D, Dv, dtype="float64", seed=0, kv_heads=None):
+    """``q (B,H,Tq,D)``, ``k (B,H_kv,Tk,D)``, ``v (B,H_kv,Tk,Dv)``, ``H_kv = kv_heads`` (default H)."""
+    kv_heads = H if kv_heads is None else kv_heads
     return (
         randn(B, H, Tq, D, dtype=dtype, seed=seed),
-        randn(B, H, Tk, D, dtype=dtype, seed=seed + 1),
-        randn(B, H, Tk, Dv, dtype=dtype, seed=seed + 2),
+        randn(B, kv_heads, Tk, D, dtype=dtype, seed=seed + 1),
+        randn(B, kv_heads, Tk, Dv, dtype=dtype, seed=seed + 2),
     )
+
+
+# (H_kv, G): H = H_kv G query heads; H_kv = 1 is multi-query, G = 1 multi-head
+kv_groups = st.tuples(st.integers(1, 3), st.integers(1, 3))
 
 
 def forward_backward(forward, backward, q, k, v, dout, **kwargs):
@@ -38,14 +45,15 @@ def error_vs(result, reference) -> float:
 
 
 @given(
-    shape=st.tuples(st.integers(1, 2), st.integers(1, 3), st.integers(1, 9), st.integers(1, 9), st.integers(1, 4)),
+    shape=st.tuples(st.integers(1, 2), kv_groups, st.integers(1, 9), st.integers(1, 9), st.integers(1, 4)),
     blocks=st.tuples(st.integers(1, 11), st.integers(1, 11)),
     causal=st.booleans(),
     keep_probs=st.booleans(),
 )
 def test_tiled_equals_plain(shape, blocks, causal, keep_probs):
-    B, H, Tq, Tk, D = shape
-    q, k, v = qkv(B, H, Tq, Tk, D, D + 1, seed=Tq * 13 + Tk)
+    B, (H_kv, G), Tq, Tk, D = shape
+    H = H_kv * G
+    q, k, v = qkv(B, H, Tq, Tk, D, D + 1, seed=Tq * 13 + Tk, kv_heads=H_kv)
     dout = randn(B, H, Tq, D + 1, seed=99)
     plain = forward_backward(attention_forward, attention_backward, q, k, v, dout, causal=causal)
     tiled = forward_backward(
@@ -63,19 +71,21 @@ def test_gradcheck_cases(case):
 
 
 @given(
-    shape=st.tuples(st.integers(1, 2), st.integers(1, 5), st.integers(2, 5), st.integers(1, 3)),
+    shape=st.tuples(kv_groups, st.integers(1, 5), st.integers(2, 5), st.integers(1, 3)),
     blocks=st.tuples(st.integers(1, 6), st.integers(1, 6)),
     causal=st.booleans(),
 )
 def test_gradients(shape, blocks, causal):
     # Tk >= 2: with a single key dq = dk = 0 exactly, and a relative error of rounding noise
-    # against 0 means nothing; that case has its own test below.
-    H, Tq, Tk, D = shape
-    q, k, v = qkv(1, H, Tq, Tk, D, D, seed=Tq + 7 * Tk)
+    # against 0 means nothing; that case has its own test below. Every coordinate is checked: causal
+    # with Tq > Tk leaves rows that see one key or none (dq = 0 there), and a sample of only those
+    # rows would again judge rounding noise against 0 (Tq 3, Tk 2 drew 1.1e-7 from 12 such coordinates).
+    (H_kv, G), Tq, Tk, D = shape
+    q, k, v = qkv(1, H_kv * G, Tq, Tk, D, D, seed=Tq + 7 * Tk, kv_heads=H_kv)
     options = {"causal": causal, "block_q": blocks[0], "block_k": blocks[1]}
     inputs = {"q": q, "k": k, "v": v}
     forward, backward = flash_attention_forward, flash_attention_backward
-    rows = check_op("flash_attention", forward, backward, inputs, options, max_coords=12)
+    rows = check_op("flash_attention", forward, backward, inputs, options)
     assert_gradients_pass(rows)
 
 
@@ -123,15 +133,82 @@ def test_queries_that_see_no_key_give_zeros_not_nan(dtype, keep_probs):
     assert np.abs(to_numpy(out)[:, :, 4:]).min() > 0
 
 
-def test_decoding_one_token_at_a_time_matches_the_full_causal_pass():
-    # A KV cache calls with Tq = new tokens and Tk = cached + new (bottom-right alignment).
-    q, k, v = qkv(1, 2, 9, 9, 4, 4, dtype="float32")
+@pytest.mark.parametrize("kv_heads", [4, 2, 1])
+def test_decoding_one_token_at_a_time_matches_the_full_causal_pass(kv_heads):
+    # A KV cache calls with Tq = new tokens and Tk = cached + new (bottom-right alignment); with GQA
+    # the cache holds H_kv heads.
+    q, k, v = qkv(1, 4, 9, 9, 4, 4, dtype="float32", kv_heads=kv_heads)
     full, _ = flash_attention_forward(q, k, v, causal=True)
     for t in range(9):
         step, _ = flash_attention_forward(q[:, :, t : t + 1], k[:, :, : t + 1], v[:, :, : t + 1], block_k=4)
         np.testing.assert_allclose(to_numpy(step)[:, :, 0], to_numpy(full)[:, :, t], rtol=1e-5, atol=1e-6)
     chunk, _ = flash_attention_forward(q[:, :, 6:], k, v, block_q=2, block_k=3)  # 3 new tokens at once
     np.testing.assert_allclose(to_numpy(chunk), to_numpy(full)[:, :, 6:], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kv_heads", [1, 2, 4])
+@pytest.mark.parametrize(("Tq", "Tk"), [(113, 113), (113, 203), (203, 113)])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("dropout_p", [0.0, 0.2])
+def test_grouped_query_tiled_equals_plain_at_odd_lengths_and_widths(monkeypatch, kv_heads, Tq, Tk, causal, dropout_p):
+    # FlashAttention's odd lengths (113, 203) and head width (59); tiles of 32 x 48 that the lengths do not
+    # divide; two threads: whole groups a part (H_kv 2, 4), or halves of the one group (H_kv 1).
+    monkeypatch.setattr(flash, "worker_count", lambda *args: 2)
+    q, k, v = qkv(1, 4, Tq, Tk, 59, 59, seed=Tq + Tk, kv_heads=kv_heads)
+    dout = randn(1, 4, Tq, 59, seed=3)
+    options = {"causal": causal, "dropout_p": dropout_p, "dropout_seed": 17}
+    plain = forward_backward(attention_forward, attention_backward, q, k, v, dout, **options)
+    tiled = forward_backward(
+        flash_attention_forward, flash_attention_backward, q, k, v, dout, block_q=32, block_k=48, **options
+    )
+    for name, a, b in zip(("out", "dq", "dk", "dv"), tiled, plain):
+        assert a.shape == b.shape
+        assert error_vs(a, b) <= 1e-10, name
+
+
+@pytest.mark.parametrize(("B", "H", "H_kv", "pairs", "parts"), [
+    (1, 8, 1, 4, 2),  # multi-query: two halves of the one group, each summing its own dk, dv
+    (1, 8, 2, 4, 2),  # one whole group a part
+    (2, 6, 2, 2, 6),  # groups of 3 > 2 pairs: one head (the largest divisor of 3 within 2) of both rows a part
+    (1, 8, 4, 3, 4),  # groups of 2: one group a part (3 pairs round down to whole groups)
+    (3, 4, 1, 8, 2),  # the whole group of two batch rows a part, then of the third
+])  # fmt: skip
+@pytest.mark.parametrize("dropout_p", [0.0, 0.3])
+@pytest.mark.parametrize("keep_probs", [False, True])
+def test_grouped_query_heads_split_across_threads_give_the_plain_result(
+    monkeypatch, B, H, H_kv, pairs, parts, dropout_p, keep_probs
+):
+    monkeypatch.setattr(flash, "worker_count", lambda *args: 3)
+    monkeypatch.setattr(flash, "pairs_per_part", lambda *args: pairs)
+    q, k, v = qkv(B, H, 9, 11, 3, 4, seed=H + H_kv, kv_heads=H_kv)
+    dout = randn(B, H, 9, 4, seed=7)
+    options = {"dropout_p": dropout_p, "dropout_seed": 2}
+    plain = forward_backward(attention_forward, attention_backward, q, k, v, dout, **options)
+    out, cache = flash_attention_forward(q, k, v, block_q=2, block_k=4, keep_probs=keep_probs, **options)
+    assert len(cache.parts) == parts
+    tiled = (out, *flash_attention_backward(dout, cache))
+    for name, a, b in zip(("out", "dq", "dk", "dv"), tiled, plain):
+        assert error_vs(a, b) <= 1e-10, name
+
+
+@pytest.mark.parametrize(("H", "H_kv", "Tq", "Tk", "causal"), [(8, 2, 37, 37, True), (4, 1, 9, 40, True),
+                                                               (6, 3, 20, 13, False)])  # fmt: skip
+def test_tiled_grouped_query_attention_agrees_with_torch_sdpa_enable_gqa(monkeypatch, H, H_kv, Tq, Tk, causal):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(flash, "worker_count", lambda *args: 2)
+    q, k, v = qkv(2, H, Tq, Tk, 8, 5, seed=1, kv_heads=H_kv)
+    dout = randn(2, H, Tq, 5, seed=2)
+    out, cache = flash_attention_forward(q, k, v, causal=causal, block_q=8, block_k=16)
+    grads = flash_attention_backward(dout, cache)
+    tq, tk, tv = (torch.from_numpy(to_numpy(a).copy()).requires_grad_() for a in (q, k, v))
+    # SDPA's is_causal aligns the triangle top-left when Tq != Tk; numforge's bottom-right mask, given explicitly
+    bottom_right = torch.ones(Tq, Tk, dtype=torch.bool).tril(Tk - Tq) if causal else None
+    t_out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=bottom_right, enable_gqa=True)
+    t_out.backward(torch.from_numpy(to_numpy(dout).copy()))
+    np.testing.assert_allclose(to_numpy(out), t_out.detach().numpy(), rtol=1e-12, atol=1e-12)
+    for mine, theirs in zip(grads, (tq.grad, tk.grad, tv.grad)):
+        assert mine.shape == theirs.shape
+        np.testing.assert_allclose(to_numpy(mine), theirs.numpy(), rtol=1e-11, atol=1e-12)
 
 
 def test_causal_skips_tiles_above_the_diagonal_and_masks_only_the_diagonal():
@@ -191,6 +268,31 @@ def test_peak_memory_is_a_fraction_of_plain():
     assert tiled_peak * 8 <= plain_peak, (plain_peak, tiled_peak)
 
 
+def test_grouped_query_attention_never_repeats_k_and_v(monkeypatch):
+    # Multi-query decoding-like call: 8 query heads, 1 kv head of 4096 keys. k (or v) repeated to
+    # (B,H,Tk,D) would be 8 MiB of float32 alone; the tiled forward + backward must peak below that, while
+    # plain attention (the oracle, which repeats them) holds both repeats at once.
+    if backend.backend_name() != "numpy":
+        pytest.skip("tracemalloc sees NumPy buffers only")
+    monkeypatch.setattr(flash, "worker_count", lambda *args: 1)  # one thread: a peak that does not depend on timing
+    B, H, H_kv, Tq, Tk, D = 1, 8, 1, 32, 4096, 64
+    q, k, v = qkv(B, H, Tq, Tk, D, D, dtype="float32", kv_heads=H_kv)
+    dout = randn(B, H, Tq, D, dtype="float32", seed=3)
+    repeated = B * H * Tk * D * 4  # bytes of one repeated k: 8 MiB
+    peaks = []
+    for forward, backward, kwargs in [
+        (attention_forward, attention_backward, {}),
+        (flash_attention_forward, flash_attention_backward, {"block_q": 32, "block_k": 256}),
+    ]:
+        tracemalloc.start()
+        forward_backward(forward, backward, q, k, v, dout, **kwargs)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+    plain_peak, tiled_peak = peaks
+    assert plain_peak >= 2 * repeated, plain_peak  # the oracle does repeat: the measure sees it
+    assert tiled_peak < repeated / 2, tiled_peak
+
+
 @pytest.mark.parametrize("keep_probs", [False, True])
 def test_backward_leaves_its_inputs_and_cache_alone(keep_probs):
     q, k, v = qkv(1, 2, 5, 5, 3, 3)
@@ -222,7 +324,8 @@ def test_strided_views_from_a_fused_projection_are_accepted():
     "change, error, message",
     [
         ({"k": (1, 2, 4, 3)}, ValueError, "same head width D, got 5 and 3"),
-        ({"k": (1, 3, 4, 5)}, ValueError, "batch and heads"),
+        ({"k": (1, 3, 4, 5)}, ValueError, "same number of heads H_kv"),
+        ({"q": (1, 3, 3, 5)}, ValueError, r"H = 3 must be a multiple of the key/value heads H_kv = 2"),
         ({"v": (1, 2, 3, 6)}, ValueError, "same number of keys, got 4 and 3"),
         ({"block_q": 0}, ValueError, "block_q must be a positive integer, got 0"),
         ({"block_k": 2.0}, ValueError, "block_k must be a positive integer, got 2.0"),
@@ -273,6 +376,25 @@ def test_head_parts_cover_every_pair_once():
             assert seen[part].size <= pairs
             seen[part] += 1
         assert (seen == 1).all(), (B, H, pairs)
+
+
+def test_grouped_head_parts_hold_whole_groups_or_equal_shares_of_one():
+    from numforge.ops._parallel import head_parts
+
+    assert head_parts(1, 8, 4, group=8) == [(slice(0, 1), slice(0, 4)), (slice(0, 1), slice(4, 8))]
+    assert head_parts(1, 8, 6, group=2) == [(slice(0, 1), slice(0, 6)), (slice(0, 1), slice(6, 8))]
+    assert head_parts(1, 12, 5, group=6) == [(slice(0, 1), slice(h, h + 3)) for h in (0, 3, 6, 9)]
+    for B, H, group, pairs in [(1, 8, 8, 3), (2, 6, 3, 4), (3, 12, 4, 2), (2, 8, 2, 16), (1, 9, 9, 1)]:
+        parts = head_parts(B, H, pairs, group)
+        sizes = {part[1].stop - part[1].start for part in parts}
+        seen = np.zeros((B, H), dtype=int)
+        for part in parts:
+            heads = part[1]
+            whole_groups = heads.start % group == 0 and (heads.stop - heads.start) % group == 0
+            share = len(sizes) == 1 and group % (heads.stop - heads.start) == 0
+            assert whole_groups or (share and heads.start // group == (heads.stop - 1) // group), (part, group)
+            seen[part] += 1
+        assert (seen == 1).all(), (B, H, group, pairs)
 
 
 def test_parts_are_one_on_one_thread_and_sized_by_tile_on_several():

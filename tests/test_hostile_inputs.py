@@ -300,7 +300,7 @@ def _tokenizer_file(path, pattern):
 
 def test_a_pattern_from_a_file_must_be_known_or_trusted(tmp_path):
     # before: any pattern in a file was compiled and run
-    for known in (pretokenize.GPT2_SPLIT_PATTERN, pretokenize.CL100K_SPLIT_PATTERN):
+    for known in pretokenize.KNOWN_PATTERNS:
         assert BPETokenizer.load(_tokenizer_file(tmp_path / "ok.json", known)).pattern == known
     path = _tokenizer_file(tmp_path / "evil.json", EVIL_PATTERN)
     with pytest.raises(ValueError, match=r"evil\.json: its split pattern .* is not one numforge knows.*trust_pattern"):
@@ -331,10 +331,20 @@ ADVERSARIAL = {
     "digits": "7" * 100_000,
     "symbols, then spaces": "!?" * 50_000 + " " * 1000,
     "letters and marks": "e\u0301" * 50_000,
+    # against Llama 3's and Qwen2's \s*[\r\n]+, which scans a whitespace run back to its last newline
+    "a newline, then spaces": "\n" + " " * 100_000 + "x",
+    "spaces, a newline, spaces": " " * 50_000 + "\n" + " " * 50_000 + "x",
+    "spaces and newlines": " \n" * 50_000 + "x",
+    "tabs, then a newline": "\t" * 100_000 + "\r\n",
+    # against [^\r\n\p{L}\p{N}]?\p{L}+ and ?[^\s\p{L}\p{N}]+[\r\n]*: a symbol before each letter, symbols then newlines
+    "a symbol before each letter": "!a" * 50_000,
+    "symbols, then newlines": "!" * 50_000 + "\r\n" * 25_000,
+    "contractions": "'S" * 50_000,
+    "digits among letters": "a1" * 50_000,
 }
 
 
-@pytest.mark.parametrize("pattern", [pretokenize.GPT2_SPLIT_PATTERN, pretokenize.CL100K_SPLIT_PATTERN])
+@pytest.mark.parametrize("pattern", list(pretokenize.KNOWN_PATTERNS), ids=list(pretokenize.KNOWN_PATTERNS.values()))
 def test_the_known_patterns_run_in_linear_time_on_adversarial_runs(pattern):
     # They run without the budget, so their bound is their structure: 100,000 characters of any run take
     # milliseconds; a quadratic pattern would take 10^10 steps (minutes).

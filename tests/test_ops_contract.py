@@ -31,6 +31,8 @@ from numforge.ops.dropout import dropout_backward, dropout_forward
 from numforge.ops.embedding import embedding_backward, embedding_forward
 from numforge.ops.layernorm import layer_norm_backward, layer_norm_forward
 from numforge.ops.linear import linear_backward, linear_forward
+from numforge.ops.rmsnorm import rms_norm_backward, rms_norm_forward
+from numforge.ops.rope import rope_backward, rope_forward, rope_table
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -48,6 +50,12 @@ def _targets():
     return backend.asarray(np.array([[3, -1, 2], [0, 6, 6]]))
 
 
+def _rope_rows(start, length, head_dim, dtype):
+    """cos and sin of positions [start, start + length), in the backend and dtype of x."""
+    table = rope_table(start + length, head_dim, dtype=dtype)
+    return backend.asarray(table.cos[start:]), backend.asarray(table.sin[start:])
+
+
 # name -> function(dtype) returning (forward, backward, positional args, keyword args)
 OPS = {
     "linear": lambda d: (
@@ -63,6 +71,14 @@ OPS = {
         (randn(2, 3, 5, dtype=d), randn(5, dtype=d, seed=1), randn(5, dtype=d, seed=2)),
         {},
     ),
+    "rms_norm": lambda d: (
+        rms_norm_forward,
+        rms_norm_backward,
+        (randn(2, 3, 5, dtype=d), randn(5, dtype=d, seed=1)),
+        {},
+    ),
+    "rms_norm[no weight]": lambda d: (rms_norm_forward, rms_norm_backward, (randn(2, 3, 5, dtype=d), None), {}),
+    "rope": lambda d: (rope_forward, rope_backward, (randn(2, 3, 4, 6, dtype=d), *_rope_rows(2, 4, 6, d)), {}),
     "relu": lambda d: (relu_forward, relu_backward, (randn(2, 3, 5, dtype=d),), {}),
     "gelu[tanh]": lambda d: (gelu_forward, gelu_backward, (randn(2, 3, 5, dtype=d),), {"approximate": "tanh"}),
     "gelu[none]": lambda d: (gelu_forward, gelu_backward, (randn(2, 3, 5, dtype=d),), {"approximate": "none"}),

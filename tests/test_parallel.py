@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import processes_mentioning
 from parallel_run import VOCAB, tiny_run, write_corpus
 
 from numforge import checkpoint, cli
@@ -157,20 +158,9 @@ def test_two_ranks_float32_and_resume_on_two_ranks_or_one(tmp_path, corpus):
     assert max_relative_difference(without_key_bias(on_one.params), without_key_bias(two.params)) < FLOAT32_TOLERANCE
 
 
-def processes_mentioning(text: str) -> list[int]:
-    """The ids of the running processes whose command line holds ``text`` (Linux's /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and text in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                found.append(int(entry.name))
-        except OSError:  # it ended while we looked
-            pass
-    return found
-
-
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="looks for left-over processes in /proc")
-def test_ctrl_c_stops_every_rank_at_one_step_with_one_resumable_checkpoint(tmp_path, corpus):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_stops_every_rank_at_one_step_with_one_resumable_checkpoint(tmp_path, corpus, signum):
     flags = tiny_flags(tmp_path, corpus, "run", steps=100_000)
     flags += ["--eval-every", "2", "--save-every", "100000"]
     job = subprocess.Popen([mpiexec_path(), "-n", "2", *numforge_train(*flags)], env=mpi_env(), stderr=subprocess.PIPE)
@@ -178,13 +168,19 @@ def test_ctrl_c_stops_every_rank_at_one_step_with_one_resumable_checkpoint(tmp_p
     while not (tmp_path / "run" / LOSS_CSV).exists():  # written at the first evaluation, step 2
         assert job.poll() is None and time.monotonic() < deadline, "the job ended or hung before step 2"
         time.sleep(0.1)
-    job.send_signal(signal.SIGINT)
+    if signum == signal.SIGTERM:  # SIGUSR1 first (mpiexec passes it on): a checkpoint, and training goes on
+        job.send_signal(signal.SIGUSR1)
+        while checkpoint.latest_checkpoint_dir(tmp_path / "run") is None:
+            assert job.poll() is None and time.monotonic() < deadline, "no checkpoint after SIGUSR1"
+            time.sleep(0.05)
+    job.send_signal(signum)
     _, stderr = job.communicate(timeout=60)
-    assert job.returncode == 130, stderr.decode()
+    assert job.returncode == 128 + signum, stderr.decode()
     assert processes_mentioning(str(tmp_path / "run")) == []
     checkpoints = [p for p in (tmp_path / "run").iterdir() if p.name.startswith("ckpt-")]
     step = checkpoint.load_checkpoint(tmp_path / "run").state["step"]
     assert len(checkpoints) == 1 and step >= 2
+    assert stderr.decode().count(f"checkpoint at step {step} written to") == 1  # rank 0 alone, after every rank
     assert cli.main(["train", "--resume", str(tmp_path / "run"), "--max-steps", str(step + 1), "--no-progress"]) == 0
 
 

@@ -38,6 +38,19 @@ def test_tiled_weights_rebuilt_from_the_log_sum_exp_equal_the_plain_ones(dtype):
     np.testing.assert_allclose(rebuilt.sum(axis=-1), 1.0, atol=10 * TOLERANCE[dtype])
 
 
+@pytest.mark.parametrize("kv_heads", [1, 2])
+def test_grouped_query_caches_give_every_query_head_its_weights_and_scores(kv_heads):
+    # 4 query heads on 1 or 2 kv heads: the caches hold k of H_kv heads, the weights are per query head
+    q, k, v = randn(2, 4, 7, 3, seed=1), randn(2, kv_heads, 7, 3, seed=2), randn(2, kv_heads, 7, 3, seed=3)
+    _, plain = attention_forward(q, k, v, causal=True)
+    _, tiled = flash_attention_forward(q, k, v, causal=True, block_q=3, block_k=2)
+    assert attention_weights(tiled).shape == (2, 4, 7, 7)
+    np.testing.assert_allclose(attention_weights(tiled), attention_weights(plain), rtol=0, atol=1e-12)
+    expected = np.einsum("bhid,bhjd->bhij", np.asarray(q), np.repeat(np.asarray(k), 4 // kv_heads, axis=1))
+    for cache in (plain, tiled):
+        np.testing.assert_allclose(attention_scores(cache), expected / np.sqrt(3), rtol=1e-13)
+
+
 @pytest.mark.parametrize("dtype", sorted(TOLERANCE))
 def test_a_tiled_model_and_its_plain_twin_give_the_same_weights(tokenizer, dtype):
     model = tiny_model(tokenizer, dtype=dtype)  # tiled by default

@@ -7,11 +7,14 @@ from pydoc_data.topics import topics
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from numforge.tokenizer import BPETokenizer, bpe, reference
 from numforge.tokenizer._merge import merge_long, merge_short
+from numforge.tokenizer.byte_chars import byte_to_unicode
+from numforge.tokenizer.explain import explain
+from numforge.tokenizer.pipeline import Pipeline
 
 DOCS = "".join(topics[key] for key in sorted(topics))  # Python's own documentation text
 CODE = inspect.getsource(json.decoder)  # a real source file: indentation runs, quotes, underscores
@@ -263,7 +266,7 @@ def test_incremental_decoding_in_any_pieces_equals_decoding_all(tok, text, cuts)
 
 
 def test_constructor_rejects_inconsistent_merges():
-    with pytest.raises(ValueError, match=r"merge 0 is \(256, 97\), but only ids 0..255 exist before it"):
+    with pytest.raises(ValueError, match=r"merge 0 is \(256, 97\), but 256 is never made from bytes"):
         BPETokenizer([(256, 97)])
     with pytest.raises(ValueError, match=r"merge 1 repeats the pair \(97, 97\)"):
         BPETokenizer([(97, 97), (97, 97)])
@@ -310,3 +313,49 @@ def test_a_non_integer_special_id_in_a_dict_is_named():
     d["special_tokens"] = {"<|endoftext|>": "x"}
     with pytest.raises(ValueError, match="must map strings to int ids"):
         BPETokenizer.from_dict(d)
+
+
+NO_CUTS = Pipeline(None, {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False})  # one chunk
+
+
+def test_a_merge_of_lower_rank_made_by_a_later_one_goes_first():
+    # merge 0 joins "ba" + "b" (-> 257), merge 1 makes "ba" (-> 256): "babab" = b a b a b; rank 1 at 0 gives
+    # [ba][b][a][b], which holds a pair of rank 0: it goes before rank 1 at 2, so [bab][a][b], and no pair is left
+    tok = BPETokenizer([(256, 98), (98, 97)], pattern=None, merge_ids=[257, 256], pipeline=NO_CUTS)
+    assert tok.encode_ordinary("babab") == [257, 97, 98] == [i for c in explain(tok, "babab") for i in c.ids]
+    long = list(b"babab" * 30)  # past SHORT_CHUNK: the linked-list path
+    assert merge_long(long, tok._merged, tok._made) == merge_short(long, tok._merged, tok._made)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_merges_out_of_order_and_several_per_token_follow_hugging_faces_rule(data):
+    # Llama 3's merges (converted from tiktoken) list every split of a token, by the token's rank: one token is
+    # made by several merges, and a merge may join a token that a later merge makes. The rule is still "the lowest
+    # rank first, leftmost among equals": the short and long paths, explain's textbook steps and tokenizers agree.
+    tokens = [b"a", b"b"]  # two letters: pairs of lower rank appear mid-way often (1 draw in 15)
+    merges = []
+    for _ in range(data.draw(st.integers(0, 10))):
+        left, right = data.draw(st.sampled_from(tokens)), data.draw(st.sampled_from(tokens))
+        if (left, right) not in merges:
+            merges.append((left, right))
+            tokens += [left + right] if left + right not in tokens else []
+    merges = data.draw(st.permutations(merges))  # any order: made by a later merge is allowed
+    ids = {token: (token[0] if len(token) == 1 else 255 + tokens.index(token)) for token in tokens}
+    pairs, made = [(ids[p], ids[q]) for p, q in merges], [ids[p + q] for p, q in merges]
+    tok = BPETokenizer(pairs, pattern=None, merge_ids=made, pipeline=NO_CUTS)
+    text = data.draw(st.text(st.sampled_from("ab"), max_size=150))
+    chunk = list(text.encode())
+    assert merge_short(chunk, tok._merged, tok._made) == merge_long(chunk, tok._merged, tok._made)
+    ours = tok.encode_ordinary(text)
+    assert [i for c in explain(tok, text) for i in c.ids] == ours
+    try:
+        import tokenizers
+    except ImportError:
+        return  # the reference is optional; the three above are checked anyway
+    byte_char = byte_to_unicode()
+    spell = lambda token: "".join(byte_char[b] for b in token)  # noqa: E731
+    vocab = {byte_char[b]: b for b in range(256)} | {spell(t): ids[t] for t in tokens}
+    theirs = tokenizers.Tokenizer(tokenizers.models.BPE(vocab, [(spell(p), spell(q)) for p, q in merges]))
+    theirs.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    assert theirs.encode(text).ids == ours

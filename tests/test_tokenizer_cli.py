@@ -1,9 +1,15 @@
 """`numforge tokenizer show` and `numforge tokenizer train`; errors through the one handler of `numforge`."""
 
+import signal
 from pydoc_data.topics import topics
 
+import pytest
+from helpers import signal_at
+
+from numforge import interrupts
 from numforge.cli import main
-from numforge.tokenizer import BPETokenizer
+from numforge.data import tokenizers
+from numforge.tokenizer import BPETokenizer, _train, bpe
 
 DOCS = "".join(topics[key] for key in sorted(topics))
 
@@ -72,3 +78,27 @@ def test_debug_prints_the_traceback(tmp_path):
 
     with pytest.raises(FileNotFoundError):
         main(["--debug", "tokenizer", "show", "x", "--tokenizer", str(tmp_path / "missing.json")])
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize(
+    "phase, hook", [("counting", (tokenizers, "tasks", 1)), ("merging", (_train, "_merge_everywhere", 3))]
+)
+def test_a_stop_signal_while_training_a_tokenizer_writes_nothing(tmp_path, capsys, monkeypatch, phase, hook, signum):
+    data = tmp_path / "corpus.txt"
+    data.write_text(DOCS[:20_000], encoding="utf-8")
+    signal_at(monkeypatch, *hook, signum)
+    argv = ["tokenizer", "train", "--data", str(data), "--vocab-size", "300", "--out", str(tmp_path / "tok.json")]
+    assert main([*argv, "--workers", "2"]) == 128 + signum
+    assert capsys.readouterr().err.strip().endswith(f"numforge tokenizer: {interrupts.describe(signum)}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt"]
+
+
+def test_a_stop_signal_while_the_tokenizer_is_saved_ends_the_job_130_with_the_file_whole(tmp_path, monkeypatch):
+    data = tmp_path / "corpus.txt"
+    data.write_text(DOCS[:20_000], encoding="utf-8")
+    signal_at(monkeypatch, bpe, "write_text_atomic", 1, signal.SIGINT)
+    argv = ["tokenizer", "train", "--data", str(data), "--vocab-size", "300", "--out", str(tmp_path / "tok.json")]
+    assert main(argv) == 130  # the signal is not lost; what was being written is complete
+    assert BPETokenizer.load(tmp_path / "tok.json").vocab_size == 300
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt", "tok.json"]

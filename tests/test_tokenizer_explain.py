@@ -8,6 +8,7 @@ import pytest
 from numforge.cli import main
 from numforge.tokenizer import EOT, BPETokenizer
 from numforge.tokenizer.explain import explain, token_text
+from numforge.tokenizer.pipeline import Pipeline
 
 DOCS = "".join(topics[key] for key in sorted(topics))[:30_000]
 TEXTS = ["", "Hello world, 世界 🙂", "  spaces\n\nand\ttabs  ", f"one{EOT}two {EOT}", "aaaaaaaaaaaa", "x = f(y) + 1"]
@@ -68,3 +69,17 @@ def test_stats_counts_characters_per_token(tmp_path, capsys):
         assert rows[str(size)][3] == f"{len(DOCS) / tokens:.2f}"
     assert float(rows["400"][3]) > float(rows["300"][3]) > 1.0  # more merges, longer tokens
     assert main(["tokenizer", "stats", "--vocab-sizes", "100"]) == 2
+
+
+def test_a_pipelines_steps_and_a_chunk_ignore_merges_keeps_whole(tmp_path, capsys):
+    # merges (h, e) -> 256, (t, h) -> 257, (th, e) -> 258: by rank "the" is [t][he], but it is a token itself
+    steps = [{"type": "Digits", "individual_digits": True}, {"type": "ByteLevel", "add_prefix_space": False}]
+    pipeline = Pipeline(None, {"type": "Sequence", "pretokenizers": steps})
+    tok = BPETokenizer([(104, 101), (116, 104), (257, 101)], (), None, pipeline=pipeline, ignore_merges=True)
+    tok.save(tmp_path / "tok.json")  # version 3 of numforge's file
+    assert main(["tokenizer", "explain", "the 42", "--tokenizer", str(tmp_path / "tok.json")]) == 0
+    out = capsys.readouterr().out
+    assert "step 1, Digits (each digit alone): 'the ' '4' '2'" in out  # Digits first, then GPT-2's regex
+    assert "step 2, ByteLevel (GPT-2's pattern): 'the' ' ' '4' '2'" in out
+    assert "ignore_merges: the chunk is itself a token, id 258; merging by rank would give [t][he] [116, 256]" in out
+    assert "ids: [258, 32, 52, 50]" in out and tok.encode("the 42") == [258, 32, 52, 50]

@@ -25,11 +25,21 @@ from the tiled routine timed right after SDPA: side by side, 2 threads, T = 2048
 tiled after SDPA took a median 136 ms with the default and 129 ms with PASSIVE,
 while SDPA's own median did not move (125 and 124 ms).
 
+``--kv-heads N`` gives ``k`` and ``v`` N heads (grouped-query attention, ``N``
+dividing ``--heads``; multi-query with 1): the tiled kernel serves each group
+from one tile, SDPA runs with ``enable_gqa=True``, plain attention repeats
+``k, v`` (its memory includes the repeats).
+
 Targets (issue 18, on a 2-core CPU, B 1, H 8, D 64, causal, 10 repeats, default
 threads): at T = 2048 the median tiled time <= 1.0x SDPA's median and the
 slowest <= 1.3x; no T taking more than 5x the T half its size (slowest run
 against the median of the half); with a core busy, a median <= 2x the idle one;
-tiled memory at T = 2048 <= 1/20 of plain.
+tiled memory at T = 2048 <= 1/20 of plain. With ``--kv-heads`` below ``--heads``
+(issue 22: H_kv 2, and 1): at T = 2048 the median tiled time <= 1.2x SDPA's median
+with ``enable_gqa``, and tiled memory <= 1/8 of plain.
+
+The header names the CPU and its vector extensions (``measure.cpu_description``):
+the ratio to PyTorch differs between AVX2 and AVX-512 machines.
 """
 
 from __future__ import annotations
@@ -54,7 +64,7 @@ from ..ops.flash_attention import (
     flash_attention_forward,
 )
 from ..table import format_table
-from .measure import MIB, optional_torch, peak_extra_bytes, positive_int, run_times, verdict
+from .measure import MIB, cpu_description, optional_torch, peak_extra_bytes, positive_int, run_times, verdict
 
 PLAIN_MEMORY_UP_TO = 2048
 SWEEP_BLOCKS_Q = (64, 128, 256, 512)
@@ -65,6 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-lens", type=positive_int, nargs="+", default=[512, 1024, 2048, 4096], metavar="T")
     parser.add_argument("--batch", type=positive_int, default=1, metavar="B")
     parser.add_argument("--heads", type=positive_int, default=8, metavar="H")
+    parser.add_argument(
+        "--kv-heads",
+        type=positive_int,
+        metavar="H_KV",
+        help="key/value heads, dividing H: grouped-query attention (multi-query with 1; default H, multi-head)",
+    )
     parser.add_argument("--head-dim", type=positive_int, default=64, metavar="D")
     parser.add_argument("--repeats", type=positive_int, default=10, help="timed runs per routine (default 10)")
     parser.add_argument("--block-q", type=positive_int, default=DEFAULT_BLOCK_Q)
@@ -100,21 +116,27 @@ def _numforge_step(forward, backward, q, k, v, dout, **kwargs) -> Callable[[], o
 def _torch_step(torch, q, k, v, dout, causal: bool) -> Callable[[], object]:
     tq, tk, tv = (torch.from_numpy(backend.to_numpy(a)).requires_grad_() for a in (q, k, v))
     tdout = torch.from_numpy(backend.to_numpy(dout))
+    gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}  # k, v of fewer heads: grouped-query
 
     def step():
         for a in (tq, tk, tv):
             a.grad = None
-        out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+        out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal, **gqa)
         out.backward(tdout)
         return out
 
     return step
 
 
+def _kv_heads(args) -> int:
+    return args.heads if args.kv_heads is None else args.kv_heads
+
+
 def _inputs(args, T: int):
+    """``q, dout (B,H,T,D)`` and ``k, v (B,H_kv,T,D)`` in float32."""
     rng = np.random.default_rng(0)
-    shape = (args.batch, args.heads, T, args.head_dim)
-    q, k, v, dout = (backend.asarray(rng.standard_normal(shape), dtype="float32") for _ in range(4))
+    query, kv = (args.batch, args.heads, T, args.head_dim), (args.batch, _kv_heads(args), T, args.head_dim)
+    q, k, v, dout = (backend.asarray(rng.standard_normal(shape), dtype="float32") for shape in (query, kv, kv, query))
     return q, k, v, dout
 
 
@@ -191,7 +213,8 @@ def _compare(args, xp) -> int:
         print(f"\n{label}: forward + backward ms, min / median / max of {args.repeats} ({load})")
         _print_times(runs)
         medians[threads, busy] = {T: statistics.median(r["tiled"]) for T, r in runs.items()}
-        for line in _verdicts(runs, memory):
+        verdicts = _verdicts if _kv_heads(args) == args.heads else _grouped_verdicts
+        for line in verdicts(runs, memory):
             print(line)
     for threads, busy in conditions:
         if busy:
@@ -225,15 +248,18 @@ def _print_times(runs: dict) -> None:
     print(format_table(header, rows))
 
 
+def _memory_verdict(memory: dict, at_most: int) -> list[str]:
+    """The memory target at T = 2048, tiled <= 1/``at_most`` of plain (nothing when T = 2048 was not run)."""
+    if 2048 not in memory:
+        return []
+    plain_mem, tiled_mem, _ = memory[2048]
+    holds = verdict(tiled_mem * at_most <= plain_mem)
+    return [f"memory at T=2048: tiled = 1/{plain_mem / tiled_mem:.1f} of plain (target <= 1/{at_most}): {holds}"]
+
+
 def _verdicts(runs: dict, memory: dict) -> list[str]:
     """Which of issue 18's targets hold in this table (only for the lengths that were run)."""
-    lines, median = [], statistics.median
-    if 2048 in memory:
-        plain_mem, tiled_mem, _ = memory[2048]
-        fraction = f"1/{plain_mem / tiled_mem:.1f}"
-        lines.append(
-            f"memory at T=2048: tiled = {fraction} of plain (target <= 1/20): {verdict(tiled_mem * 20 <= plain_mem)}"
-        )
+    lines, median = _memory_verdict(memory, 20), statistics.median
     if 2048 in runs and "sdpa" in runs[2048]:
         tiled, sdpa = runs[2048]["tiled"], median(runs[2048]["sdpa"])
         lines.append(
@@ -244,6 +270,15 @@ def _verdicts(runs: dict, memory: dict) -> list[str]:
     if growth:
         text = ", ".join(f"T={T}: {g:.1f}" for T, g in growth.items())
         lines.append(f"growth, slowest T / median T/2 ({text}) (target <= 5): {verdict(max(growth.values()) <= 5)}")
+    return lines
+
+
+def _grouped_verdicts(runs: dict, memory: dict) -> list[str]:
+    """Which of issue 22's grouped-query targets hold in this table (T = 2048 only)."""
+    lines, median = _memory_verdict(memory, 8), statistics.median
+    if 2048 in runs and "sdpa" in runs[2048]:
+        ratio = median(runs[2048]["tiled"]) / median(runs[2048]["sdpa"])
+        lines.append(f"T=2048: tiled median {ratio:.2f}x SDPA's (enable_gqa) (target <= 1.2): {verdict(ratio <= 1.2)}")
     return lines
 
 
@@ -272,11 +307,15 @@ def _sweep(args, xp) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.heads % _kv_heads(args):
+        raise ValueError(f"--kv-heads must divide --heads ({args.heads}), got {args.kv_heads}")
     xp = backend.array_module()
     print(
         f"attention forward+backward, backend {backend.backend_name()}, B={args.batch} H={args.heads} "
-        f"D={args.head_dim} float32 {'non-causal' if args.non_causal else 'causal'}, {args.repeats} repeats"
+        f"H_kv={_kv_heads(args)} D={args.head_dim} float32 {'non-causal' if args.non_causal else 'causal'}, "
+        f"{args.repeats} repeats"
     )
+    print(f"CPU: {cpu_description()}")
     threads = {name: os.environ[name] for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS") if name in os.environ}
     print(f"default BLAS threads: {blas_threads()} ({threads or 'library default: all cores'})")
     if not args.no_torch and xp is np:

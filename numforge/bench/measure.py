@@ -1,7 +1,9 @@
-"""Measuring tools shared by the benchmarks: fair timing, peak memory, a plain table."""
+"""Measuring tools shared by the benchmarks: fair timing, peak memory, the CPU they ran on."""
 
 from __future__ import annotations
 
+import pathlib
+import platform
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -76,6 +78,23 @@ def _cupy_pool_peak(step: Callable[[], object]) -> int:
     with hook:
         step()
     return hook.peak
+
+
+def cpu_description(cpuinfo: str | pathlib.Path = "/proc/cpuinfo") -> str:
+    """The CPU's model name and its vector extensions (the ``avx*`` flags), as ``lscpu`` reads them from
+    ``/proc/cpuinfo``: a speed ratio against a peer differs between AVX2 and AVX-512 machines, so a
+    bench's header names them. Example: ``"AMD EPYC, vector extensions: avx avx2 avx512f ..."``."""
+    try:
+        lines = pathlib.Path(cpuinfo).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:  # not Linux
+        return f"{platform.processor() or platform.machine() or 'unknown CPU'}, vector extensions: not read"
+    fields = {}
+    for line in lines:
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())  # the first processor's
+    model = fields.get("model name") or platform.processor() or platform.machine() or "unknown CPU"
+    avx = [flag for flag in fields.get("flags", "").split() if flag.startswith("avx")]
+    return f"{model}, vector extensions: {' '.join(avx) or 'no AVX'}"
 
 
 def verdict(holds: bool) -> str:

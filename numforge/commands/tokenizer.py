@@ -1,11 +1,15 @@
 """``numforge tokenizer show|explain|stats|train``: see how text becomes tokens, or learn a tokenizer of your own.
 
-- ``numforge tokenizer show "some text" [--tokenizer FILE]``: the text cut into
+- ``numforge tokenizer show "some text" [--tokenizer PATH]``: the text cut into
   tokens, each with its id and bytes (default: the cached tokenizer of the
-  default corpus, trained once).
-- ``numforge tokenizer explain "some text" [--tokenizer FILE]``: how: the
-  regex chunks, each chunk's merges in the order they apply (with their
-  ranks), then the ids (``tokenizer/explain.py``).
+  default corpus, trained once). PATH is numforge's tokenizer file, a Hugging
+  Face tokenizer.json, or a directory holding either (a model directory, with
+  its tokenizer_config.json and generation_config.json; a checkpoint); the ids
+  are what ``tokenizer(text)`` gives, the BOS of Llama 3's included.
+- ``numforge tokenizer explain "some text" [--tokenizer PATH]``: how: each
+  step of a Hugging Face pipeline (NFC, Split, Digits, ByteLevel), the chunks,
+  each chunk's merges in the order they apply (with their ranks), a chunk kept
+  whole by ``ignore_merges``, then the ids (``tokenizer/explain.py``).
 - ``numforge tokenizer stats [--data PATH] [--vocab-sizes 512,1024,...]``:
   characters per token of a corpus at several vocabulary sizes (each
   tokenizer trained once, then cached).
@@ -20,7 +24,9 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 
+from .. import interrupts
 from ..checks import int_at_least, path_flag, text_flag
 from ..data import (
     DEFAULT_CORPUS,
@@ -35,7 +41,9 @@ from ..resources import check_input_file, check_output_file
 from ..table import format_table
 from ..tokenizer import EOT, BPETokenizer
 from ..tokenizer.explain import explain as explain_text
-from ..tokenizer.explain import token_text
+from ..tokenizer.explain import pipeline_steps, token_text
+from ..tokenizer.hf_dir import load_tokenizer
+from ..tokenizer.pretokenize import KNOWN_PATTERNS
 from ._data_flags import add_reading_flags, add_workers_flag, source_from
 
 HELP = "show text cut into BPE tokens, explain the merges step by step, measure, or train a byte-level BPE tokenizer"
@@ -54,9 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action.add_argument("text", type=text_flag, help="the text to tokenize")
         action.add_argument(
             "--tokenizer",
-            metavar="FILE",
+            metavar="PATH",
             type=path_flag,
-            help="a numforge tokenizer file (numforge tokenizer train ...); "
+            help="a numforge tokenizer file (numforge tokenizer train ...), a Hugging Face tokenizer.json, or a "
+            "directory holding either (a model directory: Llama 3, Qwen2, SmolLM2, GPT-2; a checkpoint); "
             f"default: the {DEFAULT_VOCAB_SIZE}-token one of the default corpus (trained once, then cached)",
         )
         action.add_argument(
@@ -120,15 +129,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _tokenizer(args: argparse.Namespace) -> BPETokenizer:
-    """``--tokenizer FILE`` (its pattern trusted only with ``--trust-pattern``), or the default one."""
+    """``--tokenizer PATH`` (its patterns trusted only with ``--trust-pattern``), or the default one."""
     if args.tokenizer is None:
         return default_tokenizer(say=_to_stderr)
-    return BPETokenizer.load(check_input_file(args.tokenizer, "--tokenizer"), trust_pattern=args.trust_pattern)
+    path = Path(args.tokenizer)
+    if not path.is_dir():
+        check_input_file(path, "--tokenizer")
+    elif not (path / "tokenizer.json").is_file() and not (path / "vocab.json").is_file():
+        raise ValueError(f"--tokenizer {path} is a directory without a tokenizer.json (nor vocab.json + merges.txt)")
+    return load_tokenizer(path, trust_pattern=args.trust_pattern)
 
 
 def show(args: argparse.Namespace) -> int:
     tok = _tokenizer(args)
-    ids = tok.encode(args.text, allowed_special="all")
+    ids = tok.encode_prompt(args.text)
     pieces = [tok.token_bytes(i).decode("utf-8", errors="backslashreplace") for i in ids]
     colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty() and "NO_COLOR" not in os.environ)
     if colour:
@@ -136,6 +150,7 @@ def show(args: argparse.Namespace) -> int:
     else:
         print("".join(f"[{piece}]" for piece in pieces))
     print(f"{len(args.text)} characters, {len(args.text.encode('utf-8'))} bytes -> {len(ids)} tokens")
+    _say_prompt(tok)
     print(f"{'id':>7}  bytes")
     for token in ids:
         print(f"{token:>7}  {tok.token_bytes(token)!r}")
@@ -146,21 +161,49 @@ def explain(args: argparse.Namespace) -> int:
     tok = _tokenizer(args)
     chunks = explain_text(tok, args.text)
     show = lambda ids: "".join(f"[{token_text(tok.token_bytes(i))}]" for i in ids)  # noqa: E731
-    print(f"{len(chunks)} chunks (the split pattern cuts the text first; merges never cross a chunk's edge)")
+    if tok.pipeline is not None:
+        names = ["NFC"] * tok.pipeline.nfc + [step.name for step in tok.pipeline.steps]
+        print(f"pipeline: {', '.join(names)} (each step cuts the pieces the step before left)")
+        for n, (name, pieces) in enumerate(pipeline_steps(tok, args.text), 1):
+            print(f"  step {n}, {name}: {' '.join(repr(piece) for piece in pieces)}")
+    else:
+        print(f"split pattern: {KNOWN_PATTERNS.get(tok.pattern, 'a trusted one')} {tok.pattern!r}")
+    if tok.ignore_merges:
+        print("ignore_merges: a chunk that is itself a token of the vocabulary is that token, whatever its merges")
+    print(f"{len(chunks)} chunks (merges never cross a chunk's edge)")
     for n, chunk in enumerate(chunks, 1):
         if chunk.special:
             print(f"\nchunk {n}: {chunk.text!r} is a special token: id {chunk.start_ids[0]}")
             continue
         count = len(chunk.start_ids)
         print(f"\nchunk {n}: {chunk.text!r}, {count} byte{'s' * (count != 1)}: {show(chunk.start_ids)}")
-        for merge in chunk.merges:
-            left, right = (token_text(tok.token_bytes(i)) for i in merge.pair)
-            print(f"  rank {merge.rank:>5}: [{left}] + [{right}] -> id {merge.new_id}   {show(merge.ids)}")
+        if chunk.whole_id is not None:
+            merged = chunk.merges[-1].ids if chunk.merges else chunk.start_ids
+            differs = f"; merging by rank would give {show(merged)} {merged}" if merged != chunk.ids else ""
+            print(f"  ignore_merges: the chunk is itself a token, id {chunk.whole_id}{differs}")
+        else:
+            for merge in chunk.merges:
+                left, right = (token_text(tok.token_bytes(i)) for i in merge.pair)
+                print(f"  rank {merge.rank:>5}: [{left}] + [{right}] -> id {merge.new_id}   {show(merge.ids)}")
         print(f"  ids: {chunk.ids}")
     ids = [i for chunk in chunks for i in chunk.ids]
     print(f"\nids: {ids}")
     print(f"{len(args.text)} characters, {len(args.text.encode('utf-8'))} bytes -> {len(ids)} tokens")
+    _say_prompt(tok)
     return 0
+
+
+def _say_prompt(tok: BPETokenizer) -> None:
+    """What a Hugging Face post-processor puts around the text, and where generation stops."""
+    prompt = tok.prompt
+    if prompt is None or not (prompt.prefix or prompt.suffix or prompt.eos_ids):
+        return
+    around = [f"{show} {[tok.decode([i]) for i in ids]} {list(ids)}" for show, ids in
+              (("before the text", prompt.prefix), ("after it", prompt.suffix)) if ids]  # fmt: skip
+    if around:
+        print(f"tokenizer(text) puts {' and '.join(around)}")
+    if prompt.eos_ids:
+        print(f"generation stops at {[tok.decode([i]) for i in prompt.eos_ids]} {list(prompt.eos_ids)}")
 
 
 def stats(args: argparse.Namespace) -> int:
@@ -202,17 +245,18 @@ def train(args: argparse.Namespace) -> int:
         raise ValueError(f"cannot write {args.out}: no directory {out.absolute().parent}")
     read = ReadStats()
     start = time.perf_counter()
-    tok = train_tokenizer(
-        source_from(args, args.data),
-        args.vocab_size,
-        special_tokens=specials,
-        max_bytes=args.max_bytes,
-        workers=args.workers,
-        progress=True,
-        stats=read,
-    )
-    seconds = time.perf_counter() - start
-    tok.save(args.out)
+    with interrupts.deferred():  # a stop signal during the training or the save: the file is whole or absent
+        tok = train_tokenizer(
+            source_from(args, args.data),
+            args.vocab_size,
+            special_tokens=specials,
+            max_bytes=args.max_bytes,
+            workers=args.workers,
+            progress=True,
+            stats=read,
+        )
+        seconds = time.perf_counter() - start
+        tok.save(args.out)
     megabytes = min(read.bytes, args.max_bytes or read.bytes) / 1e6
     print(
         f"trained {tok.vocab_size} tokens ({len(tok.merges)} merges, {len(tok.special_tokens)} special) "

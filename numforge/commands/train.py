@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import re
 import sys
 import time
 from pathlib import Path
 
+from .. import interrupts
 from ..checks import float_between, int_at_least, path_flag
 from ..data import DEFAULT_CORPUS, DEFAULT_VOCAB_SIZE, default_cache_dir, load_or_train_tokenizer, open_prepared
 from ..generate import generate
@@ -17,8 +19,8 @@ from ..resources import check_input_file, check_output_dir
 from ..training import LOSS_CSV, LOSS_PNG, RESUMABLE, TrainingDiverged, TrainSettings, new_run, resume_run, train
 from ..training.init_from import start_from
 from ..training.parallel import RanksDisagree, connect, micro_batch_size
-from ..training.run import check_new_run_dir, check_run_fits
-from . import EXIT_FAILED, EXIT_INTERRUPTED
+from ..training.run import check_new_run_dir, check_run_fits, hold_run, run_directory
+from . import EXIT_FAILED
 from ._data_flags import add_reading_flags, source_from
 from .model_flags import MODEL_FLAGS, add_model_flags, model_options
 
@@ -149,8 +151,11 @@ def _given(args: argparse.Namespace, names) -> dict:
     return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
 
-def _start(args: argparse.Namespace, say):
-    """A new run or a resumed one, from the flags. Paths and memory are checked before any work."""
+def _start(args: argparse.Namespace, say, held: contextlib.ExitStack | None = None):
+    """A new run or a resumed one, from the flags. Paths and memory are checked before any work.
+
+    With ``held`` (rank 0), the run directory is taken for this process first (``hold_run``), into ``held``.
+    """
     check_output_dir(args.cache_dir or default_cache_dir(), "--cache-dir" if args.cache_dir else "the cache directory")
     if args.resume is not None:
         if args.init_from is not None:
@@ -169,6 +174,8 @@ def _start(args: argparse.Namespace, say):
                 "may be given)"
             )
         check_output_dir(args.resume, "--resume")
+        if held is not None:
+            held.enter_context(hold_run(run_directory(args.resume), say))
         return resume_run(
             args.resume,
             _given(args, RESUMABLE),
@@ -179,6 +186,8 @@ def _start(args: argparse.Namespace, say):
         )
     out = args.out or next_free_run_dir()
     check_output_dir(out, "--out")
+    if held is not None:
+        held.enter_context(hold_run(out, say))
     check_new_run_dir(out)
     if args.tokenizer is not None:
         check_input_file(args.tokenizer, "--tokenizer")
@@ -231,18 +240,25 @@ def _fine_tune(args: argparse.Namespace, out, settings: TrainSettings, source):
     if args.tokenizer is not None or args.vocab_size is not None:
         raise ValueError("--init-from uses the pretrained model's tokenizer; leave out --tokenizer and --vocab-size")
     flags = {flag: (MODEL_FLAGS[flag][0], value) for flag, value in _given(args, MODEL_FLAGS).items()}
-    model, tokenizer = start_from(args.init_from, settings.seq_len, flags, args.trust_pattern)
+    model, tokenizer = start_from(args.init_from, args.seq_len, flags, args.trust_pattern)
+    settings = dataclasses.replace(settings, seq_len=min(settings.seq_len, model.config.max_seq_len))
     return new_run(out, settings, {}, tokenizer, data=source, cache_dir=args.cache_dir, model=model)
 
 
-def _start_on(world, args: argparse.Namespace, say):
-    """``_start``, then check that the batch splits over the ranks and micro-batches (before any step)."""
-    session = _start(args, say)
+def _start_on(world, args: argparse.Namespace, say, held: contextlib.ExitStack):
+    """``_start`` (rank 0 takes the run directory into ``held``), then check that the batch splits over the ranks
+    and micro-batches (before any step)."""
+    session = _start(args, say, held if world.is_root else None)
     micro_batch_size(session.settings.batch_size, world.size, session.settings.grad_accum)
     return session
 
 
 def run(args: argparse.Namespace) -> int:
+    with interrupts.deferred(checkpoints=True):  # Ctrl-C, SIGTERM, SIGUSR1: see training/loop.py
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     world = connect()  # one process, or one rank of `mpiexec -n N numforge train`: rank 0 alone speaks
 
     def say(text: str) -> None:  # progress: stderr
@@ -254,9 +270,12 @@ def run(args: argparse.Namespace) -> int:
             print(text, flush=True)
 
     started = time.perf_counter()
-    session = world.setup_together(lambda: _start_on(world, args, say))
-    with world.ending_the_job_on_error("numforge train"):
-        return _train(args, session, world, say, report, started)
+    if args.resume is None and args.out is None:  # one name for every rank, found before rank 0 creates it
+        args.out = world.broadcast(next_free_run_dir() if world.is_root else None)
+    with contextlib.ExitStack() as held:  # the run directory's lock, for as long as this process trains in it
+        session = world.setup_together(lambda: _start_on(world, args, say, held))
+        with world.ending_the_job_on_error("numforge train"):
+            return _train(args, session, world, say, report, started)
 
 
 def _train(args: argparse.Namespace, session, world, say, report, started: float) -> int:
@@ -269,11 +288,14 @@ def _train(args: argparse.Namespace, session, world, say, report, started: float
         + (f" on {world.size} ranks" if world.size > 1 else "")
         + (f" in {settings.grad_accum} micro-batches" if settings.grad_accum > 1 else "")
     )
+    first_step = session.step
     try:
         outcome = train(session, progress=not args.no_progress, say=say, world=world)
     except (TrainingDiverged, RanksDisagree) as err:  # raised on every rank alike
         say(f"numforge train: {err}")
         return EXIT_FAILED
+    if outcome == "interrupted" and session.step == first_step:  # stopped before its first step: the loop said so
+        return 128 + session.stopped_by
     minutes = (time.perf_counter() - started) / 60
     evaluations = [r for r in session.log if r["val_loss"]]
     if evaluations:
@@ -292,7 +314,7 @@ def _train(args: argparse.Namespace, session, world, say, report, started: float
     )
     if outcome == "interrupted":
         report(f"resume with: numforge train --resume {session.run_dir}")
-        return EXIT_INTERRUPTED
+        return 128 + session.stopped_by  # 130 Ctrl-C, 143 SIGTERM
     if not world.is_root:
         return 0
     sample = generate(model, session.tokenizer, "", 60, temperature=0.8, seed=0)

@@ -8,20 +8,24 @@ drawn from their iterator only as results are taken, so memory holds a few
 tasks, never the whole input (``multiprocessing.Pool.imap`` would drain the
 iterator as fast as it could). With one worker everything runs in this process.
 
-Ctrl-C: the workers ignore SIGINT; the parent's ``KeyboardInterrupt`` ends
-the map, cancels the queued tasks and lets the running ones finish (a task is
-about a second of work). A worker that dies (out of memory, say) is an error
-here (``concurrent.futures``' ``BrokenProcessPool``), not a hang.
+Stopping: the map is a job's safe point, ``interrupts.check()`` before each
+result, so Ctrl-C or SIGTERM (recorded by the job's ``interrupts.deferred``
+block) ends it within a task: the queued tasks are cancelled and the running
+ones finish (a task is about a second of work). The workers ignore those
+signals (a signal sent to the whole process group reaches them too; the parent
+decides) and end by themselves if the parent is killed outright. A worker that
+dies (out of memory, say) is an error here (``concurrent.futures``'
+``BrokenProcessPool``), not a hang.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 
+from .. import interrupts
 from ..checks import check_positive_int
 
 _worker = None  # in a worker process: the callable made by make_worker
@@ -36,7 +40,8 @@ def ordered_map(make_worker: Callable, worker_args: tuple, tasks: Iterable, work
     """``make_worker(*worker_args)(task)`` for each task, in order, on ``workers`` processes."""
     if check_positive_int(workers, "workers") == 1:
         work = make_worker(*worker_args)
-        yield from map(work, tasks)
+        for task in tasks:
+            yield _checked(work(task))
         return
     pool = ProcessPoolExecutor(workers, initializer=_start_worker, initargs=(make_worker, worker_args))
     try:
@@ -44,16 +49,22 @@ def ordered_map(make_worker: Callable, worker_args: tuple, tasks: Iterable, work
         for task in tasks:
             pending.append(pool.submit(_run, task))
             if len(pending) >= 2 * workers:
-                yield pending.popleft().result()
+                yield _checked(pending.popleft().result())
         while pending:
-            yield pending.popleft().result()
+            yield _checked(pending.popleft().result())
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+def _checked(result):
+    """``result``, unless the job was asked to stop while it was computed (a safe point)."""
+    interrupts.check()
+    return result
+
+
 def _start_worker(make_worker: Callable, worker_args: tuple) -> None:
     global _worker
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    interrupts.worker_ignores_signals()  # stopping is the parent's to decide
     _worker = make_worker(*worker_args)
 
 

@@ -8,8 +8,13 @@ that looks like a special token is plain text), each document followed by the
 same, byte for byte, for any number of workers. Memory holds a few tasks per
 worker and each worker's chunk cache, whatever the size of the corpus. The
 output directory is written under a temporary name and renamed when complete
-(``atomic.atomic_directory``): Ctrl-C or a crash leaves nothing that a later
-run takes for prepared tokens. The format is in ``tokens.py``.
+(``atomic.atomic_directory``): Ctrl-C, SIGTERM or a crash leaves nothing that a
+later run takes for prepared tokens, and what a killed run left beside it is
+removed when the next one starts. The format is in ``tokens.py``.
+
+The whole job is one ``interrupts.deferred`` block: Ctrl-C or SIGTERM is
+recorded and the job stops at its next safe point (each task's result, and
+once more just before the rename), raising ``interrupts.Interrupted``.
 
 ``encode_documents`` is the plain way, everything in memory: the oracle the
 tests hold the prepared file to.
@@ -18,7 +23,6 @@ tests hold the prepared file to.
 from __future__ import annotations
 
 import hashlib
-import shutil
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -26,7 +30,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from ..atomic import atomic_directory
+from .. import interrupts
+from ..atomic import atomic_directory, remove_directory, remove_stale_temporaries
 from ..checks import check_positive_int
 from ..tokenizer import EOT, BPETokenizer
 from ..tokenizer.pretokenize import last_safe_cut
@@ -103,10 +108,20 @@ def prepare_tokens(
     if not 0.0 < val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
     workers = default_workers() if workers is None else check_positive_int(workers, "workers")
+    started = time.perf_counter()
+    with interrupts.deferred():
+        index = _prepare(source, tokenizer, out, workers, val_fraction, progress)
+    if say is not None:
+        say(summary(index, time.perf_counter() - started, workers, out))
+    return index
+
+
+def _prepare(source: Source, tokenizer, out: Path, workers: int, val_fraction: float, progress: bool) -> dict:
+    """The body of ``prepare_tokens``: encode into a temporary directory, then rename it to ``out``."""
+    remove_stale_temporaries(out.parent, out.name)  # what a killed prepare of this directory left
     dtype = token_dtype(tokenizer.vocab_size)
     stats = ReadStats()
     pieces = read_pieces(source, stats, lambda text: last_safe_cut(text, tokenizer.pattern))
-    started = time.perf_counter()
     with atomic_directory(out) as temp, _bar(source, progress) as bar:
         with TokenWriter(temp / TOKENS_FILE, dtype) as writer:
             for ids in ordered_map(Encoder, (tokenizer.to_dict(), dtype.str), tasks(pieces), workers):
@@ -130,8 +145,7 @@ def prepare_tokens(
             "replaced": stats.replaced,
         }
         write_index(temp, index)  # last: a directory with an index is complete
-    if say is not None:
-        say(summary(index, time.perf_counter() - started, workers, out))
+        interrupts.check()  # a stop that came during the last writes: nothing is renamed into place
     return index
 
 
@@ -164,11 +178,13 @@ def prepared_for(data, tokenizer: BPETokenizer, cache_dir=None, *, workers=None,
     Its name is a hash of the documents and of the tokenizer, so a changed
     corpus or tokenizer is never served stale tokens. A cached directory that
     is damaged (unreadable, ids past the vocabulary, a SHA-256 or an index that
-    does not match) is derived data: it is prepared again.
+    does not match) is derived data: it is prepared again. What killed
+    preparations left in the cache (of any corpus) is removed first.
     """
     source = as_source(data)
     key = f"{CACHE_FORMAT}:{source_hash(source)}:{tokenizer_hash(tokenizer)}"
     path = Path(cache_dir or default_cache_dir()) / "tokens" / hashlib.sha256(key.encode()).hexdigest()[:32]
+    remove_stale_temporaries(path.parent)
     if path.exists():
         try:
             index = open_prepared(path, tokenizer.vocab_size, verify=True).index
@@ -178,7 +194,7 @@ def prepared_for(data, tokenizer: BPETokenizer, cache_dir=None, *, workers=None,
         except (OSError, ValueError) as err:
             if say is not None:
                 say(f"note: the cached tokens are damaged ({err}); preparing them again")
-            shutil.rmtree(path)
+            remove_directory(path)
     try:
         prepare_tokens(source, tokenizer, path, workers=workers, progress=progress, say=say)
     except FileExistsError:  # another process prepared it meanwhile

@@ -138,8 +138,9 @@ def first_bytes(pieces, limit: int) -> Iterator[Piece]:
         yield piece
 
 
-def tasks(pieces: Iterable[Piece], size: int = TASK_BYTES) -> Iterator[list[Piece]]:
-    """Consecutive pieces grouped into lists of about ``size`` characters."""
+def tasks(pieces: Iterable[Piece], size: int | None = None) -> Iterator[list[Piece]]:
+    """Consecutive pieces grouped into lists of about ``size`` characters (default ``TASK_BYTES``)."""
+    size = TASK_BYTES if size is None else size
     task, length = [], 0
     for piece in pieces:
         task.append(piece)

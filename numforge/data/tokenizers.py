@@ -18,6 +18,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from .. import interrupts
+from ..atomic import remove_stale_temporaries
 from ..tokenizer import EOT, GPT2_SPLIT_PATTERN, BPETokenizer
 from ..tokenizer.bpe import check_vocab_size, count_chunks
 from ..tokenizer.pretokenize import last_safe_cut
@@ -72,11 +74,12 @@ def train_tokenizer(
         pieces = first_bytes(pieces, max_bytes)
     counts = Counter()
     worker_args = (special_tokens, pattern)
-    for part in ordered_map(
-        ChunkCounter, worker_args, tasks(pieces), default_workers() if workers is None else workers
-    ):
-        counts.update(part)
-    return BPETokenizer.train_from_chunk_counts(counts, vocab_size, special_tokens, pattern, progress=progress)
+    with interrupts.deferred():  # Ctrl-C and SIGTERM stop it after a task or a merge (interrupts.check)
+        for part in ordered_map(
+            ChunkCounter, worker_args, tasks(pieces), default_workers() if workers is None else workers
+        ):
+            counts.update(part)
+        return BPETokenizer.train_from_chunk_counts(counts, vocab_size, special_tokens, pattern, progress=progress)
 
 
 def load_or_train_tokenizer(
@@ -91,7 +94,8 @@ def load_or_train_tokenizer(
 
     A trained tokenizer is cached under a hash of the documents and the
     vocabulary size, so the next run on the same text skips training; a
-    damaged cached file is trained again and replaced. ``trust_pattern``:
+    damaged cached file is trained again and replaced. What killed runs left
+    in the tokenizer cache is removed first. ``trust_pattern``:
     see ``BPETokenizer.from_dict``.
     """
     if tokenizer_path is not None:
@@ -99,6 +103,7 @@ def load_or_train_tokenizer(
     source = as_source(data)
     key = hashlib.sha256(f"{source_hash(source)}:{vocab_size}:{EOT}".encode()).hexdigest()
     cached = Path(cache_dir or default_cache_dir()) / "tokenizers" / f"{key[:32]}.json"
+    remove_stale_temporaries(cached.parent)  # what killed runs left while saving a tokenizer
     if cached.is_file():
         try:
             tokenizer = BPETokenizer.load(cached)

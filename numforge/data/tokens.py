@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import interrupts
 from ..tokenizer import BPETokenizer
 from .batches import split_tokens
 
@@ -144,6 +145,7 @@ def open_prepared(directory, vocab_size: int | None = None, verify: bool = False
         )
     digest = hashlib.sha256()
     for start in range(0, len(tokens), CHECK_BLOCK) if vocab_size is not None or verify else ():
+        interrupts.check()  # a job's safe point: 10 GB of tokens take a while
         block = tokens[start : start + CHECK_BLOCK]  # (<= CHECK_BLOCK,) a view of the map
         if vocab_size is not None and int(block.max()) >= vocab_size:
             raise ValueError(

@@ -4,7 +4,9 @@ Shapes are small and odd so that tiles are ragged (T = 5 and 7 with blocks of
 2 and 3), and the cases include rows that see no key at all (Tq > Tk causal,
 a mask row of False), whose gradients must be exactly zero. The dropout cases
 fix ``dropout_seed``, so every evaluation of the objective drops the same
-weights (the mask is a function of the seed, not of the values).
+weights (the mask is a function of the seed, not of the values). The ``gqa``
+and ``mqa`` cases give ``k, v`` fewer heads than ``q`` (grouped-query and
+multi-query attention): their ``dk, dv`` sum over the query heads of a group.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from ..ops.flash_attention import flash_attention_backward, flash_attention_forw
 from .cases import Case, op_case
 from .diagnose import Invariant
 
-AXES = {"q": "B H Tq D", "k": "B H Tk D", "v": "B H Tk Dv"}
+AXES = {"q": "B H Tq D", "k": "B H_kv Tk D", "v": "B H_kv Tk Dv"}  # H_kv = H but in the gqa, mqa cases
 KEYS_INVARIANT = Invariant(
     "k",
     "dk sums to 0 over the keys (of each batch row and head), because each row of dS sums to 0",
@@ -28,9 +30,11 @@ KEYS_INVARIANT = Invariant(
 )
 
 
-def _qkv(B: int, H: int, Tq: int, Tk: int, D: int, Dv: int, seed: int) -> dict:
+def _qkv(B: int, H: int, Tq: int, Tk: int, D: int, Dv: int, seed: int, kv_heads: int | None = None) -> dict:
+    """``q (B,H,Tq,D)``, ``k (B,H_kv,Tk,D)``, ``v (B,H_kv,Tk,Dv)`` in float64, ``H_kv = kv_heads`` (default H)."""
     rng = np.random.default_rng(seed)
-    shapes = {"q": (B, H, Tq, D), "k": (B, H, Tk, D), "v": (B, H, Tk, Dv)}
+    H_kv = H if kv_heads is None else kv_heads
+    shapes = {"q": (B, H, Tq, D), "k": (B, H_kv, Tk, D), "v": (B, H_kv, Tk, Dv)}
     return {name: backend.asarray(rng.standard_normal(shape), dtype="float64") for name, shape in shapes.items()}
 
 
@@ -41,14 +45,15 @@ def _mask(B: int, Tq: int, Tk: int, seed: int):
     return backend.asarray(allowed)
 
 
-def _case(name: str, shape: tuple, seed: int, masked: bool = False, **kwargs) -> Case:
-    """A check of ``attention`` or ``flash_attention`` (by the name's prefix) on ``shape = (B, H, Tq, Tk, D, Dv)``."""
+def _case(name: str, shape: tuple, seed: int, masked: bool = False, kv_heads: int | None = None, **kwargs) -> Case:
+    """A check of ``attention`` or ``flash_attention`` (by the name's prefix) on ``shape = (B, H, Tq, Tk, D, Dv)``,
+    with ``kv_heads`` key/value heads (default H)."""
     tiled = name.startswith("flash_attention")
     forward = flash_attention_forward if tiled else attention_forward
     backward = flash_attention_backward if tiled else attention_backward
     B, H, Tq, Tk, D, Dv = shape
     options = (lambda: {**kwargs, "mask": _mask(B, Tq, Tk, seed)}) if masked else kwargs
-    inputs = lambda: _qkv(*shape, seed=seed)
+    inputs = lambda: _qkv(*shape, seed=seed, kv_heads=kv_heads)
     return op_case(name, forward, backward, inputs, options, seed=seed, axes=AXES, invariants=(KEYS_INVARIANT,))
 
 
@@ -100,4 +105,42 @@ CASES = [
         block_k=2,
         keep_probs=True,
     ),
+    # grouped-query (H 4 or 6, H_kv 2) and multi-query (H_kv 1) attention: dk, dv of shape (B,H_kv,Tk,.)
+    _case("attention.gqa_causal", (2, 4, 5, 5, 3, 4), seed=18, kv_heads=2, causal=True),
+    _case("attention.gqa_masked", (1, 6, 4, 5, 3, 2), seed=19, kv_heads=2, masked=True, causal=False),
+    _case("attention.mqa_causal_tq<tk", (1, 3, 2, 6, 3, 3), seed=20, kv_heads=1, causal=True),
+    _case(
+        "attention.gqa_dropout", (2, 4, 6, 4, 3, 2), seed=21, kv_heads=2, causal=False, dropout_p=0.3, dropout_seed=5
+    ),
+    _case("flash_attention.gqa_causal", (2, 4, 7, 7, 3, 4), seed=22, kv_heads=2, causal=True, block_q=2, block_k=3),
+    _case("flash_attention.mqa_full", (1, 3, 5, 7, 2, 3), seed=23, kv_heads=1, causal=False, block_q=3, block_k=2),
+    _case(
+        "flash_attention.gqa_causal_tq<tk", (1, 4, 3, 8, 3, 3), seed=24, kv_heads=2, causal=True, block_q=2, block_k=3
+    ),
+    _case(
+        "flash_attention.mqa_causal_tq>tk", (1, 2, 7, 3, 3, 3), seed=25, kv_heads=1, causal=True, block_q=2, block_k=2
+    ),
+    _case(
+        "flash_attention.gqa_dropout_keep_probs",
+        (2, 4, 7, 5, 3, 4),
+        seed=26,
+        kv_heads=2,
+        causal=True,
+        block_q=3,
+        block_k=2,
+        keep_probs=True,
+        dropout_p=0.3,
+        dropout_seed=6,
+    ),  # fmt: skip
+    _case(
+        "flash_attention.mqa_dropout_tq<tk",
+        (1, 4, 3, 7, 2, 3),
+        seed=27,
+        kv_heads=1,
+        causal=True,
+        block_q=2,
+        block_k=3,
+        dropout_p=0.5,
+        dropout_seed=7,
+    ),  # fmt: skip
 ]

@@ -1,4 +1,5 @@
-"""Gradient-check cases for every core op (attention has its own suite), float64, 3-D shapes.
+"""Gradient-check cases for every core op (attention has its own suite), float64, 3-D shapes; 4-D
+(B, H, T, D) heads for the rotary embedding and QK-norm (RMSNorm and RoPE composed, in both orders).
 
 Sizes are small and odd on purpose (T = 3, C = 5, V = 7) so a transposed or
 mis-broadcast axis cannot hide behind a square shape.
@@ -22,10 +23,20 @@ from ..ops.dropout import dropout_backward, dropout_forward
 from ..ops.embedding import embedding_backward, embedding_forward
 from ..ops.layernorm import layer_norm_backward, layer_norm_forward
 from ..ops.linear import linear_backward, linear_forward
+from ..ops.rmsnorm import rms_norm_backward, rms_norm_forward
+from ..ops.rope import rope_backward, rope_forward, rope_table
 from .cases import Case, op_case
+from .check import check_op
 from .diagnose import Invariant, RepeatedIds
 
 B, T, C, F, V = 2, 3, 5, 4, 7
+H, D = 3, 8  # heads and head width of the rotary and QK-norm cases (D even: D/2 rotated pairs)
+# Llama 3 scaling that sorts D = 8's wavelengths 2 pi / inv_freq = 6.3, 63, 628, 6283 into all three bands:
+# below 64 / 4 kept, above 64 / 1 divided by the factor, 63 between (smoothed)
+LLAMA3_SCALING = {
+    "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64,
+}  # fmt: skip
 
 
 def _xhat(x):
@@ -95,6 +106,57 @@ def _layer_norm_inputs(bias: bool) -> dict:
     return {"x": _randn(B, T, C), "weight": _randn(C, seed=1), "bias": _randn(C, seed=2) if bias else None}
 
 
+def _rms_norm_inputs(weight: bool) -> dict:
+    return {"x": _randn(B, T, C), "weight": _randn(C, seed=1) if weight else None}
+
+
+def _rope_rows(start: int, length: int, scaling: dict | None = None) -> dict:
+    """cos and sin of positions [start, start + length), as a decoding step at an offset slices them."""
+    table = rope_table(start + length, D, scaling=scaling, dtype="float64")
+    return {"cos": asarray(table.cos[start:]), "sin": asarray(table.sin[start:])}
+
+
+def _rope(name: str, shape: tuple[int, ...], start: int, scaling: dict | None = None) -> Case:
+    rows = lambda: _rope_rows(start, shape[-2], scaling)
+    return op_case(name, rope_forward, rope_backward, lambda: {"x": _randn(*shape)}, rows)
+
+
+def _norm_then_rope(x, weight, cos, sin):
+    """Qwen3's QK-norm: each head's q (or k) normalized over D with a weight (D,), then rotated."""
+    h, norm_cache = rms_norm_forward(x, weight)
+    y, rope_cache = rope_forward(h, cos, sin)
+    return y, (norm_cache, rope_cache)
+
+
+def _norm_then_rope_backward(dy, cache):
+    norm_cache, rope_cache = cache
+    dh = rope_backward(dy, rope_cache)  # the chain rule, the last op first
+    return rms_norm_backward(dh, norm_cache)
+
+
+def _rope_then_norm(x, cos, sin):
+    """nanochat's QK-norm: each head rotated, then normalized over D without a weight."""
+    h, rope_cache = rope_forward(x, cos, sin)
+    y, norm_cache = rms_norm_forward(h, None)
+    return y, (rope_cache, norm_cache)
+
+
+def _rope_then_norm_backward(dy, cache):
+    rope_cache, norm_cache = cache
+    dh, _ = rms_norm_backward(dy, norm_cache)
+    return rope_backward(dh, rope_cache)
+
+
+def _qk_norm(name: str, forward, backward, weight: bool) -> Case:
+    """RMSNorm and RoPE composed on (B, H, T, D) heads at positions [2, 2 + T): no single op's backward."""
+
+    def run() -> list:
+        inputs = {"x": _randn(B, H, T, D), **({"weight": _randn(D, seed=1)} if weight else {})}
+        return check_op(name, forward, backward, inputs, _rope_rows(2, T))
+
+    return Case(name, run)
+
+
 def _gelu(approximate: str) -> Case:
     inputs = lambda: {"x": _randn(B, T, F) * 2.0}
     return op_case(f"gelu[{approximate}]", gelu_forward, gelu_backward, inputs, {"approximate": approximate})
@@ -134,6 +196,14 @@ CASES = [
         )
         for name, bias in (("layer_norm", True), ("layer_norm[no bias]", False))
     ],  # fmt: skip
+    op_case("rms_norm", rms_norm_forward, rms_norm_backward, lambda: _rms_norm_inputs(weight=True)),
+    op_case("rms_norm[no weight]", rms_norm_forward, rms_norm_backward, lambda: _rms_norm_inputs(weight=False)),
+    _rope("rope", (B, T, D), start=0),
+    _rope("rope[4-D, start 5]", (B, H, 5, D), start=5),
+    _rope("rope[linear]", (B, H, 5, D), start=3, scaling={"rope_type": "linear", "factor": 4.0}),
+    _rope("rope[llama3]", (B, H, 5, D), start=3, scaling=LLAMA3_SCALING),
+    _qk_norm("qk_norm[norm, rope]", _norm_then_rope, _norm_then_rope_backward, weight=True),
+    _qk_norm("qk_norm[rope, norm]", _rope_then_norm, _rope_then_norm_backward, weight=False),
     op_case("relu", relu_forward, relu_backward, lambda: {"x": _away_from_zero(B, T, F)}),
     _gelu("tanh"),
     _gelu("none"),

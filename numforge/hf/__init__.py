@@ -7,7 +7,8 @@ a downloaded ``gpt2`` is one)::
     model.safetensors                the tensors (or shards listed in      weights.py
       (model.safetensors.index.json)   model.safetensors.index.json)
     tokenizer.json                   and/or vocab.json + merges.txt       numforge.tokenizer.hf_json, .interop
-    tokenizer_config.json, special_tokens_map.json                        (written for transformers; not read)
+    tokenizer_config.json, generation_config.json   checked and read for the BOS and end ids: numforge.tokenizer.hf_dir
+    special_tokens_map.json                                               (written for transformers; not read)
 
 Only local files are read, and never a pickle: a directory that holds only
 ``pytorch_model.bin`` (or any ``.bin``/``.pt``/``.pth``/``.ckpt``) is refused

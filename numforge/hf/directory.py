@@ -23,8 +23,9 @@ from ..model import GPT, parameter_shapes
 from ..resources import check_fits
 from ..tokenizer import EOT, BPETokenizer
 from ..tokenizer._files import read_json
-from ..tokenizer.hf_json import export_tokenizer_json, load_tokenizer_json
-from ..tokenizer.interop import export_gpt2, load_gpt2
+from ..tokenizer.hf_dir import load_tokenizer as load_tokenizer_path
+from ..tokenizer.hf_json import export_tokenizer_json
+from ..tokenizer.interop import export_gpt2
 from .config import check_expressible, config_from_hf, config_to_hf
 from .weights import gather, read_tensors, write_tensors
 
@@ -91,12 +92,9 @@ def weight_files(path: Path) -> list[Path]:
 
 
 def load_tokenizer(path: Path, trust_pattern: bool = False) -> BPETokenizer:
-    """tokenizer.json when present (it names the special tokens), else vocab.json + merges.txt."""
-    if (path / "tokenizer.json").is_file():
-        return load_tokenizer_json(path / "tokenizer.json", trust_pattern)
-    if (path / "vocab.json").is_file() and (path / "merges.txt").is_file():
-        return load_gpt2(path / "vocab.json", path / "merges.txt")
-    raise ValueError(f"{path}: no tokenizer.json, nor vocab.json + merges.txt")
+    """tokenizer.json when present (it names the special tokens), with what tokenizer_config.json and
+    generation_config.json say (``bos_id``, ``eos_ids``, ``encode_prompt``), else vocab.json + merges.txt."""
+    return load_tokenizer_path(path, trust_pattern)
 
 
 def save_pretrained(model: GPT, tokenizer: BPETokenizer, path) -> None:

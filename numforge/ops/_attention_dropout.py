@@ -6,6 +6,10 @@ so that its expectation is unchanged (as in PyTorch's SDPA ``dropout_p``)::
     P_dropped = P * Z,    Z = keep / (1 - p),    keep ~ Bernoulli(1 - p)
     O = P_dropped V
 
+The head is the query head: with grouped-query attention the ``G`` query heads
+that share a key/value head drop their weights independently, as if ``k, v``
+were repeated: every weight has its own query head, query and key.
+
 Plain attention draws ``Z`` for the whole ``(Tq, Tk)`` square; tiled
 attention draws it one tile at a time, in the forward and again in the
 backward, and never stores it. Both get the same numbers because a weight's

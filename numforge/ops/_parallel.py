@@ -15,6 +15,10 @@ or all cores), so a user who asked for one BLAS thread gets one thread here.
 
 Example: B = 1, H = 8, two workers, 128 x 256 tiles -> parts of heads 0-3 and 4-7, one a thread;
 with more heads (or batch rows) than that, each thread takes the next part when it is done with its last.
+
+Grouped-query attention: a part holds the query heads of whole key/value groups, or an equal share of one
+group (multi-query attention, H = 8, H_kv = 1: heads 0-3 and 4-7 of the one group, one a thread). Parts
+that share a kv head each sum their own ``dk, dv``, added together after the threads are done.
 """
 
 from __future__ import annotations
@@ -59,12 +63,20 @@ def pairs_per_part(workers: int, B: int, H: int, tile_rows: int, tile_cols: int,
     return max(1, PART_TILE_BYTES // (tile_rows * tile_cols * itemsize))
 
 
-def head_parts(B: int, H: int, pairs: int) -> list[Part]:
+def head_parts(B: int, H: int, pairs: int, group: int = 1) -> list[Part]:
     """The ``(B, H)`` pairs cut into rectangles of at most ``pairs``: heads first, then batches.
 
-    Example: ``head_parts(1, 8, 2) == [(slice(0, 1), slice(0, 2)), ..., (slice(0, 1), slice(6, 8))]``.
+    With grouped-query attention (``group`` query heads share a key/value head, ``ops/_kv_groups.py``) a
+    part holds whole groups, or, when ``pairs < group``, an equal share of one group (a divisor of
+    ``group``): every part then has the same number of query heads per kv head.
+    Example: ``head_parts(1, 8, 2) == [(slice(0, 1), slice(0, 2)), ..., (slice(0, 1), slice(6, 8))]``;
+    ``head_parts(1, 8, 4, group=8)``: heads 0-3 and 4-7, two halves of the one group.
     """
     heads = min(H, pairs)
+    if heads >= group:
+        heads -= heads % group  # whole groups
+    else:
+        heads = max(d for d in range(1, heads + 1) if group % d == 0)  # a share of one group
     batches = max(1, min(B, pairs // heads))
     return [
         (slice(b, min(b + batches, B)), slice(h, min(h + heads, H)))

@@ -1,5 +1,12 @@
 """Plain masked softmax attention on ``(B, H, T, D)``: the oracle for the tiled version.
 
+``q`` has ``H`` heads, ``k`` and ``v`` have ``H_kv`` heads, with ``H`` a
+multiple of ``H_kv``: grouped-query attention, multi-query when ``H_kv = 1``,
+multi-head when ``H_kv = H``. Query head ``h`` attends with key/value head
+``h // G``, ``G = H / H_kv`` (``ops/_kv_groups.py``); this oracle repeats each
+kv head ``G`` times (Hugging Face's ``repeat_kv``) and then runs multi-head
+attention, the plainest form. Write ``K, V`` below for the repeated ones.
+
 Forward, for every batch ``b`` and head ``h`` (scale ``s = 1/sqrt(D)`` by default)::
 
     S = s Q K^T                                   (Tq, Tk)  scores
@@ -34,9 +41,14 @@ Backward, given ``dO`` (without dropout ``Z = 1``)::
     dS = P * (dP - rowsum(P * dP))       the softmax Jacobian, one row at a time
     dQ = s dS K        dK = s dS^T Q
 
+and a kv head used by ``G`` query heads gets the sum of their gradients: for kv
+head ``j``, ``dK_j = sum over h = jG .. jG+G-1 of dK_h`` (likewise ``dV_j``).
+
 The cache keeps ``q, k, v`` and ``P`` of shape ``(B, H, Tq, Tk)`` (and with
 dropout the boolean mask, as large in bytes as a quarter of ``P`` in float32):
 the memory of this op grows with ``T^2``, which is what ``flash_attention`` avoids.
+With ``G > 1`` the forward and the backward each also hold the repeated
+``k, v`` of shape ``(B, H, Tk, .)`` while they run (the tiled kernel does not).
 """
 
 from __future__ import annotations
@@ -47,11 +59,12 @@ from typing import NamedTuple
 from ..backend import get_xp
 from ..checks import check_array, check_bool, check_float
 from ._attention_dropout import AttentionDropout, check_dropout, dropped
+from ._kv_groups import repeat_kv, sum_over_group
 
 
 class AttentionCache(NamedTuple):
-    """Saved for the backward: the inputs, the probabilities P (B,H,Tq,Tk) before dropout, the scale,
-    and with dropout its mask (bool, B,H,Tq,Tk) and ``1 / (1 - p)``."""
+    """Saved for the backward: the inputs (``k, v`` of ``H_kv`` heads, as given), the probabilities P
+    (B,H,Tq,Tk) before dropout, the scale, and with dropout its mask (bool, B,H,Tq,Tk) and ``1 / (1 - p)``."""
 
     q: object
     k: object
@@ -62,27 +75,33 @@ class AttentionCache(NamedTuple):
     drop_scale: object = None  # dropout: 1 / (1 - p) in the inputs' dtype
 
 
-def check_qkv(q, k, v) -> tuple[int, int, int, int, int, int]:
-    """Validate ``q (B,H,Tq,D)``, ``k (B,H,Tk,D)``, ``v (B,H,Tk,Dv)``; return ``B, H, Tq, Tk, D, Dv``."""
+def check_qkv(q, k, v) -> tuple[int, int, int, int, int, int, int]:
+    """Validate ``q (B,H,Tq,D)``, ``k (B,H_kv,Tk,D)``, ``v (B,H_kv,Tk,Dv)`` with ``H`` a multiple of ``H_kv``;
+    return ``B, H, H_kv, Tq, Tk, D, Dv``."""
     for name, a in (("q", q), ("k", k), ("v", v)):
         check_float(a, name, ndim=4)
     get_xp(q, k, v)  # a TypeError if NumPy and CuPy arrays are mixed
     if not q.dtype == k.dtype == v.dtype:
         raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not q.shape[:2] == k.shape[:2] == v.shape[:2]:
+    shapes = f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+    if not q.shape[0] == k.shape[0] == v.shape[0]:
+        raise ValueError(f"q, k, v must share the batch B: got shapes {shapes}")
+    if k.shape[1] != v.shape[1]:
+        raise ValueError(f"k and v must have the same number of heads H_kv: got shapes {shapes}")
+    if k.shape[1] < 1 or q.shape[1] % k.shape[1]:
         raise ValueError(
-            "q, k, v must share batch and heads (B, H): got shapes "
-            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+            f"the query heads H = {q.shape[1]} must be a multiple of the key/value heads H_kv = {k.shape[1]} "
+            f"(q (B,H,Tq,D), k and v (B,H_kv,Tk,.)): got shapes {shapes}"
         )
     if q.shape[3] != k.shape[3]:
         raise ValueError(f"q and k must have the same head width D, got {q.shape[3]} and {k.shape[3]}")
     if k.shape[2] != v.shape[2]:
         raise ValueError(f"k and v must hold the same number of keys, got {k.shape[2]} and {v.shape[2]}")
     B, H, Tq, D = q.shape
-    Tk, Dv = v.shape[2], v.shape[3]
+    H_kv, Tk, Dv = k.shape[1], v.shape[2], v.shape[3]
     if min(Tq, Tk, D, Dv) < 1:
         raise ValueError(f"attention needs Tq, Tk, D, Dv >= 1, got {Tq}, {Tk}, {D}, {Dv}")
-    return B, H, Tq, Tk, D, Dv
+    return B, H, H_kv, Tq, Tk, D, Dv
 
 
 def resolve_scale(scale: object, head_dim: int) -> float:
@@ -140,20 +159,22 @@ def _allowed(xp, mask, causal: bool, shape: tuple[int, int, int, int]):
 def attention_forward(
     q, k, v, causal: bool = True, mask=None, scale: float | None = None, dropout_p: float = 0.0, dropout_seed: int = 0
 ):
-    """``O = dropout(softmax(s Q K^T, masked)) V`` on ``q (B,H,Tq,D)``, ``k (B,H,Tk,D)``, ``v (B,H,Tk,Dv)``.
+    """``O = dropout(softmax(s Q K^T, masked)) V`` on ``q (B,H,Tq,D)``, ``k (B,H_kv,Tk,D)``, ``v (B,H_kv,Tk,Dv)``.
 
+    ``H`` a multiple of ``H_kv``: query head ``h`` reads kv head ``h // (H / H_kv)``.
     ``mask``: boolean, True = may attend, broadcastable to ``(B,H,Tq,Tk)``.
     ``causal``: also hide keys ``j > i + Tk - Tq``. ``dropout_p``: drop each weight with
     this probability, the mask a function of ``dropout_seed`` (0 <= seed < 2**64, or one
-    such seed per batch row) and the weight's (batch row, head, query, key). Returns ``(o (B,H,Tq,Dv), cache)``.
+    such seed per batch row) and the weight's (batch row, query head, query, key). Returns ``(o (B,H,Tq,Dv), cache)``.
     """
-    B, H, Tq, Tk, D, Dv = check_qkv(q, k, v)
+    B, H, H_kv, Tq, Tk, D, Dv = check_qkv(q, k, v)
     p, seed, row_seeds = check_dropout(dropout_p, dropout_seed, B)
     xp = get_xp(q, k, v, mask)  # a TypeError if the mask lives on the other backend
     scale = resolve_scale(scale, D)
     allowed = _allowed(xp, mask, check_causal(causal), (B, H, Tq, Tk))
+    keys, values = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)  # (B,H_kv,Tk,.) -> (B,H,Tk,.): the plain form
 
-    scores = xp.matmul(q, k.swapaxes(-1, -2))  # (B,H,Tq,D) @ (B,H,D,Tk) -> (B,H,Tq,Tk)
+    scores = xp.matmul(q, keys.swapaxes(-1, -2))  # (B,H,Tq,D) @ (B,H,D,Tk) -> (B,H,Tq,Tk)
     scores *= scale
     if allowed is not None:
         scores = xp.where(allowed, scores, xp.asarray(-xp.inf, dtype=scores.dtype))
@@ -165,26 +186,29 @@ def attention_forward(
     row_sum[row_sum == 0] = 1.0  # an empty row stays all zeros
     probs /= row_sum
     if p == 0:
-        out = xp.matmul(probs, v)  # (B,H,Tq,Tk) @ (B,H,Tk,Dv) -> (B,H,Tq,Dv)
+        out = xp.matmul(probs, values)  # (B,H,Tq,Tk) @ (B,H,Tk,Dv) -> (B,H,Tq,Dv)
         return out, AttentionCache(q, k, v, probs, scale)
     dropout = AttentionDropout(p, seed, range(B), range(H), Tk, row_seeds)
     keep, drop_scale = dropout.keep(xp, range(Tq), range(Tk)), dropout.scale(probs.dtype)  # (B,H,Tq,Tk)
-    out = xp.matmul(dropped(probs, keep, drop_scale), v)  # (B,H,Tq,Tk) @ (B,H,Tk,Dv) -> (B,H,Tq,Dv)
+    out = xp.matmul(dropped(probs, keep, drop_scale), values)  # (B,H,Tq,Tk) @ (B,H,Tk,Dv) -> (B,H,Tq,Dv)
     return out, AttentionCache(q, k, v, probs, scale, keep, drop_scale)
 
 
 def attention_backward(dout, cache: AttentionCache):
-    """``(dq, dk, dv)`` from ``dout (B,H,Tq,Dv)``; formulas in the module docstring."""
+    """``(dq, dk, dv)`` from ``dout (B,H,Tq,Dv)``, ``dk, dv`` of ``k, v``'s shape ``(B,H_kv,Tk,.)``;
+    formulas in the module docstring."""
     q, k, v, probs, scale = cache.q, cache.k, cache.v, cache.probs, cache.scale
     B, H, Tq, Tk = probs.shape
     check_grad_out(dout, (B, H, Tq, v.shape[3]), q.dtype)
     xp = get_xp(dout, probs)
+    group = H // k.shape[1]  # G query heads per kv head
+    keys, values = repeat_kv(k, group), repeat_kv(v, group)  # (B,H_kv,Tk,.) -> (B,H,Tk,.), as in the forward
 
     # forward: out = P V, or with dropout out = (P Z) V
     weights = probs if cache.keep is None else dropped(probs, cache.keep, cache.drop_scale)  # (B,H,Tq,Tk)
-    dv = xp.matmul(weights.swapaxes(-1, -2), dout)  # (B,H,Tk,Tq) @ (B,H,Tq,Dv) -> (B,H,Tk,Dv)
+    dvalues = xp.matmul(weights.swapaxes(-1, -2), dout)  # (B,H,Tk,Tq) @ (B,H,Tq,Dv) -> (B,H,Tk,Dv)
     del weights  # (B,H,Tq,Tk): not held beside dprobs
-    dprobs = xp.matmul(dout, v.swapaxes(-1, -2))  # (B,H,Tq,Dv) @ (B,H,Dv,Tk) -> (B,H,Tq,Tk)
+    dprobs = xp.matmul(dout, values.swapaxes(-1, -2))  # (B,H,Tq,Dv) @ (B,H,Dv,Tk) -> (B,H,Tq,Tk)
     if cache.keep is not None:
         dprobs = dropped(dprobs, cache.keep, cache.drop_scale)  # forward: weights = P Z, so dP = dweights Z
     # forward: P = softmax(S), so dS = P * (dP - rowsum(P * dP)); hidden keys have P = 0, so dS = 0
@@ -192,8 +216,10 @@ def attention_backward(dout, cache: AttentionCache):
     dprobs -= row_dot
     dscores = xp.multiply(dprobs, probs, out=dprobs)  # (B,H,Tq,Tk), in place
     # forward: S = s Q K^T
-    dq = xp.matmul(dscores, k)  # (B,H,Tq,Tk) @ (B,H,Tk,D) -> (B,H,Tq,D)
+    dq = xp.matmul(dscores, keys)  # (B,H,Tq,Tk) @ (B,H,Tk,D) -> (B,H,Tq,D)
     dq *= scale
-    dk = xp.matmul(dscores.swapaxes(-1, -2), q)  # (B,H,Tk,Tq) @ (B,H,Tq,D) -> (B,H,Tk,D)
-    dk *= scale
-    return dq, dk, dv
+    dkeys = xp.matmul(dscores.swapaxes(-1, -2), q)  # (B,H,Tk,Tq) @ (B,H,Tq,D) -> (B,H,Tk,D)
+    dkeys *= scale
+    # forward: keys, values = repeat_kv(k), repeat_kv(v), (B,H_kv,Tk,.) -> (B,H,Tk,.): the gradient of a kv head
+    # sums over the G query heads that used it, (B,H,Tk,.) -> (B,H_kv,Tk,.)
+    return dq, sum_over_group(dkeys, group), sum_over_group(dvalues, group)

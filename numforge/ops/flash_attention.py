@@ -76,12 +76,38 @@ dropping commutes with a per-row factor, so the forward drops the unnormalized
 tile, ``acc += (P_t * Z_t) V_t``, while ``l`` still sums the undropped
 ``P_t`` (the softmax's normalization does not see dropout). No mask is stored:
 ``ops/_attention_dropout.py`` draws each tile's mask from a counter-based
-generator keyed by (seed, batch, head, mask block), so the backward draws the
+generator keyed by (seed, batch, query head, mask block), so the backward draws the
 same one again, and plain attention, drawing its whole ``(Tq, Tk)`` mask from
 the same blocks, drops the same weights.
 
 Backward with dropout: ``dV += (P Z)^T dO``, ``dP = (dO V^T) * Z``, and
 ``D = rowsum(dO * O)`` still equals ``rowsum(P * dP)`` (``O`` is the dropped output).
+
+Grouped-query attention
+-----------------------
+``k`` and ``v`` may have fewer heads than ``q``: ``H_kv`` dividing ``H``, query
+head ``h`` reading kv head ``h // G`` with ``G = H / H_kv`` (``ops/_kv_groups.py``;
+multi-query attention when ``H_kv = 1``). The kernel never repeats ``k, v``:
+it stacks the ``G`` query heads of a group row by row, position by position,
+``(G, Tq, D) -> (Tq G, D)``, so a query tile ``[q_start, q_stop)`` is the
+``(q_stop - q_start) G`` contiguous rows ``[q_start G, q_stop G)``, and each
+key tile meets the whole group in one product::
+
+    S    = [Q_I of G heads, stacked] (s K_J)^T            (nq G, nk)
+
+The running statistics, ``out`` and ``L`` follow the stacked rows; a causal tile
+masks a stacked row by its position, and the dropout mask of a row is still
+drawn for its own query head. The stacking copies ``q`` (and ``dO``, ``L``,
+``D`` in the backward) once, and ``o``, ``dq`` back, per part; with ``G = 1``
+(``H_kv = H``) it is the heads themselves, no copy, and every step is the
+multi-head kernel's.
+
+Backward with grouped-query attention: the products of the backward sum over
+the group inside themselves, ``dK_J`` of the shared head being the sum of the
+``G`` heads' ``s dS^T Q_I``, the gradient of a variable used ``G`` times
+(``demos/derivations/gqa.md``)::
+
+    dV_J += P^T dO_I   and   dK_J += s dS^T Q_I           inner size nq G
 
 Causal masking (bottom-right aligned: query ``i`` sees keys ``j <= i + Tk - Tq``)
 skips every key tile that lies wholly above the diagonal (about half the work
@@ -95,10 +121,14 @@ Memory (``n`` bytes per number: 4 for float32)
 Saved for the backward: ``q, k, v`` (referenced, not copied), ``o`` and ``L``,
 ``n * B * H * Tq * (Dv + 1)`` bytes beyond the inputs. Working memory: the
 running statistics (``n B H Tq`` each), one key tile's transposed keys and
-values (``n B H (D + 1) block_k`` each), and at most two
+values (``n B H_kv (D + 1) block_k`` each), and at most two
 ``(B, H, block_q, block_k)`` tiles alive at once per thread (scores or
 probabilities, ``dP``), ``n B H block_q block_k`` bytes each. The backward adds the
 gradients ``dq, dk, dv`` (as large as the inputs) and ``D`` (``n B H Tq``).
+With ``H_kv < H`` the stacked copies of a part's ``q`` and ``o`` (forward) and ``q, dO, dq``
+(backward) add at most ``n B H Tq D`` bytes each, and parts that share a kv head
+(multi-query attention on several threads) one ``dk, dv`` each; nothing of shape
+``(B, H, Tk, D)``: ``k`` and ``v`` are never repeated.
 With ``keep_probs=True`` the forward also keeps every probability tile it
 computed, up to ``n B H Tq Tk`` bytes (about half for causal self-attention):
 plain attention's memory, for a faster backward at short sequences.
@@ -110,7 +140,8 @@ is 4 MiB, ``L`` 64 KiB, a tile 1 MiB, the gradients 12 MiB; plain attention's
 Threads
 -------
 Heads never exchange numbers, so the ``(B, H)`` pairs are cut into parts of a
-few heads (heads 0-3 and 4-7 with the default tiles) and as many Python
+few heads (heads 0-3 and 4-7 with the default tiles; with GQA whole groups, or
+equal shares of one group whose ``dk, dv`` are added up after) and as many Python
 threads as NumPy's BLAS has (2 on 2 cores) walk them, each part through all
 its tiles, every product on one BLAS thread (``ops/_parallel.py``; NumPy
 releases the GIL inside products and ufuncs). On one thread the whole
@@ -140,6 +171,7 @@ from typing import NamedTuple
 from ..backend import get_xp
 from ..checks import check_bool, check_positive_int
 from ._attention_dropout import AttentionDropout, check_dropout, dropped
+from ._kv_groups import stack_heads, stacked_buffer, unstack_into
 from ._parallel import head_parts, pairs_per_part, run_parts, worker_count
 from ._tiles import tiles
 from .attention import causal_allowed, check_causal, check_grad_out, check_qkv, resolve_scale
@@ -151,7 +183,8 @@ LN_2 = math.log(2.0)
 
 
 class FlashAttentionCache(NamedTuple):
-    """Saved for the backward: inputs, output, per-row log-sum-exp L (B,H,Tq,1), settings.
+    """Saved for the backward: inputs (``k, v`` of ``H_kv`` heads, never repeated), output, per-row
+    log-sum-exp L (B,H,Tq,1), settings.
 
     Unless ``keep_probs``, no ``(Tq, Tk)`` array is kept: the backward
     recomputes each probability tile from ``q, k`` and ``L``.
@@ -168,7 +201,7 @@ class FlashAttentionCache(NamedTuple):
     block_k: int
     parts: list  # the (batches, heads) slices the threads walked (ops/_parallel.py); the backward reuses them
     workers: int  # how many threads walked them
-    probs: list | None  # keep_probs: per part, (q_start, k_start) -> normalized P tile (b,h,nq,nk); else None
+    probs: list | None  # keep_probs: per part, (q_start, k_start) -> normalized P tile (b,r,nq g,nk); else None
     dropout: AttentionDropout | None  # the rate and seed that redraw each tile's mask; None without dropout
 
 
@@ -190,13 +223,17 @@ def _with_column(a, column):
 
 
 def _mask_scores(scores, q_start, q_stop, k_start, k_stop, offset) -> None:
-    """In place: -inf on the scores of a diagonal tile ``(B,H,nq,nk)`` where a query may not see a key.
+    """In place: -inf on the scores of a diagonal tile ``(B,R,nq g,nk)`` where a query may not see a key.
 
-    The ``(nq, nk)`` bias covers the whole tile, in one contiguous pass (``ops/WHY_FAST.md``).
+    The rows are ``g`` stacked query heads a position (``ops/_kv_groups.py``; g = 1 without GQA); the
+    ``(nq, 1, nk)`` bias covers the whole tile, in one contiguous pass (``ops/WHY_FAST.md``).
     """
     xp = get_xp(scores)
+    *stacks, rows, keys = scores.shape
     allowed = causal_allowed(xp, q_start, q_stop, k_start, k_stop, offset)  # (nq, nk)
-    scores += xp.where(allowed, scores.dtype.type(0), scores.dtype.type(-xp.inf))  # 0 where visible, -inf where not
+    bias = xp.where(allowed, scores.dtype.type(0), scores.dtype.type(-xp.inf))  # 0 where visible, -inf where not
+    # the tile viewed as (B,R,nq,g,nk): the g stacked rows of a position get that position's bias row (nq,1,nk)
+    scores.reshape(*stacks, q_stop - q_start, -1, keys)[...] += bias[:, None, :]
 
 
 def flash_attention_forward(
@@ -213,10 +250,13 @@ def flash_attention_forward(
 ):
     """``O = dropout(softmax(s Q K^T, causal)) V`` tile by tile, with the online softmax.
 
-    ``q (B,H,Tq,D)``, ``k (B,H,Tk,D)``, ``v (B,H,Tk,Dv)``; ``s = 1/sqrt(D)`` by
-    default. Returns ``(o (B,H,Tq,Dv), cache)``; equal to ``attention_forward``
-    up to rounding. The ``(B, H)`` pairs are split into parts walked by threads
-    of their own (``ops/_parallel.py``); ``_forward_tiles`` is one part's walk.
+    ``q (B,H,Tq,D)``, ``k (B,H_kv,Tk,D)``, ``v (B,H_kv,Tk,Dv)``, ``H`` a multiple of
+    ``H_kv`` (query head ``h`` reads kv head ``h // (H / H_kv)``, module docstring,
+    Grouped-query attention); ``s = 1/sqrt(D)`` by default. Returns
+    ``(o (B,H,Tq,Dv), cache)``; equal to ``attention_forward`` up to rounding.
+    The ``(B, H)`` pairs are split into parts walked by threads of their own
+    (``ops/_parallel.py``); ``_forward_tiles`` is one part's walk, on the part's
+    query heads stacked by kv head (``ops/_kv_groups.py``).
 
     ``keep_probs=True`` trades memory for speed: the cache keeps every
     probability tile the forward computed, normalized to ``P = exp(S - L)``,
@@ -229,7 +269,7 @@ def flash_attention_forward(
     (module docstring, Dropout): the same mask as ``attention_forward`` with the
     same ``dropout_seed``, drawn tile by tile and drawn again by the backward.
     """
-    B, H, Tq, Tk, D, Dv = check_qkv(q, k, v)
+    B, H, H_kv, Tq, Tk, D, Dv = check_qkv(q, k, v)
     p, seed, row_seeds = check_dropout(dropout_p, dropout_seed, B)
     dropout = AttentionDropout(p, seed, range(B), range(H), Tk, row_seeds) if p > 0 else None
     xp = get_xp(q, k, v)
@@ -241,13 +281,21 @@ def flash_attention_forward(
     out = xp.empty((B, H, Tq, Dv), dtype=q.dtype)
     lse = xp.empty((B, H, Tq, 1), dtype=q.dtype)
     workers = worker_count(xp, B, H, Tq, Tk)
-    parts = head_parts(B, H, pairs_per_part(workers, B, H, min(block_q, Tq), min(block_k, Tk), q.dtype.itemsize))
+    pairs = pairs_per_part(workers, B, H, min(block_q, Tq), min(block_k, Tk), q.dtype.itemsize)
+    parts = head_parts(B, H, pairs, group=H // H_kv)
+    stack = _stacked_heads(parts, H // H_kv)
 
     def forward_part(part):  # writes out[part] and lse[part]; returns the part's kept tiles or None
         part_dropout = None if dropout is None else dropout.part(part)
-        return _forward_tiles(
-            q[part], k[part], v[part], out[part], lse[part], scale, causal, block_q, block_k, keep_probs, part_dropout
-        )
+        kv = _kv_part(part, H // H_kv)
+        out_rows, lse_rows = stacked_buffer(out[part], stack), stacked_buffer(lse[part], stack)  # (b,r,Tq g,.)
+        kept = _forward_tiles(
+            stack_heads(q[part], stack), k[kv], v[kv], out_rows, lse_rows, stack,
+            scale, causal, block_q, block_k, keep_probs, part_dropout,
+        )  # fmt: skip
+        unstack_into(out[part], out_rows, stack)
+        unstack_into(lse[part], lse_rows, stack)
+        return kept
 
     kept = run_parts(forward_part, parts, workers)
     cache = FlashAttentionCache(
@@ -256,44 +304,59 @@ def flash_attention_forward(
     return out, cache
 
 
-def _forward_tiles(q, k, v, out, lse, scale, causal, block_q, block_k, keep_probs, dropout) -> dict | None:
+def _stacked_heads(parts: list, group: int) -> int:
+    """How many query heads share a kv head within a part: the group, or the part's share of one."""
+    heads = parts[0][1]
+    return min(group, heads.stop - heads.start)
+
+
+def _kv_part(part, group: int) -> tuple[slice, slice]:
+    """The ``(batches, kv heads)`` that a part's ``(batches, query heads)`` read."""
+    batches, heads = part
+    return batches, slice(heads.start // group, (heads.stop - 1) // group + 1)
+
+
+def _forward_tiles(q, k, v, out, lse, group, scale, causal, block_q, block_k, keep_probs, dropout) -> dict | None:
     """The online softmax over every tile of one part, key tile by key tile (the outer loop), then the query
-    tiles that see it: fills ``out (b,h,Tq,Dv)`` and ``lse (b,h,Tq,1)`` in place; returns the normalized
+    tiles that see it: fills ``out (b,r,Tq g,Dv)`` and ``lse (b,r,Tq g,1)`` in place; returns the normalized
     probability tiles when ``keep_probs``, keyed ``(q_start, k_start)``.
 
+    ``q (b,r,Tq g,D)`` holds the ``g = group`` query heads that read each of the ``r`` kv heads of ``k, v
+    (b,r,Tk,.)``, stacked row by row (``ops/_kv_groups.py``; ``g = 1``, the heads themselves, without GQA):
+    the query tile ``[q_start, q_stop)`` is rows ``[q_start g, q_stop g)``, one product with a key tile.
     Every query row still meets its key tiles in order, so its running ``m, l`` (one per row, for the whole
     part) and ``acc`` (``out`` itself, divided by ``l`` at the end) follow the module docstring exactly.
     """
     xp = get_xp(q)
-    B, H, Tq, _ = q.shape
-    Tk = v.shape[2]
+    B, R, stacked_rows, _ = q.shape  # stacked_rows = Tq g
+    Tq, Tk = stacked_rows // group, v.shape[2]
     dtype = q.dtype
-    row_max = xp.full((B, H, Tq, 1), -xp.inf, dtype=dtype)  # m, in base 2 like the scores
-    row_sum = xp.zeros((B, H, Tq, 1), dtype=dtype)  # l
+    row_max = xp.full((B, R, stacked_rows, 1), -xp.inf, dtype=dtype)  # m, in base 2 like the scores
+    row_sum = xp.zeros((B, R, stacked_rows, 1), dtype=dtype)  # l
     out[...] = 0  # acc, the unnormalized output
     ones = xp.ones((min(block_k, Tk), 1), dtype=dtype)  # row sums as products: P @ 1 (ops/_sums.py)
     tile_probs = []  # keep_probs: (q_start, k_start, exp2(S2_t - m_t), m_t) for each tile
     for k_start, k_stop in tiles(Tk, block_k):
-        keys_t = _transposed(k[:, :, k_start:k_stop], scale * LOG2_E)  # (s log2 e) K^T (B,H,D,nk), contiguous
+        keys_t = _transposed(k[:, :, k_start:k_stop], scale * LOG2_E)  # (s log2 e) K^T (B,R,D,nk), contiguous
         for q_start, q_stop, seen_stop, masked in _query_tiles(k_start, k_stop, Tq, Tk, causal, block_q):
-            rows, keys, seen = slice(q_start, q_stop), slice(k_start, seen_stop), seen_stop - k_start
-            scores = xp.matmul(q[:, :, rows], keys_t[..., :seen])  # S2 = S log2(e): (B,H,nq,D) @ (B,H,D,nk)
+            rows, keys, seen = slice(q_start * group, q_stop * group), slice(k_start, seen_stop), seen_stop - k_start
+            scores = xp.matmul(q[:, :, rows], keys_t[..., :seen])  # S2 = S log2(e): (B,R,nq g,D) @ (B,R,D,nk)
             if masked:
                 _mask_scores(scores, q_start, q_stop, k_start, seen_stop, Tk - Tq)
-            old_max = row_max[:, :, rows]  # (B,H,nq,1)
+            old_max = row_max[:, :, rows]  # (B,R,nq g,1)
             new_max = xp.maximum(old_max, scores.max(axis=-1, keepdims=True))
             safe_max = xp.where(xp.isneginf(new_max), 0.0, new_max).astype(dtype, copy=False)  # no -inf - -inf
             scores -= safe_max
             probs = xp.exp2(scores, out=scores)  # P_t = exp2(S2_t - m_new) = exp(S_t - m_new ln 2), in place
-            rescale = xp.exp2(old_max - safe_max)  # exp2(m - m_new), (B,H,nq,1); 0 while m = -inf
+            rescale = xp.exp2(old_max - safe_max)  # exp2(m - m_new), (B,R,nq g,1); 0 while m = -inf
             row_sum[:, :, rows] *= rescale
-            row_sum[:, :, rows] += xp.matmul(probs, ones[:seen])  # rowsum(P_t): (B,H,nq,nk) @ (nk,1)
+            row_sum[:, :, rows] += xp.matmul(probs, ones[:seen])  # rowsum(P_t): (B,R,nq g,nk) @ (nk,1)
             weights = probs  # forward: O = P V, or with dropout O = (P Z) V (l sums P, not P Z)
             if dropout is not None:
-                keep = dropout.keep(xp, range(q_start, q_stop), range(k_start, seen_stop))  # (B,H,nq,nk) bool
+                keep = _stacked_keep(xp, dropout, q_start, q_stop, k_start, seen_stop, group)  # (B,R,nq g,nk) bool
                 weights = dropped(probs, keep, dropout.scale(dtype), out=None if keep_probs else probs)  # kept: a copy
             out[:, :, rows] *= rescale
-            out[:, :, rows] += xp.matmul(weights, v[:, :, keys])  # acc: (B,H,nq,nk) @ (B,H,nk,Dv) -> (B,H,nq,Dv)
+            out[:, :, rows] += xp.matmul(weights, v[:, :, keys])  # acc: (B,R,nq g,nk) @ (B,R,nk,Dv) -> (B,R,nq g,Dv)
             row_max[:, :, rows] = new_max
             if keep_probs:
                 tile_probs.append((q_start, k_start, probs, safe_max))
@@ -305,7 +368,7 @@ def _forward_tiles(q, k, v, out, lse, scale, causal, block_q, block_k, keep_prob
     final_max = xp.where(xp.isneginf(row_max), 0.0, row_max).astype(dtype, copy=False)
     kept = {}
     for q_start, k_start, probs, tile_max in tile_probs:
-        rows = slice(q_start, q_start + probs.shape[-2])
+        rows = slice(q_start * group, q_start * group + probs.shape[-2])
         probs *= xp.exp2(tile_max - final_max[:, :, rows]) / row_sum[:, :, rows]  # exp2(S2 - m) / l = exp(S - L)
         kept[q_start, k_start] = probs
     return kept
@@ -317,17 +380,44 @@ def flash_attention_backward(dout, cache: FlashAttentionCache):
     q, k, v, out = cache.q, cache.k, cache.v, cache.out
     check_grad_out(dout, out.shape, out.dtype)
     xp = get_xp(dout, out)
+    group = q.shape[1] // k.shape[1]
+    stack = _stacked_heads(cache.parts, group)
     dq, dk, dv = xp.zeros_like(q), xp.zeros_like(k), xp.zeros_like(v)
     kept = cache.probs or [None] * len(cache.parts)
 
-    def backward_part(part_and_kept):  # writes dq[part], dk[part], dv[part]
+    def backward_part(part_and_kept):  # writes dq[part] and dk, dv of its kv heads, or returns its share of them
         part, probs = part_and_kept
         dropout = None if cache.dropout is None else cache.dropout.part(part)
-        _backward_tiles(dout[part], q[part], k[part], v[part], out[part], cache.lse[part], probs, dropout,
-                        dq[part], dk[part], dv[part], cache)  # fmt: skip
+        kv = _kv_part(part, group)
+        shared = stack < group  # the part holds a share of a group: other parts read the same kv heads
+        dk_part, dv_part = (xp.zeros_like(k[kv]), xp.zeros_like(v[kv])) if shared else (dk[kv], dv[kv])
+        dq_rows = stacked_buffer(dq[part], stack)  # (b,r,Tq g,D)
+        neg_delta = _neg_delta(dout[part], out[part], cache.block_q)  # (b,h,Tq,1)
+        stacked = (stack_heads(a, stack) for a in (dout[part], q[part], cache.lse[part], neg_delta))  # (b,r,Tq g,.)
+        _backward_tiles(*stacked, k[kv], v[kv], stack, probs, dropout, dq_rows, dk_part, dv_part, cache)
+        unstack_into(dq[part], dq_rows, stack)
+        return (kv, dk_part, dv_part) if shared else None
 
-    run_parts(backward_part, list(zip(cache.parts, kept)), cache.workers)
+    for share in run_parts(backward_part, list(zip(cache.parts, kept)), cache.workers):
+        if share is not None:  # dK_j, dV_j sum over every query head that read kv head j
+            kv, dk_part, dv_part = share
+            dk[kv] += dk_part
+            dv[kv] += dv_part
     return dq, dk, dv
+
+
+def _neg_delta(dout, out, block_q: int):
+    """``-D = -rowsum(dO * O)`` ``(b,h,Tq,1)``, the softmax gradient's row term (module docstring, Backward)."""
+    neg_delta = get_xp(dout).empty(out.shape[:-1] + (1,), dtype=out.dtype)  # (b,h,Tq,1)
+    for q_start, q_stop in tiles(out.shape[2], block_q):  # one tile at a time: no (Tq, Dv) transient
+        rows = slice(q_start, q_stop)
+        neg_delta[:, :, rows] = -(dout[:, :, rows] * out[:, :, rows]).sum(axis=-1, keepdims=True)
+    return neg_delta
+
+
+def _stacked_keep(xp, dropout: AttentionDropout, q_start, q_stop, k_start, k_stop, group: int):
+    """A tile's dropout mask, drawn for its query heads ``(b,h,nq,nk)``, stacked like the rows: ``(b,h/g,nq g,nk)``."""
+    return stack_heads(dropout.keep(xp, range(q_start, q_stop), range(k_start, k_stop)), group)
 
 
 def _transposed(a, scale=1.0, ones_row=False):
@@ -344,63 +434,64 @@ def _transposed(a, scale=1.0, ones_row=False):
 
 
 def _recomputed_probs(queries, keys_t, masked, q_start, q_stop, k_start, offset):
-    """``P = exp(S - L)`` of one tile from ``[Q, -L] (b,h,nq,D+1)`` and ``[s K^T; 1] (b,h,D+1,nk)``."""
+    """``P = exp(S - L)`` of one tile from ``[Q, -L] (b,r,nq g,D+1)`` and ``[s K^T; 1] (b,r,D+1,nk)``."""
     xp = get_xp(queries)
-    scores = xp.matmul(queries, keys_t)  # S - L: (b,h,nq,D+1) @ (b,h,D+1,nk) -> (b,h,nq,nk)
+    scores = xp.matmul(queries, keys_t)  # S - L: (b,r,nq g,D+1) @ (b,r,D+1,nk) -> (b,r,nq g,nk)
     if masked:
         _mask_scores(scores, q_start, q_stop, k_start, k_start + keys_t.shape[-1], offset)
     return xp.exp2(scores, out=scores)  # exp2(S2 - L log2 e) = exp(S - L), in place
 
 
-def _backward_tiles(dout, q, k, v, out, lse, kept, dropout, dq, dk, dv, cache: FlashAttentionCache) -> None:
+def _backward_tiles(dout, q, lse, neg_delta, k, v, group, kept, dropout, dq, dk, dv, cache) -> None:
     """The backward over every tile of one part, key tile by key tile (the outer loop), then the query tiles
-    that see it: adds into ``dq (b,h,Tq,D)``, ``dk, dv (b,h,Tk,.)`` in place.
+    that see it: adds into ``dq (b,r,Tq g,D)``, ``dk, dv (b,r,Tk,.)`` in place.
+
+    ``dout, q, lse, neg_delta (-D), dq`` hold the ``g = group`` query heads of each kv head stacked row by row, as in
+    ``_forward_tiles``: ``dK_J += s dS^T Q_I`` and ``dV_J += P^T dO_I`` then sum over the group inside the
+    product, whose inner size is the tile's ``nq g`` stacked rows.
 
     Two subtractions ride inside matrix products, with one more column: ``S - L = [Q, -L] [s K^T; 1]``
     and ``dP - D = [dO, -D] [V^T; 1]`` (without dropout). The key tile's ``[s K^T; 1]`` and ``[V^T; 1]``
     are built once, for all its query tiles.
     """
     xp = get_xp(dout)
-    Tq, Tk = q.shape[2], k.shape[2]
+    Tq, Tk = q.shape[2] // group, k.shape[2]
     scale = cache.scale
     # -L log2(e), base 2 like the scores; a row that sees no key has L = -inf but every score masked
     # (P = 0), so any finite L serves: 0
-    neg_lse = xp.where(xp.isneginf(lse), 0.0, lse * -LOG2_E).astype(q.dtype, copy=False)  # (b,h,Tq,1)
-    neg_delta = xp.empty_like(neg_lse)  # -D = -rowsum(dO * O), (b,h,Tq,1)
-    for q_start, q_stop in tiles(Tq, cache.block_q):  # one tile at a time: no (Tq, Dv) transient
-        rows = slice(q_start, q_stop)
-        neg_delta[:, :, rows] = -(dout[:, :, rows] * out[:, :, rows]).sum(axis=-1, keepdims=True)
+    neg_lse = xp.where(xp.isneginf(lse), 0.0, lse * -LOG2_E).astype(q.dtype, copy=False)  # (b,r,Tq g,1)
     for k_start, k_stop in tiles(Tk, cache.block_k):
         keys_t = _transposed(k[:, :, k_start:k_stop], scale * LOG2_E, ones_row=True)  # [(s log2 e) K^T; 1]
-        values_t = _transposed(v[:, :, k_start:k_stop], ones_row=True)  # [V^T; 1] (b,h,Dv+1,nk)
+        values_t = _transposed(v[:, :, k_start:k_stop], ones_row=True)  # [V^T; 1] (b,r,Dv+1,nk)
         for q_start, q_stop, seen_stop, masked in _query_tiles(k_start, k_stop, Tq, Tk, cache.causal, cache.block_q):
-            rows, keys, seen = slice(q_start, q_stop), slice(k_start, seen_stop), seen_stop - k_start
-            dout_tile = dout[:, :, rows]  # (b,h,nq,Dv)
+            rows, keys, seen = slice(q_start * group, q_stop * group), slice(k_start, seen_stop), seen_stop - k_start
+            dout_tile = dout[:, :, rows]  # (b,r,nq g,Dv)
             if kept is not None:
                 probs = kept[q_start, k_start]  # P, kept by the forward (keep_probs)
             else:  # forward: S = s Q K^T, P = exp(S - L)
-                queries = _with_column(q[:, :, rows], neg_lse[:, :, rows])  # [Q, -L] (b,h,nq,D+1)
+                queries = _with_column(q[:, :, rows], neg_lse[:, :, rows])  # [Q, -L] (b,r,nq g,D+1)
                 probs = _recomputed_probs(queries, keys_t[..., :seen], masked, q_start, q_stop, k_start, Tk - Tq)
                 del queries  # not held beside dprobs
             # forward: O = P V, so dV = P^T dO and dP = dO V^T; with dropout O = (P Z) V, so
             # dV = (P Z)^T dO and dP = (dO V^T) Z, Z drawn again from the seed
-            keep = None if dropout is None else dropout.keep(xp, range(q_start, q_stop), range(k_start, seen_stop))
-            weights = probs if keep is None else dropped(probs, keep, dropout.scale(q.dtype))  # keep (b,h,nq,nk) bool
-            dv[:, :, keys] += xp.matmul(weights.swapaxes(-1, -2), dout_tile)  # (b,h,nk,nq) @ (b,h,nq,Dv) -> (b,h,nk,Dv)
-            del weights  # (b,h,nq,nk): not held beside dprobs
+            keep = None if dropout is None else _stacked_keep(xp, dropout, q_start, q_stop, k_start, seen_stop, group)
+            weights = probs if keep is None else dropped(probs, keep, dropout.scale(q.dtype))  # keep (b,r,nq g,nk) bool
+            dv[:, :, keys] += xp.matmul(weights.swapaxes(-1, -2), dout_tile)  # (b,r,nk,nq g) @ (b,r,nq g,Dv)
+            del weights  # (b,r,nq g,nk): not held beside dprobs
             # forward: P = softmax(S), so dS = P * (dP - D)
             if keep is None:
                 dprobs = xp.matmul(_with_column(dout_tile, neg_delta[:, :, rows]), values_t[..., :seen])  # dP - D
-            else:  # (b,h,nq,Dv+1) @ (b,h,Dv+1,nk) -> (b,h,nq,nk)
-                dprobs = xp.matmul(dout_tile, values_t[:, :, :-1, :seen])  # dO V^T: (b,h,nq,Dv) @ (b,h,Dv,nk)
+            else:  # (b,r,nq g,Dv+1) @ (b,r,Dv+1,nk) -> (b,r,nq g,nk)
+                dprobs = xp.matmul(dout_tile, values_t[:, :, :-1, :seen])  # dO V^T: (b,r,nq g,Dv) @ (b,r,Dv,nk)
                 xp.multiply(dprobs, keep, out=dprobs)
                 dprobs *= dropout.scale(q.dtype)
                 dprobs += neg_delta[:, :, rows]
-            dscores = xp.multiply(dprobs, probs, out=dprobs)  # (b,h,nq,nk) in place
+            dscores = xp.multiply(dprobs, probs, out=dprobs)  # (b,r,nq g,nk) in place
             del probs  # not held beside the two products below
-            # forward: S = s Q K^T, so dQ = s dS K and dK = s dS^T Q (the factor s once, at the end)
-            dq[:, :, rows] += xp.matmul(dscores, k[:, :, keys])  # (b,h,nq,nk) @ (b,h,nk,D) -> (b,h,nq,D)
-            dk[:, :, keys] += xp.matmul(dscores.swapaxes(-1, -2), q[:, :, rows])  # (b,h,nk,nq) @ (b,h,nq,D)
+            # forward: S = s Q K^T, so dQ = s dS K and dK = s dS^T Q (the factor s once, at the end); dK and dV
+            # sum over the group's stacked rows inside their products
+            dq[:, :, rows] += xp.matmul(dscores, k[:, :, keys])  # (b,r,nq g,nk) @ (b,r,nk,D) -> (b,r,nq g,D)
+            dk[:, :, keys] += xp.matmul(dscores.swapaxes(-1, -2), q[:, :, rows])  # (b,r,nk,nq g) @ (b,r,nq g,D)
             del dprobs, dscores, keep  # not held beside the next tile's
     dq *= scale
     dk *= scale

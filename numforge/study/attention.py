@@ -28,14 +28,22 @@ from dataclasses import replace
 import numpy as np
 
 from ..backend import get_xp, to_numpy
+from ..ops._kv_groups import repeat_kv
 from ..ops.attention import AttentionCache, causal_allowed
 from ..ops.flash_attention import FlashAttentionCache
 from ..table import format_table
 
 
+def _cached_qk(attention_cache):
+    """The cache's ``q (B,H,Tq,D)`` and its keys for every query head ``(B,H,Tk,D)``: a cache of grouped-query
+    attention holds ``H_kv`` kv heads, each serving ``H / H_kv`` query heads (``ops/_kv_groups.py``)."""
+    q, k = attention_cache.q, attention_cache.k
+    return q, repeat_kv(k, q.shape[1] // k.shape[1])
+
+
 def attention_scores(attention_cache) -> np.ndarray:
     """``S = s Q K^T`` ``(B,H,Tq,Tk)``, before the mask, from a plain or tiled attention cache (NumPy)."""
-    q, k = attention_cache.q, attention_cache.k
+    q, k = _cached_qk(attention_cache)
     return to_numpy(get_xp(q).matmul(q, k.swapaxes(-1, -2)) * attention_cache.scale)  # (B,H,Tq,D) @ (B,H,D,Tk)
 
 
@@ -45,7 +53,7 @@ def attention_weights(attention_cache) -> np.ndarray:
         return to_numpy(attention_cache.probs)
     if not isinstance(attention_cache, FlashAttentionCache):
         raise TypeError(f"expected an AttentionCache or FlashAttentionCache, got {type(attention_cache).__name__}")
-    q, k, lse = attention_cache.q, attention_cache.k, attention_cache.lse
+    (q, k), lse = _cached_qk(attention_cache), attention_cache.lse
     xp = get_xp(q)
     scores = xp.matmul(q, k.swapaxes(-1, -2)) * attention_cache.scale  # (B,H,Tq,D) @ (B,H,D,Tk) -> (B,H,Tq,Tk)
     Tq, Tk = scores.shape[-2:]

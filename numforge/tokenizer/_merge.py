@@ -1,13 +1,16 @@
 """Encoding one chunk by merge rank: fast for short chunks, O(n log n) for a 100,000-byte one.
 
-Rule (equal to ``reference.encode``): repeatedly merge the adjacent pair of
-lowest rank, the leftmost one among equal ranks. Merge i has rank i and makes
-token ``256 + i``, so the new id itself serves as the rank.
+Rule (Hugging Face's BPE; equal to ``reference.encode`` on numforge's own merges): repeatedly
+merge the adjacent pair of lowest rank, the leftmost one among equal ranks. Merge i has rank
+``256 + i`` and makes the token ``made[256 + i]``; in numforge's own numbering (``made`` None)
+merge i makes token ``256 + i``, so the new id itself serves as the rank.
 
-Why this equals walking the merge list in order: a merge made from token X
-always has a higher rank than the merge that made X, so merging never creates
-a pair of lower rank than the one just merged; ranks come out in order, and
-within one rank, leftmost-first is the reference's left-to-right scan.
+Why this equals walking the merge list in order when each token is made by one merge: a
+merge made from token X always has a higher rank than the merge that made X, so merging never
+creates a pair of lower rank than the one just merged; ranks come out in order, and within
+one rank, leftmost-first is the reference's left-to-right scan. Files converted from tiktoken
+(Llama 3's) list every split of a token as a merge, so one token can be made by several merges
+and a later-ranked merge can create a pair of lower rank: then that pair goes first.
 
 Short chunks (``merge_short``, nearly all of them): recompute nothing but the two
 pair ranks beside each merge; the scans for the lowest rank run inside list methods.
@@ -18,7 +21,8 @@ was seen, and a heap holds the ranks that have waiting positions. Pop the
 lowest rank, visit its positions left to right, and merge where the pair is
 still there (an entry goes stale when a neighbour merged first); a merge
 rewrites the left node, unlinks the right one and files the (at most two) new
-pairs around it under their ranks, which are always higher. The heap sees one
+pairs around it under their ranks, which are higher (if one is lower, the
+positions left wait under their rank and the lower one goes first). The heap sees one
 push per rank, not per pair, which keeps the constant small: a run of 100,000
 equal letters costs a few list appends per byte. Worked example, merges
 (97, 97) -> 256 and (256, 97) -> 257, chunk "aaa" = [97, 97, 97]:
@@ -35,16 +39,17 @@ NOT_A_MERGE = 1 << 62  # larger than every rank
 SHORT_CHUNK = 64  # tokens; beyond this the O(n log n) path is faster (measured)
 
 
-def merge_chunk(ids: list[int], merged: dict[tuple[int, int], int]) -> list[int]:
-    """Apply merges to one chunk's token ids; `merged` maps a pair (p, q) to the id the merge makes.
+def merge_chunk(ids: list[int], merged: dict[tuple[int, int], int], made: list[int] | None = None) -> list[int]:
+    """Apply merges to one chunk's token ids; `merged` maps a pair (p, q) to its rank, `made` a rank to the
+    token it makes (None: the rank itself).
 
     Example: ids [97, 97, 97], merged {(97, 97): 256, (256, 97): 257} -> [257].
     Chunks up to SHORT_CHUNK tokens take the quadratic path, longer ones the linked list.
     """
-    return merge_short(ids, merged) if len(ids) <= SHORT_CHUNK else merge_long(ids, merged)
+    return merge_short(ids, merged, made) if len(ids) <= SHORT_CHUNK else merge_long(ids, merged, made)
 
 
-def merge_short(ids: list[int], merged: dict[tuple[int, int], int]) -> list[int]:
+def merge_short(ids: list[int], merged: dict[tuple[int, int], int], made: list[int] | None = None) -> list[int]:
     """Merge the lowest-rank pair, leftmost first, until none is left: O(n^2), fast for small n.
 
     ranks[j] is the rank of the pair (ids[j], ids[j+1]) (NOT_A_MERGE if none); a merge at j
@@ -57,16 +62,17 @@ def merge_short(ids: list[int], merged: dict[tuple[int, int], int]) -> list[int]
         if rank == NOT_A_MERGE:
             break
         j = ranks.index(rank)  # the leftmost pair of lowest rank
-        ids[j : j + 2] = (rank,)  # (n,) -> (n-1,): the merged token's id is its rank
+        token = rank if made is None else made[rank]
+        ids[j : j + 2] = (token,)  # (n,) -> (n-1,)
         del ranks[j]  # (n-1,) -> (n-2,)
         if j > 0:
-            ranks[j - 1] = merged.get((ids[j - 1], rank), NOT_A_MERGE)
+            ranks[j - 1] = merged.get((ids[j - 1], token), NOT_A_MERGE)
         if j < len(ranks):
-            ranks[j] = merged.get((rank, ids[j + 1]), NOT_A_MERGE)
+            ranks[j] = merged.get((token, ids[j + 1]), NOT_A_MERGE)
     return ids
 
 
-def merge_long(ids: list[int], merged: dict[tuple[int, int], int]) -> list[int]:
+def merge_long(ids: list[int], merged: dict[tuple[int, int], int], made: list[int] | None = None) -> list[int]:
     """The same result as ``merge_short`` in O(n log n): rank buckets over a linked list."""
     n = len(ids)
     if n < 2:
@@ -82,18 +88,23 @@ def merge_long(ids: list[int], merged: dict[tuple[int, int], int]) -> list[int]:
     heapify(ranks)
     while ranks:
         rank = heappop(ranks)
-        for j in sorted(waiting.pop(rank)):  # leftmost first
+        positions = sorted(waiting.pop(rank))
+        for done, j in enumerate(positions, 1):  # leftmost first
             k = nxt[j]
             if tokens[j] < 0 or k >= n or merged.get((tokens[j], tokens[k])) != rank:
                 continue  # stale: node j is gone, or a neighbour merged first
-            tokens[j] = rank  # the left node becomes the merged token (the rank is its id)
+            tokens[j] = token = rank if made is None else made[rank]  # the left node becomes the merged token
             tokens[k] = -1  # unlink the right node
             nxt[j] = k = nxt[k]
             if k < n:
                 prv[k] = j
-                _file(waiting, ranks, merged.get((rank, tokens[k])), j)
+                _file(waiting, ranks, merged.get((token, tokens[k])), j)
             if (p := prv[j]) >= 0:
-                _file(waiting, ranks, merged.get((tokens[p], rank)), p)
+                _file(waiting, ranks, merged.get((tokens[p], token)), p)
+            if ranks and ranks[0] < rank:  # a pair of lower rank appeared: it goes before the positions left
+                for later in positions[done:]:
+                    _file(waiting, ranks, rank, later)
+                break
     return [t for t in tokens if t >= 0]
 
 

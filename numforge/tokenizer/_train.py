@@ -32,6 +32,8 @@ from heapq import heapify, heappop, heappush, heapreplace
 
 from tqdm import tqdm
 
+from .. import interrupts
+
 # A pair (p, q) of token ids is the int key p * PAIR_BASE + q: ints hash faster than
 # tuples, and keys sort like the pairs (the tie rule) as long as ids < PAIR_BASE.
 PAIR_BASE = 1 << 32
@@ -53,6 +55,7 @@ def learn_merges(chunk_counts: dict[str, int], num_merges: int, progress: bool =
     merges = []
     with tqdm(total=num_merges, desc="BPE merges", unit="merge", disable=not progress) as bar:
         for new_id in range(256, 256 + num_merges):
+            interrupts.check()  # a job's safe point (a no-op unless a stop signal was recorded)
             count, key = _pop_best(heap, pair_counts)
             if count < 2:
                 warnings.warn(

@@ -1,8 +1,9 @@
 """BPETokenizer: the fast byte-level BPE trainer and encoder, decoding, special tokens.
 
-Vocabulary: 256 byte tokens (``byte_ids[b]`` is the id of byte b), one token
-per merge (``merges[i]`` joins two earlier tokens into id ``merge_ids[i]``),
-and the special tokens (``special_tokens``: string -> id). numforge's own
+Vocabulary: 256 byte tokens (``byte_ids[b]`` is the id of byte b), the tokens
+the merges make (``merges[i]`` joins two tokens into id ``merge_ids[i]``; in a
+file converted from tiktoken, Llama 3's, several merges make one token), and the
+special tokens (``special_tokens``: string -> id). numforge's own
 layout, what ``train`` makes: byte b has id b, merge i makes ``256 + i``, the
 special tokens follow, so ``vocab_size = 256 + len(merges) + len(special_tokens)``.
 Files made elsewhere put ids where they like and are loaded with their ids:
@@ -10,9 +11,11 @@ GPT-2's byte tokens are a permutation of 0..255 (id 0 is "!"), a tokenizer
 trained by Hugging Face's trainer numbers its special tokens first, cl100k
 leaves ids unused. ``vocab_size`` is the largest id + 1.
 
-Encoding: split the text with the pattern, then merge each chunk by rank
-(``_merge.merge_chunk``), remembering each distinct chunk's ids in a bounded
-cache; code and prose repeat their chunks, so most chunks are a dict lookup.
+Encoding: cut out the special (and added) tokens, split the text between with
+the pattern (or normalize and pre-tokenize it by a Hugging Face ``pipeline``),
+then merge each chunk by rank (``_merge.merge_chunk``), remembering each
+distinct chunk's ids in a bounded cache; code and prose repeat their chunks, so
+most chunks are a dict lookup.
 The merging runs on internal ids (byte b is b, merge i makes 256 + i, so an
 id is its own rank); a chunk's ids are translated to the file's ids once,
 when the chunk enters the cache. It gives the same ids as
@@ -29,8 +32,11 @@ numforge's own file (``save`` / ``load``; ``to_dict`` is the same content)::
 
 Version 2, written only for a layout other than numforge's own, adds
 ``"merge_ids": [id made by merge 0, ...]``, lets the special ids be anything
-free, and keys ``tokens`` by id: ``{"5": "<base64>", ...}``. Version 1 files
-load as they always did.
+free, and keys ``tokens`` by id: ``{"5": "<base64>", ...}``. Version 3, written
+only for a tokenizer read from a Hugging Face tokenizer.json that asks for more
+(``hf_fields``: a pipeline, ignore_merges, added tokens, a prompt), is version 2
+with those fields; its ``pattern`` is null when a pipeline cuts the text.
+Version 1 and 2 files load as they always did.
 
 The merges are the model; ``tokens`` stores every token's bytes losslessly for
 other readers and is checked against the merges on load. Other tokenizers'
@@ -46,18 +52,37 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 from itertools import chain
+from typing import NamedTuple
 
 from ..atomic import write_text_atomic
+from . import _checks
 from ._files import read_json
 from ._merge import merge_chunk
 from ._train import learn_merges
+from .byte_chars import gpt2_bytes, spelled_in_bytes
+from .pipeline import Pipeline
 from .pretokenize import GPT2_SPLIT_PATTERN, check_pattern_allowed, chunker, special_tokens_regex, split_on_specials
 
 EOT = "<|endoftext|>"  # GPT-2's end-of-text special token: closes every training document
 FORMAT_NAME = "numforge-bpe"
-FORMAT_VERSIONS = (1, 2)
+FORMAT_VERSIONS = (1, 2, 3)
 CACHE_ENTRIES = 1 << 16  # distinct chunks remembered before the cache starts over
 CACHE_CHUNK_CHARS = 256  # longer chunks are encoded each time, not remembered
+
+
+class Prompt(NamedTuple):
+    """What goes around a prompt and where generation stops, as a Hugging Face directory says.
+
+    ``prefix`` and ``suffix``: the ids the tokenizer's post-processor puts around a text (Llama 3:
+    its BOS ``<|begin_of_text|>`` first); ``eos_ids``: the ids ``generate`` stops at
+    (generation_config.json's ``eos_token_id``, one id or several); ``split_special_tokens``:
+    tokenizer_config.json's flag that encodes special-token strings as text.
+    """
+
+    prefix: tuple[int, ...] = ()
+    suffix: tuple[int, ...] = ()
+    eos_ids: tuple[int, ...] = ()
+    split_special_tokens: bool = False
 
 
 class BPETokenizer:
@@ -68,25 +93,92 @@ class BPETokenizer:
     [(97, 97), (97, 98), (256, 257)]
     >>> tok.encode("aaabdaaabac")
     [258, 100, 258, 97, 99]
+
+    A Hugging Face tokenizer.json (``hf_json``) can ask for more, each keyword-only and off by default:
+    ``pipeline`` cuts the text instead of ``pattern`` (which is then None): a normalizer and pre-tokenizer
+    steps (``pipeline.Pipeline``); ``ignore_merges``: a chunk that is itself a token of the vocabulary is
+    that token, whatever the merges would make of it (Llama 3); ``added_tokens``: name -> id of tokens cut
+    out of every text whole but not special (``encode_ordinary`` keeps cutting them);
+    ``normalized_tokens``: the special and added tokens Hugging Face looks for in a second pass, after
+    the others are cut out (``normalized: true``; only without a normalizer); ``vocab_specials``: the
+    special and added tokens that the BPE vocabulary itself holds, which ``ignore_merges`` can make of a
+    chunk spelled like one; ``prompt``: what ``encode_prompt`` puts around a text and ``eos_ids``.
     """
 
-    def __init__(self, merges, special_tokens=(), pattern: str = GPT2_SPLIT_PATTERN, byte_ids=None, merge_ids=None):
+    def __init__(
+        self,
+        merges,
+        special_tokens=(),
+        pattern: str | None = GPT2_SPLIT_PATTERN,
+        byte_ids=None,
+        merge_ids=None,
+        *,
+        pipeline: Pipeline | None = None,
+        ignore_merges: bool = False,
+        added_tokens: dict[str, int] | None = None,
+        normalized_tokens=(),
+        vocab_specials=(),
+        prompt: Prompt | None = None,
+    ):
         merges = list(merges)
-        self.byte_ids = _check_byte_ids(byte_ids)
-        self.merge_ids = _check_merge_ids(merge_ids, len(merges), self.byte_ids)
-        self.merges = _check_merges(merges, self.byte_ids, self.merge_ids)
-        self.pattern = pattern
-        self._split = chunker(pattern)
+        self.byte_ids = _checks.check_byte_ids(byte_ids)
+        self.merge_ids = _checks.check_merge_ids(merge_ids, len(merges), self.byte_ids)
+        self.merges = _checks.check_merges(merges, self.byte_ids, self.merge_ids)
+        if (pipeline is None) == (pattern is None):
+            raise ValueError("give a split pattern or a pipeline (and pattern=None), not both nor neither")
+        self.pattern, self.pipeline = pattern, pipeline
+        self._split = chunker(pattern) if pipeline is None else pipeline
         ordinary = self.byte_ids + self.merge_ids  # internal id -> id: byte value b is b, merge i makes 256 + i
-        self.special_tokens = _special_ids(special_tokens, ordinary)
-        self.vocab_size = max(ordinary + list(self.special_tokens.values())) + 1
-        # The encoder merges internal ids, where merge i makes 256 + i, so that an id is its own rank
-        # (``_merge``); the file's ids replace them once per distinct chunk (none to replace by default).
-        internal = {token: i for i, token in enumerate(ordinary)}
+        self.special_tokens = _checks.special_ids(special_tokens, ordinary)
+        self.added_tokens = dict(added_tokens or {})
+        if both := sorted(set(self.special_tokens) & set(self.added_tokens)):
+            raise ValueError(f"tokens cannot be both special and added: {both}")
+        self._named = _checks.special_ids({**self.special_tokens, **self.added_tokens}, ordinary)  # ids distinct
+        self.vocab_size = max(ordinary + list(self._named.values())) + 1
+        self._token_bytes = _checks.expand_tokens(self.byte_ids, self.merges, self.merge_ids, self._named)
+        # The encoder merges internal ids, where merge i has rank 256 + i and makes 256 + i (or, when several
+        # merges make one token, the id of the first of them), so that an id is its own rank (``_merge``);
+        # the file's ids replace them once per distinct chunk (none to replace by default).
+        internal = {}
+        for i, token in enumerate(ordinary):
+            internal.setdefault(token, i)
         self._merged = {(internal[p], internal[q]): 256 + i for i, (p, q) in enumerate(self.merges)}
+        made = [internal[token] for token in ordinary]  # rank -> the internal id it makes
+        self._made = None if made == list(range(len(made))) else made
         self._external = None if ordinary == list(range(len(ordinary))) else ordinary
-        self._token_bytes = _expand_tokens(self.byte_ids, self.merges, self.merge_ids, self.special_tokens)
+        self.ignore_merges = bool(ignore_merges)
+        self.vocab_specials = _checks.check_names(vocab_specials, self._named, "vocab_specials")
+        self._whole = self._whole_tokens() if self.ignore_merges else None
+        self.normalized_tokens = _checks.check_names(normalized_tokens, self._named, "normalized_tokens")
+        if self.normalized_tokens and pipeline is not None and pipeline.nfc:
+            raise ValueError("normalized_tokens are matched after normalization, which numforge does not do")
+        if prompt is not None:  # its ids as tuples, each a token
+            ids = {field: _checks.check_token_ids(getattr(prompt, field), self.has_token, field) for field in _ID_LISTS}
+            prompt = prompt._replace(**ids)
+        self.prompt = prompt
         self._cache = _ChunkCache(self._encode_chunk)
+
+    def _whole_tokens(self) -> dict[bytes, int]:
+        """bytes -> id of every token of the BPE vocabulary (``ignore_merges``); a special or added token that
+        the vocabulary holds is spelled in GPT-2's byte characters there, so only those are reachable."""
+        whole = {data: token for token, data in self.ordinary_tokens().items()}
+        for name in self.vocab_specials:
+            if all(char in spelled_in_bytes() for char in name):
+                whole[gpt2_bytes(name, name)] = self._named[name]
+        return whole
+
+    @property
+    def bos_id(self) -> int | None:
+        """The id a prompt starts with (``encode_prompt``): Llama 3's ``<|begin_of_text|>``; None if none."""
+        return self.prompt.prefix[0] if self.prompt and self.prompt.prefix else None
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        """The ids generation stops at: a Hugging Face directory's ``eos_token_id`` (one or several), else
+        ``<|endoftext|>``'s id if the tokenizer has it, else none."""
+        if self.prompt is not None:
+            return self.prompt.eos_ids
+        return (self.special_tokens[EOT],) if EOT in self.special_tokens else ()
 
     # ---------------------------------------------------------------- training
 
@@ -109,7 +201,7 @@ class BPETokenizer:
         """
         if isinstance(text_or_texts, (bytes, bytearray)) or not isinstance(text_or_texts, (str, Iterable)):
             raise TypeError(f"text_or_texts must be a str or an iterable of str, got {type(text_or_texts).__name__}")
-        special_tokens = _check_specials(special_tokens)
+        special_tokens = _checks.check_specials(special_tokens)
         check_vocab_size(vocab_size, special_tokens)
         texts = [text_or_texts] if isinstance(text_or_texts, str) else text_or_texts
         chunk_counts = count_chunks(texts, special_tokens, pattern)
@@ -125,7 +217,7 @@ class BPETokenizer:
         progress: bool = False,
     ) -> BPETokenizer:
         """``train`` from chunk counts already made by ``count_chunks`` (summed over parts of a corpus)."""
-        special_tokens = _check_specials(special_tokens)
+        special_tokens = _checks.check_specials(special_tokens)
         smallest = check_vocab_size(vocab_size, special_tokens)
         if not chunk_counts:
             raise ValueError("the training text is empty: a tokenizer needs text to learn from")
@@ -135,10 +227,13 @@ class BPETokenizer:
     # ---------------------------------------------------------------- encoding
 
     def encode_ordinary(self, text: str) -> list[int]:
-        """Token ids of `text`, treating special-token strings as ordinary text."""
+        """Token ids of `text`, treating special-token strings as ordinary text (Hugging Face's
+        ``encode_special_tokens``: added tokens that are not special are still cut out whole)."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        return list(chain.from_iterable(map(self._cache.__getitem__, self._split(text))))
+        if not self.added_tokens:
+            return self._encode_pieces(text)
+        return self._ids(self.cut(text, (), as_text=self.special_tokens))
 
     def encode(self, text: str, allowed_special=frozenset(), disallowed_special="all") -> list[int]:
         """Token ids of `text`, with tiktoken's rules for special tokens.
@@ -146,7 +241,8 @@ class BPETokenizer:
         allowed_special: special strings to encode as their special id (a set, or "all").
         disallowed_special: special strings that must not appear ("all" = every special
         not allowed); finding one raises ValueError. Pass ``disallowed_special=()``
-        to encode such strings as plain text.
+        to encode such strings as plain text. ``encode(text, allowed_special="all")`` is
+        Hugging Face's ``tokenizer.encode(text)`` without the post-processor's tokens.
         """
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
@@ -162,16 +258,60 @@ class BPETokenizer:
                 f"disallowed; pass allowed_special={{{match.group()!r}}} (or 'all') to encode it as its special "
                 f"id, or disallowed_special=() to encode it as plain text"
             )
-        finder = special_tokens_regex(tuple(sorted(allowed)))
-        if finder is None:
-            return self.encode_ordinary(text)
+        return self._ids(self.cut(text, allowed))
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """The ids Hugging Face's ``tokenizer(text)["input_ids"]`` gives: ``prompt.prefix`` (Llama 3's BOS), the
+        text with its special tokens cut out as themselves, ``prompt.suffix``. Without a ``prompt``: the text's ids."""
+        prompt = self.prompt or Prompt()
+        ids = self.encode_ordinary(text) if prompt.split_special_tokens else self.encode(text, allowed_special="all")
+        return [*prompt.prefix, *ids, *prompt.suffix]
+
+    def cut(self, text: str, allowed_special="all", as_text=()) -> list[tuple[str, int | None]]:
+        """``text`` in pieces, each ``(piece, its id)`` for a special or added token cut out whole, or
+        ``(piece, None)`` for the text between them, which BPE encodes.
+
+        Cut out: the ``allowed_special`` special tokens and every added token, leftmost first and the longest
+        where several start at one place; those in ``normalized_tokens`` in a second pass, in the pieces the
+        first leaves (as Hugging Face does). A special token in ``as_text`` is found but left in its piece.
+        Example, with the special token ``<s>`` = 0: ``cut("a<s>b")`` -> ``[("a", None), ("<s>", 0), ("b", None)]``.
+        """
+        allowed = self._special_names(allowed_special, "allowed_special") | set(as_text) | set(self.added_tokens)
+        passes = [tuple(sorted(allowed - self.normalized_tokens)), tuple(sorted(allowed & self.normalized_tokens))]
+        return self._cut(text, [names for names in passes if names], frozenset(as_text))
+
+    def _cut(self, text: str, passes: list, as_text: frozenset) -> list[tuple[str, int | None]]:
+        if not passes:
+            return [(text, None)] if text else []
+        pieces, start = [], 0
+        for match in special_tokens_regex(passes[0]).finditer(text):
+            if match.group() not in as_text:
+                pieces += self._cut(text[start : match.start()], passes[1:], as_text)
+                pieces.append((match.group(), self._named[match.group()]))
+                start = match.end()
+        return pieces + self._cut(text[start:], passes[1:], as_text)
+
+    def chunks(self, text: str) -> list[str]:
+        """The chunks BPE encodes one by one: ``text`` split by the pattern, or normalized and cut by the pipeline
+        (special tokens are not cut out here: see ``cut``)."""
+        return self._split(text)
+
+    def whole_token(self, data: bytes) -> int | None:
+        """With ``ignore_merges``, the token a chunk of these bytes is whole; None when the merges decide."""
+        return None if self._whole is None else self._whole.get(data)
+
+    def _ids(self, pieces: list[tuple[str, int | None]]) -> list[int]:
         ids = []
-        start = 0
-        for match in finder.finditer(text):
-            ids += self.encode_ordinary(text[start : match.start()])
-            ids.append(self.special_tokens[match.group()])
-            start = match.end()
-        return ids + self.encode_ordinary(text[start:])
+        for piece, token in pieces:
+            if token is None:
+                ids += self._encode_pieces(piece)
+            else:
+                ids.append(token)
+        return ids
+
+    def _encode_pieces(self, text: str) -> list[int]:
+        """The ids of text with nothing to cut out: split (or normalize and pre-tokenize), then each chunk's ids."""
+        return list(chain.from_iterable(map(self._cache.__getitem__, self._split(text))))
 
     def _special_names(self, names, argument: str) -> set[str]:
         if names == "all":
@@ -194,7 +334,9 @@ class BPETokenizer:
             raise ValueError(
                 f"the text has a lone surrogate {chunk[error.start]!r}, which has no UTF-8 encoding"
             ) from None
-        ids = merge_chunk(list(data), self._merged)  # internal ids
+        if self._whole is not None and (token := self._whole.get(data)) is not None:
+            return [token]  # ignore_merges: a chunk that is itself a token
+        ids = merge_chunk(list(data), self._merged, self._made)  # internal ids
         return ids if self._external is None else list(map(self._external.__getitem__, ids))
 
     # ---------------------------------------------------------------- decoding
@@ -246,7 +388,7 @@ class BPETokenizer:
         Example: ``BPETokenizer([(97, 97), (256, 98)]).ordinary_tokens()`` ->
         ``{0: b"\\x00", ..., 255: b"\\xff", 256: b"aa", 257: b"aab"}``.
         """
-        ordinary = sorted(self.byte_ids + self.merge_ids)
+        ordinary = sorted(set(self.byte_ids + self.merge_ids))
         return {token: self._token_bytes[token] for token in ordinary}
 
     def ordinary_token_bytes(self) -> list[bytes]:
@@ -263,9 +405,25 @@ class BPETokenizer:
             and sorted(self.special_tokens.values()) == list(range(first_special, self.vocab_size))
         )
 
+    def hf_fields(self) -> dict:
+        """What a Hugging Face tokenizer.json asked for beyond a split pattern (the keyword arguments of
+        ``__init__``), as JSON values; all off for numforge's own tokenizers."""
+        prompt = self.prompt
+        return {
+            "pipeline": None if self.pipeline is None else self.pipeline.to_dict(),
+            "ignore_merges": self.ignore_merges,
+            "added_tokens": dict(self.added_tokens),
+            "normalized_tokens": sorted(self.normalized_tokens),
+            "vocab_specials": sorted(self.vocab_specials),
+            "prompt": None
+            if prompt is None
+            else prompt._replace(**{f: list(getattr(prompt, f)) for f in _ID_LISTS})._asdict(),
+        }
+
     def to_dict(self) -> dict:
         """The tokenizer as a JSON-serialisable dict: the content of the saved file (version 1 for
-        numforge's own layout, version 2 with ``merge_ids`` and tokens keyed by id for any other)."""
+        numforge's own layout, version 2 with ``merge_ids`` and tokens keyed by id for any other,
+        version 3: version 2 and ``hf_fields`` when any is on)."""
         d = {
             "format": FORMAT_NAME,
             "version": 1,
@@ -278,6 +436,9 @@ class BPETokenizer:
         if not self.default_layout():
             d["version"] = 2
             d["merge_ids"] = list(self.merge_ids)
+            d["tokens"] = {str(token): _base64(data) for token, data in self.ordinary_tokens().items()}
+        if self.hf_fields() != _NO_HF_FIELDS:
+            d.update(version=3, merge_ids=list(self.merge_ids), **self.hf_fields())
             d["tokens"] = {str(token): _base64(data) for token, data in self.ordinary_tokens().items()}
         return d
 
@@ -296,20 +457,22 @@ class BPETokenizer:
                 f"{source}: not a numforge tokenizer (format {d.get('format')!r} version {version!r}; "
                 f"expected {FORMAT_NAME!r} version {' or '.join(map(str, FORMAT_VERSIONS))})"
             )
-        keys = ("pattern", "byte_ids", "merges", "special_tokens", "tokens") + (("merge_ids",) if version == 2 else ())
-        missing = [key for key in keys if key not in d]
+        keys = ("pattern", "byte_ids", "merges", "special_tokens", "tokens") + (("merge_ids",) if version > 1 else ())
+        missing = [key for key in keys + (tuple(_NO_HF_FIELDS) if version == 3 else ()) if key not in d]
         if missing:
             raise ValueError(f"{source}: missing keys {missing}")
         specials = d["special_tokens"]
-        if not isinstance(specials, dict) or not all(_is_int(i) for i in specials.values()):
+        if not isinstance(specials, dict) or not all(_checks.is_int(i) for i in specials.values()):
             raise ValueError(f"{source}: 'special_tokens' must map strings to int ids, got {specials!r}")
-        check_pattern_allowed(d["pattern"], source, trust_pattern)
+        if d["pattern"] is not None or version < 3:
+            check_pattern_allowed(d["pattern"], source, trust_pattern)
         try:
             if version == 1:  # the special tokens are numbered after the merges, in id order
                 names = sorted(specials, key=lambda name: specials[name])
                 tok = cls(d["merges"], special_tokens=names, pattern=d["pattern"], byte_ids=d["byte_ids"])
             else:
-                tok = cls(d["merges"], specials, d["pattern"], byte_ids=d["byte_ids"], merge_ids=d["merge_ids"])
+                hf = _hf_arguments(d, source, trust_pattern) if version == 3 else {}
+                tok = cls(d["merges"], specials, d["pattern"], d["byte_ids"], d["merge_ids"], **hf)
         except (ValueError, TypeError) as error:
             raise ValueError(f"{source}: {error}") from None
         if tok.special_tokens != specials:
@@ -334,6 +497,44 @@ class BPETokenizer:
             f"BPETokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, "
             f"special_tokens={self.special_tokens})"
         )
+
+
+_ID_LISTS = ("prefix", "suffix", "eos_ids")
+_NO_HF_FIELDS = {
+    "pipeline": None,
+    "ignore_merges": False,
+    "added_tokens": {},
+    "normalized_tokens": [],
+    "vocab_specials": [],
+    "prompt": None,
+}
+
+
+def _hf_arguments(d: dict, source: str, trust_pattern: bool) -> dict:
+    """The keyword arguments of ``BPETokenizer`` from a version 3 file's ``hf_fields``."""
+    pipeline, prompt, added = d["pipeline"], d["prompt"], d["added_tokens"]
+    if pipeline is not None and (not isinstance(pipeline, dict) or set(pipeline) != {"normalizer", "pre_tokenizer"}):
+        raise ValueError(
+            f"'pipeline' must be null or an object with 'normalizer' and 'pre_tokenizer', got {pipeline!r}"
+        )
+    if prompt is not None and (not isinstance(prompt, dict) or set(prompt) != set(Prompt._fields)):
+        raise ValueError(f"'prompt' must be null or an object with {list(Prompt._fields)}, got {prompt!r}")
+    if prompt is not None and (not all(isinstance(prompt[f], list) for f in _ID_LISTS) or
+                               not isinstance(prompt["split_special_tokens"], bool)):  # fmt: skip
+        raise ValueError(f"'prompt' must hold lists of ids and a bool, got {prompt!r}")
+    if not isinstance(added, dict) or not isinstance(d["ignore_merges"], bool):
+        raise ValueError("'added_tokens' must be an object and 'ignore_merges' a bool")
+    for key in ("normalized_tokens", "vocab_specials"):
+        if not isinstance(d[key], list):
+            raise ValueError(f"{key!r} must be a list of token strings, got {d[key]!r}")
+    return {
+        "pipeline": None if pipeline is None else Pipeline(**pipeline, source=source, trust_pattern=trust_pattern),
+        "ignore_merges": d["ignore_merges"],
+        "added_tokens": added,
+        "normalized_tokens": d["normalized_tokens"],
+        "vocab_specials": d["vocab_specials"],
+        "prompt": None if prompt is None else Prompt(**prompt),
+    }
 
 
 def count_chunks(texts, special_tokens=(EOT,), pattern: str = GPT2_SPLIT_PATTERN) -> Counter:
@@ -426,102 +627,3 @@ def _check_stored_tokens(tokens, tok: BPETokenizer, source: str) -> None:
             raise ValueError(f"{source}: tokens[{key}] is not base64: {encoded!r}") from None
         if stored != data:
             raise ValueError(f"{source}: tokens[{key}] is {stored!r} but the merges make {data!r}")
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_byte_ids(byte_ids) -> list[int]:
-    """The id of each byte value: identity by default, else 256 distinct ids >= 0."""
-    if byte_ids is None:
-        return list(range(256))
-    byte_ids = list(byte_ids)
-    if len(byte_ids) != 256 or not all(_is_int(b) and b >= 0 for b in byte_ids) or len(set(byte_ids)) != 256:
-        raise ValueError(
-            "byte_ids must list 256 ids, distinct ints >= 0 (the id of each byte value; "
-            "a permutation of 0..255 in numforge's own layout)"
-        )
-    return byte_ids
-
-
-def _check_merge_ids(merge_ids, num_merges: int, byte_ids: list[int]) -> list[int]:
-    """The id each merge makes: by default the ids after the largest byte id (256 + i for 0..255)."""
-    if merge_ids is None:
-        first = max(byte_ids) + 1
-        return list(range(first, first + num_merges))
-    merge_ids = list(merge_ids)
-    if len(merge_ids) != num_merges or not all(_is_int(t) and t >= 0 for t in merge_ids):
-        raise ValueError(f"merge_ids must list {num_merges} ints >= 0 (the id each merge makes), got {merge_ids!r}")
-    taken = set(byte_ids)
-    for i, token in enumerate(merge_ids):
-        if token in taken:
-            raise ValueError(f"merge {i} makes id {token}, which a byte or an earlier merge already has")
-        taken.add(token)
-    return merge_ids
-
-
-def _check_merges(merges: list, byte_ids: list[int], merge_ids: list[int]) -> list[tuple[int, int]]:
-    """Merges as a list of int pairs; merge i may use only byte ids and ids made by merges before it,
-    and no pair twice."""
-    checked = []
-    seen = set()
-    known = set(byte_ids)
-    contiguous = sorted(byte_ids) == list(range(256)) and merge_ids == list(range(256, 256 + len(merge_ids)))
-    for i, pair in enumerate(merges):
-        if not isinstance(pair, (tuple, list)) or len(pair) != 2 or not all(map(_is_int, pair)):
-            raise ValueError(f"merge {i} must be a pair of ints, got {pair!r}")
-        p, q = int(pair[0]), int(pair[1])
-        if p not in known or q not in known:
-            if contiguous:
-                raise ValueError(f"merge {i} is {(p, q)}, but only ids 0..{255 + i} exist before it")
-            bad = p if p not in known else q
-            raise ValueError(f"merge {i} is {(p, q)}, but {bad} is neither a byte's id nor made by an earlier merge")
-        if (p, q) in seen:
-            raise ValueError(f"merge {i} repeats the pair {(p, q)}")
-        seen.add((p, q))
-        checked.append((p, q))
-        known.add(merge_ids[i])
-    return checked
-
-
-def _check_specials(special_tokens) -> tuple[str, ...]:
-    """Special token names: a sequence of distinct non-empty strings."""
-    if isinstance(special_tokens, str):
-        raise TypeError(f"special_tokens must be a sequence of strings, got the string {special_tokens!r}")
-    names = tuple(special_tokens)
-    for name in names:
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"a special token must be a non-empty str, got {name!r}")
-    if len(set(names)) != len(names):
-        raise ValueError(f"special tokens repeat: {list(names)}")
-    return names
-
-
-def _special_ids(special_tokens, ordinary: list[int]) -> dict[str, int]:
-    """Special token name -> id: a dict as given, or a sequence of names numbered after the ordinary ids."""
-    if not isinstance(special_tokens, dict):
-        first = max(ordinary) + 1
-        return {name: first + j for j, name in enumerate(_check_specials(special_tokens))}
-    _check_specials(list(special_tokens))
-    taken = set(ordinary)
-    for name, token in special_tokens.items():
-        if not _is_int(token) or token < 0:
-            raise ValueError(f"the special token {name!r} must have an int id >= 0, got {token!r}")
-        if token in taken:
-            raise ValueError(f"the special token {name!r} has id {token}, which another token already has")
-        taken.add(token)
-    return dict(special_tokens)
-
-
-def _expand_tokens(byte_ids: list[int], merges, merge_ids: list[int], special_tokens: dict) -> list:
-    """The bytes of every id (None where no token has it): bytes, each merge as the join of its pair,
-    the special tokens' UTF-8."""
-    table = [None] * (max(byte_ids + merge_ids + list(special_tokens.values())) + 1)
-    for value, token in enumerate(byte_ids):
-        table[token] = bytes([value])
-    for (p, q), token in zip(merges, merge_ids):
-        table[token] = table[p] + table[q]
-    for name, token in special_tokens.items():
-        table[token] = name.encode("utf-8")
-    return table

@@ -1,13 +1,19 @@
 """How a tokenizer turns one text into ids, step by step: the chunks, each chunk's merges in order, the ids.
 
 ``explain(tokenizer, text)`` redoes the encoding the textbook way and keeps
-every step: the text is cut by the split pattern (special tokens first cut
-out whole); each chunk starts as its UTF-8 bytes, one token per byte; then,
-while two neighbours form a learned pair, the pair with the lowest rank (the
-earliest learned) is merged everywhere in the chunk, left to right. That is
-the order ``reference.encode`` applies the merges in (a merge can only create
-pairs of a higher rank than its own), so the final ids are the tokenizer's
-own ``encode(text, allowed_special="all")``, which the tests check.
+every step: special (and added) tokens are cut out whole; the text between is
+cut into chunks by the split pattern, or by a Hugging Face pipeline
+(``pipeline_steps`` shows each step's pieces: NFC, a Split, Digits, ByteLevel);
+each chunk starts as its UTF-8 bytes, one token per byte; then, while two
+neighbours form a learned pair, the pair with the lowest rank (the earliest
+learned) is merged, leftmost first. A merge can only create pairs of a higher
+rank than its own when each token is made by one merge, so each rank is merged
+everywhere in one step (the order ``reference.encode`` applies the merges in); a
+file converted from tiktoken makes one token by several merges, and when a
+merge creates a pair of lower rank, that pair goes first. With ``ignore_merges``
+(Llama 3) a chunk that is itself a token is that token, and its merges are
+shown as skipped. The final ids are the tokenizer's own
+``encode(text, allowed_special="all")``, which the tests check.
 
 Example, with the merges (97, 97) -> 256, (97, 98) -> 257, (256, 257) -> 258
 of ``aaabdaaabac``: the chunk ``aaab`` is ``[a][a][a][b]``; rank 0 gives
@@ -19,8 +25,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .bpe import BPETokenizer
-from .pretokenize import chunker, special_tokens_regex
-from .reference import replace_pair
 
 
 class Merge(NamedTuple):
@@ -32,35 +36,45 @@ class Merge(NamedTuple):
 
 class Chunk(NamedTuple):
     text: str
-    special: bool  # a special token, encoded whole as its id
+    special: bool  # a special or added token, encoded whole as its id
     start_ids: list[int]  # one id per UTF-8 byte (a special token: its id)
     merges: list[Merge]  # in the order they apply
+    whole_id: int | None = None  # ignore_merges: the chunk is this token, and the merges are skipped
 
     @property
     def ids(self) -> list[int]:
+        if self.whole_id is not None:
+            return [self.whole_id]
         return self.merges[-1].ids if self.merges else self.start_ids
 
 
 def explain(tokenizer: BPETokenizer, text: str) -> list[Chunk]:
-    """Every chunk of ``text`` with its merges, in order; special tokens are encoded as their ids."""
+    """Every chunk of ``text`` with its merges, in order; special and added tokens are encoded as their ids."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
-    ranks = {pair: rank for rank, pair in enumerate(tokenizer.merges)}  # (p, q) -> rank; merge r makes 256 + r
-    finder = special_tokens_regex(tuple(sorted(tokenizer.special_tokens)))
-    pieces = []  # (text, is special)
-    start = 0
-    for match in [] if finder is None else finder.finditer(text):
-        pieces += [(text[start : match.start()], False), (match.group(), True)]
-        start = match.end()
-    pieces.append((text[start:], False))
-    split, chunks = chunker(tokenizer.pattern), []
-    for piece, special in pieces:
-        if special:
-            chunks.append(Chunk(piece, True, [tokenizer.special_tokens[piece]], []))
-            continue
-        for chunk in split(piece):
-            chunks.append(_merge_steps(chunk, tokenizer, ranks))
+    ranks = {pair: rank for rank, pair in enumerate(tokenizer.merges)}  # (p, q) -> rank
+    chunks = []
+    for piece, token in tokenizer.cut(text):
+        if token is not None:
+            chunks.append(Chunk(piece, True, [token], []))
+        else:
+            chunks += [_merge_steps(chunk, tokenizer, ranks) for chunk in tokenizer.chunks(piece)]
     return chunks
+
+
+def pipeline_steps(tokenizer: BPETokenizer, text: str) -> list[tuple[str, list[str]]]:
+    """(step, the pieces after it) for each step of the tokenizer's pipeline, on each text between special tokens;
+    one step for a plain split pattern."""
+    steps = []
+    for piece, token in tokenizer.cut(text):
+        if token is None:
+            found = [("split pattern", tokenizer.chunks(piece))] if tokenizer.pipeline is None else None
+            for n, (name, pieces) in enumerate(found or tokenizer.pipeline.pieces_by_step(piece)):
+                if n < len(steps):
+                    steps[n][1].extend(pieces)
+                else:
+                    steps.append((name, list(pieces)))
+    return steps
 
 
 def _merge_steps(chunk: str, tokenizer: BPETokenizer, ranks: dict) -> Chunk:
@@ -70,14 +84,30 @@ def _merge_steps(chunk: str, tokenizer: BPETokenizer, ranks: dict) -> Chunk:
         raise ValueError(f"the text has a lone surrogate {chunk[error.start]!r}, which has no UTF-8 encoding") from None
     start_ids = [tokenizer.byte_ids[b] for b in data]
     ids, merges = start_ids, []
-    while True:
-        present = [ranks[pair] for pair in zip(ids, ids[1:]) if pair in ranks]
-        if not present:
-            return Chunk(chunk, False, start_ids, merges)
+    while present := [ranks[pair] for pair in zip(ids, ids[1:]) if pair in ranks]:
         rank = min(present)
-        pair = tokenizer.merges[rank]
-        ids = replace_pair(ids, pair, 256 + rank)
-        merges.append(Merge(rank, pair, 256 + rank, ids))
+        new_id = tokenizer.merge_ids[rank]
+        ids = _merge_pair(ids, rank, tokenizer.merges[rank], new_id, ranks)
+        merges.append(Merge(rank, tokenizer.merges[rank], new_id, ids))
+    return Chunk(chunk, False, start_ids, merges, tokenizer.whole_token(data))
+
+
+def _merge_pair(ids: list[int], rank: int, pair: tuple[int, int], new_id: int, ranks: dict) -> list[int]:
+    """Replace the leftmost non-overlapping occurrences of ``pair`` (as ``reference.replace_pair``), stopping after
+    one that forms a pair of lower rank than ``rank`` with a neighbour: that one goes next."""
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
+            neighbours = [(out[-2], new_id)] if len(out) > 1 else []
+            neighbours += [(new_id, ids[i])] if i < len(ids) else []
+            if any(ranks.get(p, rank) < rank for p in neighbours):
+                return out + ids[i:]
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
 
 
 def token_text(data: bytes) -> str:

@@ -1,22 +1,32 @@
-"""Hugging Face's tokenizer.json, in and out, for byte-level BPE (GPT-2's kind of tokenizer).
+"""Hugging Face's tokenizer.json, in and out, for byte-level BPE: GPT-2's, Llama 3's, Qwen2's, SmolLM2's.
 
 The file is plain JSON (no ``tokenizers`` package needed). What numforge reads::
 
-    {"added_tokens": [{"id": 50256, "content": "<|endoftext|>", "special": true, ...}],
-     "normalizer": null,
-     "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
-     "model": {"type": "BPE", "vocab": {"!": 0, ...}, "merges": ["Ġ t", ...] or [["Ġ", "t"], ...]},
-     ...}
+    {"added_tokens": [{"id": 128000, "content": "<|begin_of_text|>", "special": true, "normalized": false, ...}],
+     "normalizer": null, or NFC (Qwen2)                                          pipeline.py
+     "pre_tokenizer": ByteLevel (GPT-2); Sequence[Split(regex), ByteLevel] (Llama 3, Qwen2);
+                      Sequence[Digits(individual), ByteLevel] (SmolLM2)         pipeline.py
+     "post_processor": null, ByteLevel, TemplateProcessing (Llama 3: its BOS before the text), a Sequence of them,
+     "decoder": null or ByteLevel,
+     "model": {"type": "BPE", "ignore_merges": true (Llama 3), "vocab": {"!": 0, ...}, "merges": ["Ġ t", ...]}}
 
-``model.vocab`` and ``model.merges`` are GPT-2's vocab.json and merges.txt
-(tokens in GPT-2's byte characters, merges in rank order), so both load
-through ``interop.from_gpt2_strings``. The pre-tokenizer is ByteLevel with
-GPT-2's split pattern, or a ``Sequence`` of a ``Split`` by another regex
-(cl100k-style) and a ByteLevel without its own regex. Every added token is a
-special token of numforge's (``encode(text, allowed_special="all")`` cuts them
-out as Hugging Face's ``encode`` does). Anything that would encode differently
-(a normalizer, ``add_prefix_space``, BPE dropout, ``ignore_merges``, added
-tokens that strip spaces, ...) is a ValueError naming the field.
+``model.vocab`` and ``model.merges`` are GPT-2's vocab.json and merges.txt (tokens in GPT-2's
+byte characters, merges in rank order, as ``"left right"`` or ``["left", "right"]``), so both load
+through ``interop.from_gpt2_strings``. A file converted from tiktoken (Llama 3's) lists every split
+of a token as a merge: several merges make one token, which is why it sets ``ignore_merges``. A
+GPT-2-style pipeline becomes a tokenizer with that split ``pattern``; any other, a ``pipeline``.
+
+Added tokens get the ids `tokenizers` gives them, in file order: a token of ``model.vocab`` its id
+there, any other the next id after the vocabulary (``len(vocab)``, or one more than the last added
+token's if that is beyond); a file whose ids disagree is refused. Those with ``"special": true``
+are numforge's special tokens, the others ``added_tokens`` (cut out of every text, even by
+``encode_ordinary``). TemplateProcessing's tokens before and after the text are the tokenizer's
+``prompt`` (``encode_prompt``, ``bos_id``).
+
+Anything that would encode differently is a ValueError naming the field: a normalizer other than
+NFC, another pre-tokenizer, BPE dropout, byte fallback and the rest of sentencepiece's kind (Llama 2,
+TinyLlama, Mistral), added tokens that strip spaces or match whole words only, truncation, padding,
+post-processors that add other tokens (Roberta's, Bert's).
 """
 
 from __future__ import annotations
@@ -25,18 +35,19 @@ import json
 
 from ..atomic import write_text_atomic
 from ._files import read_json
-from .bpe import BPETokenizer
+from .bpe import BPETokenizer, Prompt
 from .interop import from_gpt2_strings, gpt2_vocabulary
-from .pretokenize import GPT2_SPLIT_PATTERN, check_pattern_allowed
+from .pipeline import Pipeline, sentencepiece_refusal
+from .pretokenize import GPT2_SPLIT_PATTERN, KNOWN_PATTERNS
 
 # BPE model fields that must have these values (absent is fine) for byte-level BPE as numforge encodes it
 MODEL_MUST_BE = {
     "dropout": (None,),
     "continuing_subword_prefix": (None, ""),
     "end_of_word_suffix": (None, ""),
-    "byte_fallback": (False, None),
-    "ignore_merges": (False, None),
 }
+SENTENCEPIECE_DECODERS = ("Replace", "ByteFallback", "Fuse", "Strip", "Metaspace")
+BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
 
 
 def load_tokenizer_json(path, trust_pattern: bool = False) -> BPETokenizer:
@@ -45,31 +56,75 @@ def load_tokenizer_json(path, trust_pattern: bool = False) -> BPETokenizer:
     A Split regex that is not one of ``pretokenize.KNOWN_PATTERNS`` is refused
     unless ``trust_pattern``: a pattern is code that runs on every text.
     """
-    d = read_json(path)
+    return tokenizer_from_json(read_tokenizer_json(path, trust_pattern))
+
+
+def read_tokenizer_json(path, trust_pattern: bool = False, d: dict | None = None) -> dict:
+    """The arguments of ``tokenizer_from_json`` for the file at ``path`` (its JSON ``d`` if already read), every
+    field checked; their ``prompt`` holds the post-processor's tokens, which a directory's files add to (``hf_dir``)."""
+    d = read_json(path) if d is None else d
     if not isinstance(d, dict) or not isinstance(d.get("model"), dict):
         raise ValueError(f"{path}: expected a JSON object with a 'model' object (a Hugging Face tokenizer.json)")
     model = d["model"]
     if model.get("type", "BPE") != "BPE":
         raise ValueError(f"{path}: model.type is {model['type']!r}; numforge reads only 'BPE' models")
+    if model.get("byte_fallback"):
+        raise sentencepiece_refusal(str(path), "model.byte_fallback is true")
     for field, allowed in MODEL_MUST_BE.items():
         if model.get(field) not in allowed:
             raise ValueError(f"{path}: model.{field} is {model[field]!r}; numforge supports only {allowed[0]!r}")
-    if d.get("normalizer") is not None:
-        raise ValueError(f"{path}: normalizer {_kind(d['normalizer'])} is not supported (byte-level BPE has none)")
-    pattern = check_pattern_allowed(_pattern(d.get("pre_tokenizer"), path), f"{path} (pre_tokenizer)", trust_pattern)
-    vocab, merges = model.get("vocab"), model.get("merges")
+    for field in ("truncation", "padding"):
+        if d.get(field) is not None:
+            raise ValueError(f"{path}: {field} is set ({d[field]!r}); numforge neither truncates nor pads"[:300])
+    _check_decoder(d.get("decoder"), path)
+    pattern, pipeline = _pre_tokenization(d.get("normalizer"), d.get("pre_tokenizer"), str(path), trust_pattern)
+    vocab, merges, ignore_merges = model.get("vocab"), model.get("merges"), model.get("ignore_merges") or False
     if not isinstance(vocab, dict) or not all(type(i) is int for i in vocab.values()):
         raise ValueError(f"{path}: model.vocab must map token strings to int ids")
     if not isinstance(merges, list):
         raise ValueError(f"{path}: model.merges must be a list")
-    return from_gpt2_strings(
-        vocab, [_merge(m, f"{path}: model.merges[{i}]") for i, m in enumerate(merges)], pattern,
-        f"{path} (model.vocab)", special_tokens=_added_tokens(d.get("added_tokens", []), path),
-    )  # fmt: skip
+    if not isinstance(ignore_merges, bool):
+        raise ValueError(f"{path}: model.ignore_merges must be true or false, got {ignore_merges!r}")
+    specials, added, normalized = _added_tokens(d.get("added_tokens", []), vocab, path)
+    named = {**specials, **added}
+    if normalized and pipeline is not None and pipeline.nfc:
+        raise ValueError(
+            f"{path}: the added token {normalized[0]!r} is matched in the normalized text (normalized: true) and the "
+            "normalizer is NFC; numforge matches added tokens in the text as written (normalized: false) only"
+        )
+    prefix, suffix = _template(d.get("post_processor"), named, path)
+    return {
+        "vocab": vocab,
+        "merges": [_merge(m, f"{path}: model.merges[{i}]") for i, m in enumerate(merges)],
+        "pattern": pattern,
+        "vocab_name": f"{path} (model.vocab)",
+        "special_tokens": specials,
+        "pipeline": pipeline,
+        "ignore_merges": ignore_merges,
+        "added_tokens": added,
+        # a second pass by Hugging Face changes nothing when every added token is in it
+        "normalized_tokens": normalized if len(normalized) < len(named) else [],
+        "vocab_specials": [name for name in named if name in vocab] if ignore_merges else [],
+        "prompt": Prompt(prefix, suffix) if prefix or suffix else None,
+    }
+
+
+def tokenizer_from_json(arguments: dict) -> BPETokenizer:
+    """The tokenizer ``read_tokenizer_json`` describes."""
+    return from_gpt2_strings(**arguments)
 
 
 def _kind(part) -> str:
     return repr(part.get("type")) if isinstance(part, dict) else repr(part)
+
+
+def _parts(part, key: str) -> list:
+    """The parts of a (flat) ``Sequence``, or the part alone; none for null."""
+    if part is None:
+        return []
+    if isinstance(part, dict) and part.get("type") == "Sequence":
+        return part.get(key) if isinstance(part.get(key), list) else [part]
+    return [part]
 
 
 def _merge(merge, where: str) -> tuple[str, str, str]:
@@ -80,77 +135,132 @@ def _merge(merge, where: str) -> tuple[str, str, str]:
     return where, parts[0], parts[1]
 
 
-def _pattern(pre_tokenizer, path) -> str:
-    """The split regex of a ByteLevel pre-tokenizer, or of a Split followed by a ByteLevel without regex."""
-    steps = pre_tokenizer.get("pretokenizers") if _kind(pre_tokenizer) == "'Sequence'" else [pre_tokenizer]
-    byte_level = steps[-1] if isinstance(steps, list) and steps else None
-    if _kind(byte_level) != "'ByteLevel'" or len(steps) > 2:
-        raise ValueError(
-            f"{path}: pre_tokenizer {_kind(pre_tokenizer)} is not supported; numforge reads ByteLevel, "
-            "or a Sequence of a Split by a regex and a ByteLevel"
-        )
-    if byte_level.get("add_prefix_space", False):
-        raise ValueError(f"{path}: pre_tokenizer ByteLevel add_prefix_space is true; numforge supports only false")
-    if len(steps) == 1:
-        if not byte_level.get("use_regex", True):
-            raise ValueError(f"{path}: a ByteLevel pre-tokenizer without a regex splits nothing; not supported")
-        return GPT2_SPLIT_PATTERN
-    split = steps[0]
-    regex = split.get("pattern", {}).get("Regex") if isinstance(split, dict) else None
-    if (
-        _kind(split) != "'Split'"
-        or not isinstance(regex, str)
-        or split.get("behavior") != "Isolated"
-        or split.get("invert", False)
-        or byte_level.get("use_regex", True)
-    ):
-        raise ValueError(
-            f"{path}: pre_tokenizer Sequence must be [Split(Regex, behavior 'Isolated'), "
-            f"ByteLevel(use_regex false)], got {pre_tokenizer!r}"[:400]
-        )
-    return regex
+def _check_decoder(decoder, path) -> None:
+    """Decoding is the tokens' bytes: right for a ByteLevel decoder (or none), wrong for any other."""
+    for part in _parts(decoder, "decoders"):
+        if isinstance(part, dict) and part.get("type") in SENTENCEPIECE_DECODERS:
+            raise sentencepiece_refusal(str(path), f"decoder {_kind(part)}")
+        if not isinstance(part, dict) or part.get("type") != "ByteLevel":
+            raise ValueError(f"{path}: decoder {_kind(part)} is not supported; numforge decodes as ByteLevel")
 
 
-def _added_tokens(added, path) -> dict[str, int]:
-    """content -> id of every added token; one that strips spaces or matches only whole words is refused."""
+def _pre_tokenization(
+    normalizer, pre_tokenizer, source: str, trust_pattern: bool
+) -> tuple[str | None, Pipeline | None]:
+    """(pattern, None) when one known split pattern does it all, as numforge's own tokenizers; else (None, pipeline)."""
+    pipeline = Pipeline(normalizer, pre_tokenizer, source, trust_pattern)  # every part checked, refused by name
+    steps = _parts(pre_tokenizer, "pretokenizers")
+    if normalizer is None and len(steps) == 1 and steps[0].get("use_regex", True):
+        return GPT2_SPLIT_PATTERN, None  # ByteLevel alone: GPT-2's
+    split, byte_level = (steps + [None, None])[:2]
+    if normalizer is None and len(steps) == 2 and not byte_level.get("use_regex", True):
+        regex = (split.get("pattern") or {}).get("Regex") if split.get("type") == "Split" else None
+        if regex in KNOWN_PATTERNS and split.get("behavior") == "Isolated" and not split.get("invert", False):
+            return regex, None
+    return None, pipeline
+
+
+def _added_tokens(added, vocab: dict, path) -> tuple[dict[str, int], dict[str, int], list[str]]:
+    """(special name -> id, added name -> id, the names Hugging Face matches after the others), with the ids
+    `tokenizers` gives; a token that strips spaces, matches whole words only, or whose id disagrees is refused."""
     if not isinstance(added, list):
         raise ValueError(f"{path}: added_tokens must be a list")
-    specials = {}
+    specials, others, normalized = {}, {}, []
     for i, token in enumerate(added):
         if not isinstance(token, dict) or not isinstance(token.get("content"), str) or type(token.get("id")) is not int:
             raise ValueError(f"{path}: added_tokens[{i}] must have a string 'content' and an int 'id'")
+        content, where = token["content"], f"{path}: added_tokens[{i}] ({token['content']!r})"
         for flag in ("lstrip", "rstrip", "single_word"):
             if token.get(flag):
-                raise ValueError(
-                    f"{path}: added_tokens[{i}] ({token['content']!r}) has {flag} true; numforge supports only false"
-                )
-        specials[token["content"]] = token["id"]
-    return specials
+                raise ValueError(f"{where} has {flag} true; numforge supports only false")
+        if content in specials or content in others or not content:
+            raise ValueError(f"{where} is empty or listed twice")
+        assigned = {**specials, **others}.values()
+        expected = vocab.get(content, max(max(assigned, default=-1) + 1, len(vocab)))
+        if token["id"] != expected:
+            raise ValueError(
+                f"{where} has id {token['id']}, but Hugging Face's tokenizers gives it id {expected} (its id in "
+                f"model.vocab, or the next id after the vocabulary's {len(vocab)} entries): the file is inconsistent"
+            )
+        (specials if token.get("special", False) else others)[content] = expected
+        if token.get("normalized", not token.get("special", False)):
+            normalized.append(content)
+    return specials, others, normalized
+
+
+def _template(post_processor, named: dict[str, int], path) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The ids a TemplateProcessing puts before and after a single text (Llama 3's BOS); () and () for none."""
+    templates = []
+    for part in _parts(post_processor, "processors"):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "TemplateProcessing":
+            templates.append(part)
+        elif kind != "ByteLevel":  # ByteLevel post-processing moves offsets only
+            raise ValueError(
+                f"{path}: post_processor {_kind(part)} is not supported; numforge reads ByteLevel, TemplateProcessing"
+            )
+    if not templates:
+        return (), ()
+    if len(templates) > 1:
+        raise ValueError(f"{path}: post_processor holds {len(templates)} TemplateProcessing steps; numforge reads one")
+    single, tokens = templates[0].get("single"), templates[0].get("special_tokens")
+    if not isinstance(single, list) or not isinstance(tokens, dict):
+        raise ValueError(f"{path}: post_processor TemplateProcessing needs a 'single' list and 'special_tokens'")
+    kinds = [next(iter(item), None) if isinstance(item, dict) and len(item) == 1 else None for item in single]
+    if kinds.count("Sequence") != 1 or set(kinds) - {"Sequence", "SpecialToken"}:
+        raise ValueError(f"{path}: post_processor TemplateProcessing 'single' must hold one Sequence, got {single!r}")
+    at = kinds.index("Sequence")
+    if single[at]["Sequence"].get("id") != "A":
+        raise ValueError(f"{path}: post_processor TemplateProcessing's single text must be sequence 'A'")
+    return _template_ids(single[:at], tokens, named, path), _template_ids(single[at + 1 :], tokens, named, path)
+
+
+def _template_ids(items: list, tokens: dict, named: dict[str, int], path) -> tuple[int, ...]:
+    ids = []
+    for item in items:
+        name = item["SpecialToken"].get("id")
+        entry = tokens.get(name)
+        if not isinstance(entry, dict) or not isinstance(entry.get("ids"), list):
+            raise ValueError(f"{path}: post_processor TemplateProcessing uses {name!r} but lists no ids for it")
+        ids += entry["ids"]
+    return tuple(ids)
 
 
 def tokenizer_json(tok: BPETokenizer) -> dict:
     """Hugging Face's tokenizer.json for `tok` (the inverse of ``load_tokenizer_json``)."""
     vocab, merges = gpt2_vocabulary(tok)
-    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
-    if tok.pattern == GPT2_SPLIT_PATTERN:
-        pre_tokenizer = byte_level
-    else:
-        split = {"type": "Split", "pattern": {"Regex": tok.pattern}, "behavior": "Isolated", "invert": False}
-        pre_tokenizer = {"type": "Sequence", "pretokenizers": [split, {**byte_level, "use_regex": False}]}
+    named = sorted({**tok.special_tokens, **tok.added_tokens}.items(), key=lambda item: item[1])
+    if tok.ignore_merges:  # only the tokens the BPE vocabulary holds may be in model.vocab (``vocab_specials``)
+        outside = {i for name, i in named if name not in tok.vocab_specials}
+        vocab = {string: i for string, i in vocab.items() if i not in outside}
+        appended = [(name, i) for name, i in named if name not in tok.vocab_specials]
+        if [i for _, i in appended] != list(range(len(vocab), len(vocab) + len(appended))):
+            raise ValueError(
+                "a tokenizer.json with ignore_merges keeps its added tokens out of model.vocab, so they must have the "
+                f"ids after the vocabulary's {len(vocab)}; these have {[i for _, i in appended][:5]}..."
+            )
     added = [
         {"id": i, "content": name, "single_word": False, "lstrip": False, "rstrip": False}
-        | {"normalized": False, "special": True}
-        for name, i in sorted(tok.special_tokens.items(), key=lambda item: item[1])
+        | {"normalized": name in tok.normalized_tokens, "special": name in tok.special_tokens}
+        for name, i in named
     ]
+    if tok.pipeline is not None:
+        normalizer, pre_tokenizer = tok.pipeline.normalizer, tok.pipeline.pre_tokenizer
+    elif tok.pattern == GPT2_SPLIT_PATTERN:
+        normalizer, pre_tokenizer = None, BYTE_LEVEL
+    else:
+        split = {"type": "Split", "pattern": {"Regex": tok.pattern}, "behavior": "Isolated", "invert": False}
+        normalizer = None
+        pre_tokenizer = {"type": "Sequence", "pretokenizers": [split, {**BYTE_LEVEL, "use_regex": False}]}
     return {
         "version": "1.0",
         "truncation": None,
         "padding": None,
         "added_tokens": added,
-        "normalizer": None,
+        "normalizer": normalizer,
         "pre_tokenizer": pre_tokenizer,
-        "post_processor": {**byte_level, "trim_offsets": False},
-        "decoder": byte_level,
+        "post_processor": _post_processor(tok),
+        "decoder": BYTE_LEVEL,
         "model": {
             "type": "BPE",
             "dropout": None,
@@ -159,11 +269,35 @@ def tokenizer_json(tok: BPETokenizer) -> dict:
             "end_of_word_suffix": None,
             "fuse_unk": False,
             "byte_fallback": False,
-            "ignore_merges": False,
+            "ignore_merges": tok.ignore_merges,
             "vocab": vocab,
             "merges": [f"{left} {right}" for left, right in merges],
         },
     }
+
+
+def _post_processor(tok: BPETokenizer) -> dict:
+    """ByteLevel, then a TemplateProcessing with the prompt's tokens around the text (and a second text) if any."""
+    byte_level = {**BYTE_LEVEL, "trim_offsets": False}
+    prompt = tok.prompt or Prompt()
+    if not prompt.prefix and not prompt.suffix:
+        return byte_level
+    names = {i: name for name, i in {**tok.special_tokens, **tok.added_tokens}.items()}
+    labels = [names.get(i, f"<id {i}>") for i in prompt.prefix + prompt.suffix]
+
+    def around(sequence: str, type_id: int) -> list:
+        special = [{"SpecialToken": {"id": label, "type_id": type_id}} for label in labels]
+        return [
+            *special[: len(prompt.prefix)],
+            {"Sequence": {"id": sequence, "type_id": type_id}},
+            *special[len(prompt.prefix) :],
+        ]
+
+    tokens = {
+        label: {"id": label, "ids": [i], "tokens": [label]} for label, i in zip(labels, prompt.prefix + prompt.suffix)
+    }
+    template = {"type": "TemplateProcessing", "single": around("A", 0), "pair": around("A", 0) + around("B", 1)}
+    return {"type": "Sequence", "processors": [byte_level, template | {"special_tokens": tokens}]}
 
 
 def export_tokenizer_json(tok: BPETokenizer, path) -> None:

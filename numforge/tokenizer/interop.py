@@ -23,47 +23,15 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from functools import lru_cache
 
 from ..atomic import write_text_atomic
 from ._files import read_json, read_text
 from ._merge import merge_chunk
 from .bpe import BPETokenizer
+from .byte_chars import byte_to_unicode, gpt2_bytes, gpt2_string
 from .pretokenize import GPT2_SPLIT_PATTERN
 
 # ------------------------------------------------------------------ GPT-2: encoder.json + vocab.bpe
-
-
-@lru_cache(maxsize=1)
-def byte_to_unicode() -> dict[int, str]:
-    """GPT-2's printable stand-in for each byte: printable Latin-1 bytes stand for themselves,
-    the other 68 (controls, space, ...) become chr(256), chr(257), ... in byte order.
-
-    Examples: 0x21 "!" -> "!", 0x00 -> "Ā" (chr 256), 0x20 " " -> "Ġ" (chr 288).
-    """
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    mapping = {b: chr(b) for b in printable}
-    others = [b for b in range(256) if b not in mapping]
-    mapping.update({b: chr(256 + n) for n, b in enumerate(others)})
-    return mapping
-
-
-def _gpt2_string(data: bytes) -> str:
-    table = byte_to_unicode()
-    return "".join(table[b] for b in data)
-
-
-@lru_cache(maxsize=1)
-def _unicode_to_byte() -> dict[str, int]:
-    return {char: b for b, char in byte_to_unicode().items()}
-
-
-def _gpt2_bytes(text: str, where: str) -> bytes:
-    inverse = _unicode_to_byte()
-    try:
-        return bytes(inverse[char] for char in text)
-    except KeyError as error:
-        raise ValueError(f"{where}: {error.args[0]!r} is not one of GPT-2's 256 byte characters") from None
 
 
 def load_gpt2(encoder_json_path, vocab_bpe_path, pattern: str = GPT2_SPLIT_PATTERN) -> BPETokenizer:
@@ -88,13 +56,17 @@ def load_gpt2(encoder_json_path, vocab_bpe_path, pattern: str = GPT2_SPLIT_PATTE
     return from_gpt2_strings(encoder, merges, pattern, str(encoder_json_path))
 
 
-def from_gpt2_strings(vocab: dict, merges, pattern: str, vocab_name: str, special_tokens=None) -> BPETokenizer:
+def from_gpt2_strings(
+    vocab: dict, merges, pattern: str | None, vocab_name: str, special_tokens=None, **options
+) -> BPETokenizer:
     """A tokenizer from a vocabulary written in GPT-2's byte characters and its merges, with the vocabulary's ids.
 
     vocab: token string -> id; merges: ``(where, left, right)`` in rank order,
     ``where`` naming the merge's line in errors; special_tokens: name -> id, or
     None to take every vocabulary entry that is neither a byte nor a merge's
-    result as a special token. Shared by GPT-2's files and Hugging Face's tokenizer.json.
+    result as a special token; options: ``BPETokenizer``'s keyword arguments
+    (``added_tokens`` are placed like special tokens). Shared by GPT-2's files and
+    Hugging Face's tokenizer.json.
     """
     if len(set(vocab.values())) != len(vocab):
         seen = {}
@@ -106,7 +78,7 @@ def from_gpt2_strings(vocab: dict, merges, pattern: str, vocab_name: str, specia
     byte_ids = [vocab[byte_to_unicode()[b]] for b in range(256)]
     pairs, merge_ids = [], []
     for where, left, right in merges:
-        _gpt2_bytes(left + right, where)
+        gpt2_bytes(left + right, where)
         for token in (left, right, left + right):
             if token not in vocab:
                 raise ValueError(f"{where}: {token!r} is not in {vocab_name}")
@@ -116,13 +88,13 @@ def from_gpt2_strings(vocab: dict, merges, pattern: str, vocab_name: str, specia
     rest = {name: i for name, i in vocab.items() if i not in ordinary}
     if special_tokens is None:
         special_tokens = rest
-    elif unexplained := sorted(set(rest) - set(special_tokens), key=rest.get):
+    elif unexplained := sorted(set(rest) - set(special_tokens) - set(options.get("added_tokens") or ()), key=rest.get):
         raise ValueError(
             f"{vocab_name}: {len(unexplained)} entries are neither a byte, a merge's result nor an added token "
             f"(first: {unexplained[0]!r} = {rest[unexplained[0]]}); numforge cannot place them"
         )
     try:
-        tok = BPETokenizer(pairs, special_tokens, pattern, byte_ids=byte_ids, merge_ids=merge_ids)
+        tok = BPETokenizer(pairs, special_tokens, pattern, byte_ids=byte_ids, merge_ids=merge_ids, **options)
     except ValueError as error:
         raise ValueError(f"{vocab_name}: {error}") from None
     return tok
@@ -139,9 +111,9 @@ def _merge_lines(path):
 
 def gpt2_vocabulary(tok: BPETokenizer) -> tuple[dict[str, int], list[tuple[str, str]]]:
     """``(vocab, merges)`` of `tok` in GPT-2's byte characters: token string -> id for every token
-    (special tokens as themselves), by id, and each merge as ``(left, right)`` in rank order."""
-    strings = {token: _gpt2_string(data) for token, data in tok.ordinary_tokens().items()}
-    strings.update({token: name for name, token in tok.special_tokens.items()})
+    (special and added tokens as themselves), by id, and each merge as ``(left, right)`` in rank order."""
+    strings = {token: gpt2_string(data) for token, data in tok.ordinary_tokens().items()}
+    strings.update({token: name for name, token in {**tok.special_tokens, **tok.added_tokens}.items()})
     vocab = {string: token for token, string in sorted(strings.items())}
     if len(vocab) != len(strings):
         _check_distinct(strings, "GPT-2's vocabulary")
@@ -209,8 +181,11 @@ def export_tiktoken(tok: BPETokenizer, path) -> None:
     A rank is also a merge's priority, so the ids must rise with the merge
     order, above every byte's id; otherwise a ValueError.
     """
-    if tok.merge_ids != sorted(tok.merge_ids) or (tok.merges and min(tok.merge_ids) < max(tok.byte_ids)):
-        raise ValueError("a tiktoken rank file needs ids that rise with the merge order, above the bytes' ids")
+    rising = tok.merge_ids == sorted(set(tok.merge_ids))  # and no token made by two merges
+    if not rising or (tok.merges and min(tok.merge_ids) < max(tok.byte_ids)):
+        raise ValueError(
+            "a tiktoken rank file needs ids that rise with the merge order, above the bytes' ids, one merge each"
+        )
     tokens = tok.ordinary_tokens()
     _check_distinct(tokens, "a tiktoken rank file")
     lines = [f"{base64.b64encode(data).decode('ascii')} {i}\n" for i, data in tokens.items()]

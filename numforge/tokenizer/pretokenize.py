@@ -24,18 +24,22 @@ pattern, checked against ``split_chunks`` in the tests.
 A pattern is code: a regular expression that backtracks catastrophically
 (``(?:a|aa)+$`` on a line of ``a``s) can take longer than the age of the
 universe on a short line. So a pattern read from a file is used only if it
-is one of ``KNOWN_PATTERNS`` (GPT-2's, cl100k's) unless the caller trusts it
-(``check_pattern_allowed``), and every other pattern runs under a time budget
-(``match_budget``: a second of processor time plus 10 us a character, about
-100x what the known patterns need; `regex` counts processor time, so a busy
-machine stretches it in wall-clock time), past which it stops with a
-``ValueError``. The known patterns run without the budget, which would halve
-their speed: their time is linear by construction. Each alternative is a run
-of one character class (GPT-2's `` ?\\p{L}+``, cl100k's possessive ``?+`` and
-``++``), which backtracks at most one character, or a bounded contraction;
-a whitespace run backtracks one character for ``(?!\\S)``; and a failing
-alternative scans at most the run that the next one consumes. The tests time
-them on long adversarial runs.
+is one of ``KNOWN_PATTERNS`` (GPT-2's, cl100k's, Llama 3's, Qwen2's) unless
+the caller trusts it (``check_pattern_allowed``), and every other pattern runs
+under a time budget (``match_budget``: a second of processor time plus 10 us a
+character, about 100x what the known patterns need; `regex` counts processor
+time, so a busy machine stretches it in wall-clock time), past which it stops
+with a ``ValueError``. The known patterns run without the budget, which would
+halve their speed: their time is linear by construction. Each alternative is
+a run of one character class (GPT-2's `` ?\\p{L}+``, cl100k's possessive ``?+``
+and ``++``, Llama 3's ``[^\\r\\n\\p{L}\\p{N}]?\\p{L}+``) with at most one optional
+character before it and nothing after it that can fail (``[\\r\\n]*``), which
+backtracks at most one character, or a bounded one (a contraction,
+``\\p{N}{1,3}``); a whitespace run backtracks one character for ``(?!\\S)``; and
+an alternative that fails scans at most the run that the next one consumes:
+Llama 3's and Qwen2's ``\\s*[\\r\\n]+`` scans a whitespace run back to its last
+newline and fails only on a run without one, which ``\\s+(?!\\S)`` then takes
+whole but its last character. The tests time them on long adversarial runs.
 """
 
 from __future__ import annotations
@@ -52,7 +56,22 @@ CL100K_SPLIT_PATTERN = (
     r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]"""
     r"""|\s+(?!\S)|\s+"""
 )
-KNOWN_PATTERNS = {GPT2_SPLIT_PATTERN: "GPT-2's", CL100K_SPLIT_PATTERN: "cl100k's"}  # trusted in any file
+# Llama 3's, as its tokenizer.json writes it (GPT-4-style, no possessive quantifiers, numbers in groups
+# of up to 3 digits), and Qwen2's (the same with each digit alone)
+LLAMA3_SPLIT_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"""
+    r"""|\s+(?!\S)|\s+"""
+)
+QWEN2_SPLIT_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"""
+    r"""|\s+(?!\S)|\s+"""
+)
+KNOWN_PATTERNS = {  # trusted in any file
+    GPT2_SPLIT_PATTERN: "GPT-2's",
+    CL100K_SPLIT_PATTERN: "cl100k's",
+    LLAMA3_SPLIT_PATTERN: "Llama 3's",
+    QWEN2_SPLIT_PATTERN: "Qwen2's",
+}
 MATCH_SECONDS = 1.0  # the budget of one split: this much,
 MATCH_SECONDS_PER_CHAR = 1e-5  # plus this much per character (the known patterns need about 0.1 us)
 
@@ -69,8 +88,8 @@ def check_pattern_allowed(pattern: str, source: str, trust: bool = False) -> str
     if pattern not in KNOWN_PATTERNS and not trust:
         raise ValueError(
             f"{source}: its split pattern {pattern[:80]!r}{'...' if len(pattern) > 80 else ''} is not one numforge "
-            f"knows (GPT-2's or cl100k's). A pattern is code that runs on every text; use it only if you trust "
-            f"the file: trust_pattern=True in Python, --trust-pattern on the command line"
+            f"knows ({', '.join(KNOWN_PATTERNS.values())}). A pattern is code that runs on every text; use it only "
+            f"if you trust the file: trust_pattern=True in Python, --trust-pattern on the command line"
         )
     return pattern
 
@@ -105,14 +124,37 @@ def _bounded(pattern: str) -> Callable[[str], list[str]]:
 
     def split(text: str) -> list[str]:
         try:
-            return findall(text, timeout=match_budget(len(text)))
+            return findall(text, **_budget(text))
         except TimeoutError:
-            raise ValueError(
-                f"the split pattern {pattern[:80]!r} took more than {match_budget(len(text)):.1f} s of processor "
-                f"time on {len(text):,} characters and was stopped: it backtracks catastrophically on this text"
-            ) from None
+            raise _stopped(pattern, text) from None
 
     return split
+
+
+def match_spans(pattern: str, text: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of every match of ``pattern`` in ``text``, in order; a pattern not in ``KNOWN_PATTERNS``
+    runs within ``match_budget``. A match of the empty string is a ``ValueError``: regex engines disagree on
+    where such matches fall, so a split by them could not be reproduced."""
+    finditer = compile_pattern(pattern).finditer
+    try:
+        spans = [m.span() for m in finditer(text, **({} if pattern in KNOWN_PATTERNS else _budget(text)))]
+    except TimeoutError:
+        raise _stopped(pattern, text) from None
+    empty = next((start for start, end in spans if start == end), None)
+    if empty is not None:
+        raise ValueError(f"the split pattern {pattern[:80]!r} matches the empty string (at character {empty})")
+    return spans
+
+
+def _budget(text: str) -> dict:
+    return {"timeout": match_budget(len(text))}
+
+
+def _stopped(pattern: str, text: str) -> ValueError:
+    return ValueError(
+        f"the split pattern {pattern[:80]!r} took more than {match_budget(len(text)):.1f} s of processor "
+        f"time on {len(text):,} characters and was stopped: it backtracks catastrophically on this text"
+    )
 
 
 # The fast path for GPT-2's pattern. On ASCII text, \p{L} is [A-Za-z], \p{N} is [0-9]

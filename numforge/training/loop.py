@@ -26,9 +26,13 @@ schedule spans ``schedule_steps``, fixed when the run starts, not
 ``max_steps``: stopping early and resuming later must not change the
 learning rate of any step.
 
-Nothing lost: Ctrl-C is deferred to the end of the current step, which is then
-checkpointed (a second Ctrl-C aborts at once); under MPI the ranks agree after
-every step whether any of them was interrupted, so all stop at the same step.
+Nothing lost: Ctrl-C (SIGINT) or SIGTERM is recorded, not raised
+(``interrupts.deferred``); the current step finishes (its evaluation and its
+checkpoint included), a checkpoint of it is written and ``train`` returns
+``"interrupted"`` (a second signal aborts at once). SIGUSR1 asks for a
+checkpoint at the end of the current step and training goes on. Under MPI
+the ranks agree before every step on what any of them received (one
+all-reduce of three numbers), so all stop, or checkpoint, after the same step.
 A non-finite loss or gradient norm (on any rank: both are all-reduced) stops
 the run with ``TrainingDiverged`` before the bad update; the last checkpoint
 on disk is untouched. Rank 0 alone writes files and prints.
@@ -36,16 +40,14 @@ on disk is untouched. Rank 0 alone writes files and prints.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 from tqdm import tqdm
 
+from .. import interrupts
 from ..data import windows
 from ..optim import clip_grad_norm
 from .dropout import dropout_rng
@@ -77,24 +79,14 @@ def evaluate(model, tokens: np.ndarray, settings: TrainSettings, parallel: DataP
 # ---------------------------------------------------------------- the loop
 
 
-@contextlib.contextmanager
-def deferred_interrupt() -> Iterator[Callable[[], bool]]:
-    """Turn the first Ctrl-C into a flag (checked between steps); a second one interrupts at once."""
-    if threading.current_thread() is not threading.main_thread():
-        yield lambda: False
-        return
-    hits = []
-
-    def handler(signum, frame):
-        if hits:
-            raise KeyboardInterrupt
-        hits.append(signum)
-
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield lambda: bool(hits)
-    finally:
-        signal.signal(signal.SIGINT, previous)
+def agreed_requests(world) -> tuple[int | None, bool]:
+    """(the stop signal any rank received, or None; whether any rank asked for a checkpoint), the same on every
+    rank: a collective, which every rank calls before every step. SIGTERM's status wins over Ctrl-C's."""
+    stop = interrupts.stop_requested()
+    votes = [float(stop == signum) for signum in interrupts.STOP_SIGNALS]
+    *stops, checkpoint = world.sum_floats((*votes, float(interrupts.take_checkpoint_request())))
+    received = [signum for signum, count in zip(interrupts.STOP_SIGNALS, stops) if count > 0]
+    return (received[-1] if received else None), checkpoint > 0
 
 
 def train_step(run: Run, parallel: DataParallel) -> tuple[float, float]:
@@ -121,6 +113,8 @@ def train(run: Run, *, progress: bool = True, say: Callable[[str], None] = print
 
     ``world`` (``parallel.connect()``; default one process) is the set of
     ranks taking part; rank 0 alone writes files, shows the bar and speaks.
+    When a stop signal ends the run, ``run.stopped_by`` is its number (the same
+    on every rank); a run stopped before its first step writes nothing.
     """
     world = world or SingleProcess()
     settings = run.settings
@@ -136,8 +130,18 @@ def train(run: Run, *, progress: bool = True, say: Callable[[str], None] = print
     show = progress and world.is_root
     bar = tqdm(total=settings.max_steps, initial=run.step, disable=not show, unit="step", dynamic_ncols=True)
     started, start_step = time.perf_counter(), run.step
-    with deferred_interrupt() as interrupted, bar:
-        while run.step < settings.max_steps:
+    with interrupts.deferred(checkpoints=True), bar:
+        while True:
+            run.stopped_by, checkpoint_now = agreed_requests(world)  # every rank, before every step
+            if run.stopped_by is not None:
+                interrupts.stopping()  # said below, and by the command's exit status
+                break
+            if checkpoint_now and run.step not in (run.saved_step, 0) and world.is_root:
+                written = run.save()
+                with tqdm.external_write_mode():
+                    say(f"checkpoint at step {run.step} written to {written} (asked by SIGUSR1)")
+            if run.step >= settings.max_steps:
+                break
             loss, lr = train_step(run, parallel)
             row = {"step": run.step, "train_loss": f"{loss:.6f}", "val_loss": "", "lr": f"{lr:.6g}"}
             run.log.append(row)
@@ -154,15 +158,15 @@ def train(run: Run, *, progress: bool = True, say: Callable[[str], None] = print
             tokens_per_s = (run.step - start_step) * tokens_per_step / (time.perf_counter() - started)
             bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:,.0f}", refresh=False)
             bar.update(1)
-            stop = world.any(interrupted())  # every rank asks every step, so all stop after the same one
-            if stop and run.step < settings.max_steps:
-                break
-    if world.is_root:
-        if run.saved_step != run.step:  # a step that just saved is not saved twice
-            run.save()
-        plot_losses(run.run_dir / LOSS_PNG, run.log)
-    if run.step < settings.max_steps:
-        say(f"interrupted: checkpoint at step {run.step} written to {run.last_checkpoint}")
+        if run.stopped_by is not None and run.step == start_step:
+            say(f"{interrupts.describe(run.stopped_by)} before the first step: nothing was written")
+            return "interrupted"
+        if world.is_root:
+            if run.saved_step != run.step:  # a step that just saved is not saved twice
+                run.save()
+            plot_losses(run.run_dir / LOSS_PNG, run.log)
+    if run.stopped_by is not None:
+        say(f"{interrupts.describe(run.stopped_by)}: checkpoint at step {run.step} written to {run.last_checkpoint}")
         return "interrupted"
     return "done"
 

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from .. import interrupts
 from ..backend import array_module, asarray, backend_name, get_xp, is_cupy_array, to_numpy
 from ..blas import numpy_openblas
 from ..checks import check_positive_int
@@ -105,15 +106,16 @@ class SingleProcess:
         """Sum a few Python floats over the ranks (in float64)."""
         return values
 
-    def any(self, flag: bool) -> bool:
-        """True on every rank if ``flag`` is true on any (a collective: every rank must call it)."""
-        return flag
+    def broadcast(self, value):
+        """Rank 0's ``value``, on every rank (a collective: every rank must call it)."""
+        return value
 
     def check_same_params(self, params: dict, step: int) -> None:
         """Raise ``RanksDisagree`` on every rank if the parameters differ between ranks."""
 
     def setup_together(self, build: Callable[[], object]) -> object:
-        """``build()``; under MPI on every rank in turns, and an error on any rank stops every rank (printed once)."""
+        """``build()``; under MPI on every rank in turns, and an error (or a stop signal) on any rank stops every
+        rank (printed once)."""
         return build()
 
     @contextlib.contextmanager
@@ -149,8 +151,8 @@ class MpiWorld(SingleProcess):
         self.comm.Allreduce(self.MPI.IN_PLACE, buffer, op=self.MPI.SUM)
         return tuple(float(v) for v in buffer)
 
-    def any(self, flag: bool) -> bool:
-        return self.sum_floats((float(bool(flag)),))[0] > 0
+    def broadcast(self, value):
+        return self.comm.bcast(value, root=0)
 
     def check_same_params(self, params: dict, step: int) -> None:
         digest = hashlib.sha256()
@@ -176,22 +178,26 @@ class MpiWorld(SingleProcess):
             if turn == my_turn:
                 try:
                     result = build()
-                except Exception as err:
+                except (Exception, KeyboardInterrupt) as err:  # a stop signal at a safe point of the setup too
                     error = err
             self._stop_if_any_failed(error)
         return result
 
-    def _stop_if_any_failed(self, error: Exception | None) -> None:
-        """A collective: if any rank's ``error`` is set, rank 0 raises it (or names the rank), the others exit 2."""
-        messages = self.comm.allgather(None if error is None else str(error) or type(error).__name__)
-        failed = [(rank, message) for rank, message in enumerate(messages) if message is not None]
+    def _stop_if_any_failed(self, error: BaseException | None) -> None:
+        """A collective: if any rank's ``error`` is set, rank 0 raises it (or names the rank), the others exit
+        quietly with the status rank 0 reports (2 bad input; 130 or 143 for a stop signal)."""
+        signum = getattr(error, "signum", None)
+        report = None if error is None else (str(error) or type(error).__name__, signum)
+        failed = [(rank, report) for rank, report in enumerate(self.comm.allgather(report)) if report is not None]
         if not failed:
             return
+        rank, (message, signum) = failed[0]
         if not self.is_root:
-            raise SystemExit(2)  # quietly, with the exit status of the bad input rank 0 reports
+            raise SystemExit(2 if signum is None else 128 + signum)
         if error is not None:
             raise error
-        rank, message = failed[0]
+        if signum is not None:
+            raise interrupts.Interrupted(signum)
         raise ValueError(f"rank {rank} of {self.size}: {message}")
 
     @contextlib.contextmanager
@@ -199,9 +205,12 @@ class MpiWorld(SingleProcess):
         try:
             yield
         except (Exception, KeyboardInterrupt) as error:  # the other ranks may wait in a collective: end them
-            message = "interrupted" if isinstance(error, KeyboardInterrupt) else f"{type(error).__name__}: {error}"
+            if isinstance(error, KeyboardInterrupt):  # a second stop signal, which aborts at once
+                message, status = str(error) or "interrupted", getattr(error, "exit_status", 130)
+            else:
+                message, status = f"{type(error).__name__}: {error}", 1
             print(f"{command} (rank {self.rank} of {self.size}): {message}", file=sys.stderr, flush=True)
-            self.comm.Abort(130 if isinstance(error, KeyboardInterrupt) else 1)
+            self.comm.Abort(status)
 
 
 class _NcclSum:

@@ -17,11 +17,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ..atomic import remove_stale_temporaries
 from ..checkpoint import (
     check_tokenizer_fits,
     checkpoint_config,
@@ -37,6 +39,7 @@ from ..data import BatchSampler, Source, as_source, open_prepared, prepared_for
 from ..data.sources import ERRORS
 from ..data.tokenizers import tokenizer_hash
 from ..data.tokens import TOKENS_FILE
+from ..locks import DirectoryLock
 from ..model import GPT, GPTConfig, parameter_shapes
 from ..optim import AdamW, warmup_cosine_lr
 from ..resources import check_fits
@@ -113,6 +116,7 @@ class Run:
     last_checkpoint: Path | None = None
     saved_step: int | None = None
     world_size: int = 1  # MPI ranks that ran the steps so far (recorded in checkpoints)
+    stopped_by: int | None = None  # the signal that stopped the last ``train`` (SIGINT, SIGTERM), if one did
 
     def save(self) -> Path:
         """Checkpoint the run at its current step (atomically), and write the loss log."""
@@ -270,6 +274,30 @@ def _open_tokens(tokenizer, settings: TrainSettings, *, data=None, tokens=None, 
     if tokens is None:
         record["tokens_dir"] = None  # a cache directory: the corpus and how it is read name these tokens
     return train_tokens, val_tokens, {**record, **info}
+
+
+def run_directory(path) -> Path:
+    """The run directory of ``path``: ``path`` itself, or its parent when it is one checkpoint of a run."""
+    path = Path(path)
+    return path.parent if (path / "params.npz").is_file() else path
+
+
+def hold_run(run_dir, say: Callable[[str], None] = print) -> DirectoryLock:
+    """Take ``run_dir`` for this process, then remove what killed runs left in it; release it when done.
+
+    One trainer per run: the lock (``locks.DirectoryLock``, created with the
+    directory if missing) dies with its process, so a run killed outright is
+    never left locked, and a second trainer is refused at once with ``InUse``:
+    "run DIR is in use by process N (started ...)". Readers (``sample``,
+    ``trace``, the study tools) take no lock: they read the complete checkpoint
+    ``LATEST`` names. The temporaries removed are those no live process holds
+    (``atomic.remove_stale_temporaries``): half-written checkpoints and logs.
+    """
+    lock = DirectoryLock(run_dir, "run")
+    removed = remove_stale_temporaries(run_dir)
+    if removed:
+        say(f"note: removed what a killed run left half-written in {run_dir}: {', '.join(p.name for p in removed)}")
+    return lock
 
 
 def check_new_run_dir(run_dir) -> Path:

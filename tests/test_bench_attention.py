@@ -1,0 +1,34 @@
+"""`numforge bench attention` runs end to end with grouped-query attention (timings not asserted), names the
+CPU it ran on, and refuses key/value heads that do not divide the query heads."""
+
+from numforge import backend
+from numforge.bench.measure import cpu_description
+from numforge.cli import main
+
+
+def test_grouped_query_bench_runs_and_names_its_cpu(capsys):
+    argv = ["bench", "attention", "--seq-lens", "32", "64", "--heads", "4", "--kv-heads", "2", "--head-dim", "8",
+            "--repeats", "1", "--threads", "1", "--no-torch"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "B=1 H=4 H_kv=2 D=8 float32 causal" in out
+    assert f"CPU: {cpu_description()}" in out and "vector extensions:" in out
+    if backend.backend_name() == "numpy":  # plain vs tiled memory, measured up to T = 2048
+        assert "mem tiled/plain" in out
+
+
+def test_kv_heads_that_do_not_divide_the_heads_are_refused(capsys):
+    assert main(["bench", "attention", "--heads", "8", "--kv-heads", "3", "--no-torch"]) != 0
+    assert "--kv-heads must divide --heads (8), got 3" in capsys.readouterr().err
+
+
+def test_cpu_description_reads_the_model_name_and_the_avx_flags(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        "processor\t: 0\nmodel name\t: Example CPU 9000\nflags\t\t: fpu sse2 avx avx2 fma avx512f avx512bw\n\n"
+        "processor\t: 1\nmodel name\t: Example CPU 9000\nflags\t\t: fpu sse2 avx avx2 fma avx512f avx512bw\n"
+    )
+    assert cpu_description(cpuinfo) == "Example CPU 9000, vector extensions: avx avx2 avx512f avx512bw"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Old CPU\nflags\t\t: fpu sse2\n")
+    assert cpu_description(cpuinfo) == "Old CPU, vector extensions: no AVX"
+    assert cpu_description(tmp_path / "missing").endswith("vector extensions: not read")
