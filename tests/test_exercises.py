@@ -10,13 +10,14 @@ are graded on a few of their cases.
 """
 
 import ast
-import textwrap
+import inspect
 
 import pytest
 
 from numforge.gradcheck.exercise import _modules, exercise_names, exercise_source, get_exercise, imports_of
 from numforge.gradcheck.grade import grade, passed, report
 from numforge.gradcheck.scaffold import HINT_LEVELS, STUB, functions
+from numforge.ops.flash_attention import flash_attention_backward
 
 FEW_CASES = {"gpt": "model[gelu]", "flash_attention": "flash_attention.causal*", "blocks": "block[gelu]"}
 
@@ -216,22 +217,16 @@ def test_the_imports_read_from_the_text_are_the_parsed_ones():
 
 
 def test_the_tiled_kernels_loop_over_numforges_own_tiles_is_refused(tmp_path):
-    """The issue's shortcut: a 12-line backward that calls ``_backward_tiles`` per part, with no backward math."""
-    shortcut = textwrap.dedent('''
-        def flash_attention_backward(dout, cache):
-            q, k, v, out = cache.q, cache.k, cache.v, cache.out
-            dq, dk, dv = q * 0, k * 0, v * 0
-            kept = cache.probs or [None] * len(cache.parts)
-            for part, probs in zip(cache.parts, kept):
-                dropout = None if cache.dropout is None else cache.dropout.part(part)
-                _backward_tiles(dout[part], q[part], k[part], v[part], out[part], cache.lse[part], probs, dropout,
-                                dq[part], dk[part], dv[part], cache)
-            return dq, dk, dv
-    ''')  # fmt: skip
-    scaffold = exercise_source("flash_attention", hints=2)  # its _backward_tiles is a stub
+    """The issue's shortcut: a backward that only loops over the parts and calls ``_backward_tiles`` (and the other
+    helpers of numforge's backward), with no backward math: numforge's own ``flash_attention_backward``, verbatim."""
+    shortcut = "\n\n" + inspect.getsource(flash_attention_backward)
+    helpers = get_exercise("flash_attention").parts().helpers
+    assert "_backward_tiles" in helpers
+    scaffold = exercise_source("flash_attention", hints=2)  # its helpers are stubs
     at_level_2 = grade(graded_file(tmp_path, "a", scaffold + shortcut), "flash_attention.causal")
-    assert at_level_2[0].label == "not written yet" and "_backward_tiles" in at_level_2[0].problem
-    imported = "from numforge.ops.flash_attention import _backward_tiles\n" + shortcut
+    assert at_level_2[0].label == "not written yet", report(at_level_2)
+    assert any(at_level_2[0].problem.startswith(f"{h} is not written yet") for h in helpers)
+    imported = f"\nfrom numforge.ops.flash_attention import {', '.join(helpers)}\n" + shortcut
     refused = grade(graded_file(tmp_path, "b", exercise_source("flash_attention") + imported), "flash_attention.causal")
-    assert refused[0].label == "refused" and "numforge's own _backward_tiles" in refused[0].problem
+    assert refused[0].label == "refused" and "it calls numforge's own _" in refused[0].problem, report(refused)
     assert STUB.format(name="_backward_tiles") in scaffold

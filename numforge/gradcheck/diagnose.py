@@ -175,6 +175,7 @@ def shape_note(result, axes: Mapping[str, str] | None, features: Mapping[str, ob
     for axis, (got, expected, letter) in enumerate(zip(mine, want, letters)):
         if got != expected:
             alike = [name for name, value in sizes.items() if value == got and name != letter]
+            alike = [name for name in alike if name[0] == letter[0]] or alike  # Tq for a Tk first: a time axis
             like = f", the size of {' or '.join(alike)}" if alike else ""
             note += f"; its axis {axis} has {got} entries{like}, where {result.argument}'s is {letter} = {expected}"
     return note

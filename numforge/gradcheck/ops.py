@@ -60,6 +60,13 @@ LAYER_NORM_INVARIANTS = (
         tol=1e-3,  # eps / (var + eps) <= 1e-3 for rows of variance 0.01 and up
     ),
 )
+RMS_NORM_INVARIANT = Invariant(
+    "x",
+    "each row of dx is orthogonal to xhat (up to eps / (mean(x^2) + eps))",
+    "the term through rstd(x) (scaling a row of x leaves xhat as it is)",
+    lambda inputs, dx: dx * inputs["x"] / np.sqrt((inputs["x"] ** 2).mean(axis=-1, keepdims=True) + 1e-6),
+    tol=1e-3,
+)
 LOGITS_INVARIANT = Invariant(
     "logits",
     "each row of dlogits sums to 0",
@@ -196,8 +203,16 @@ CASES = [
         )
         for name, bias in (("layer_norm", True), ("layer_norm[no bias]", False))
     ],  # fmt: skip
-    op_case("rms_norm", rms_norm_forward, rms_norm_backward, lambda: _rms_norm_inputs(weight=True)),
-    op_case("rms_norm[no weight]", rms_norm_forward, rms_norm_backward, lambda: _rms_norm_inputs(weight=False)),
+    *[
+        op_case(
+            name,
+            rms_norm_forward,
+            rms_norm_backward,
+            lambda weight=weight: _rms_norm_inputs(weight),
+            invariants=(RMS_NORM_INVARIANT,),
+        )
+        for name, weight in (("rms_norm", True), ("rms_norm[no weight]", False))
+    ],  # fmt: skip
     _rope("rope", (B, T, D), start=0),
     _rope("rope[4-D, start 5]", (B, H, 5, D), start=5),
     _rope("rope[linear]", (B, H, 5, D), start=3, scaling={"rope_type": "linear", "factor": 4.0}),
