@@ -237,11 +237,15 @@ def test_every_python_block_of_the_derivations_quotes_the_code():
 
 @pytest.mark.parametrize("doc", DOCS, ids=doc_id)
 def test_every_exercise_named_is_one_and_every_derivation_ends_with_questions(doc):
+    from numforge.gradcheck import all_cases
     from numforge.gradcheck.exercise import exercise_names
 
     text = doc.read_text(encoding="utf-8")
     for name in re.findall(r"--write-exercise ([a-z_]+)", text):
         assert name in exercise_names(), f"{doc_id(doc)} names the exercise {name!r}; there are {exercise_names()}"
+    cases = {case.name for case in all_cases()}
+    for quoted, bare in re.findall(r"--show (?:'([^']+)'|([\w.\[\]<>]+))", text):
+        assert (quoted or bare) in cases, f"{doc_id(doc)} shows the case {quoted or bare!r}, which does not exist"
     if doc.parent.name == "derivations" and doc.name != "README.md":
         questions = text.split("\n## Questions\n", 1)
         assert len(questions) == 2 and "--write-exercise" in questions[1], (
