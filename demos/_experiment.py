@@ -44,5 +44,5 @@ def train_tiny(config, steps: int, seed: int = 0, lr: float = 3e-3) -> tuple[GPT
         optimizer.step(grads)
     starts = np.linspace(0, len(val_part) - config.max_seq_len - 1, EVAL_WINDOWS).astype(np.int64)
     x, y = windows(val_part, starts, config.max_seq_len)  # (n,T), (n,T)
-    val_loss, _ = model.forward(asarray(x), asarray(y), training=False)
+    val_loss, _ = model.forward(asarray(x), asarray(y), for_backward=False)
     return model, first_loss, float(val_loss)

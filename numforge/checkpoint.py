@@ -58,7 +58,7 @@ import numpy as np
 from .atomic import atomic_directory, remove_directory, write_text_atomic
 from .backend import asarray, to_numpy
 from .hf import load_pretrained
-from .model import GPT, GPTConfig, parameter_shapes
+from .model import GPT, POSITIONS, GPTConfig, parameter_shapes
 from .resources import DISK_FULL, check_fits
 from .tokenizer import BPETokenizer
 
@@ -425,7 +425,8 @@ def restore_model(checkpoint: Checkpoint, dtype: str = "float32") -> GPT:
         raise CheckpointFileError(
             f"checkpoint {checkpoint.path}: its config.json and params.npz disagree: {_difference(expected, stored)}"
         )
-    table = 3 * 8 * config.max_seq_len * config.d_model if config.position == "sinusoidal" else 0  # float64 temps
+    tables = POSITIONS[config.position].table_shapes(config).values()
+    table = 3 * 8 * sum(math.prod(shape) for shape in tables)  # the fixed position tables' float64 temporaries
     check_fits(
         table + 8 * sum(math.prod(shape) for shape in expected.values()),
         f"building the model of {checkpoint.path / 'config.json'}",

@@ -36,8 +36,9 @@ def tiny_model(tokenizer, dtype="float32", **overrides):
     return GPT(GPTConfig(**{**settings, **overrides}), seed=0, dtype=dtype)
 
 
-def tiny_run(tmp_path):
-    """Train a 1-layer model for 2 steps with ``numforge train`` into ``tmp_path / "run"``; return that path."""
+def tiny_run(tmp_path, *model_flags: str):
+    """Train a 1-layer model for 2 steps with ``numforge train`` into ``tmp_path / "run"``; return that path.
+    ``model_flags`` are more flags of its model (``"--arch", "llama"``)."""
     from numforge.cli import main
 
     data = tmp_path / "corpus.txt"
@@ -48,7 +49,7 @@ def tiny_run(tmp_path):
         "--save-every": 2, "--eval-every": 2, "--layers": 1, "--d-model": 8, "--heads": 2, "--seq-len": 8,
         "--batch-size": 2,
     }  # fmt: skip
-    assert main(["train", "--no-progress"] + [str(x) for pair in flags.items() for x in pair]) == 0
+    assert main(["train", "--no-progress"] + [str(x) for pair in flags.items() for x in pair] + list(model_flags)) == 0
     return run
 
 

@@ -15,6 +15,8 @@ def test_one_step_of_the_small_config_prints_its_row_and_profile(capsys):
         == 0
     )
     out = capsys.readouterr().out
+    assert out.startswith("CPU: ") and "vector extensions" in out.splitlines()[0] and "load average" in out
+    assert "small: 4 layers, d_model 128, 4 heads (4 key/value), layernorm, learned positions, gelu" in out
     rate = re.search(r"float32 matmul rate .*: ([0-9.]+) GFLOP/s", out)
     assert rate and float(rate.group(1)) > 0
     row = re.search(r"^small\s+1334016\s+(\d+)\s+([0-9.]+)%", out, re.MULTILINE)  # params of the small config
@@ -22,3 +24,28 @@ def test_one_step_of_the_small_config_prints_its_row_and_profile(capsys):
     assert "profile of 1 numforge steps" in out and "linear.py:linear_backward" in out
     share = re.search(r"matrix products \(numpy.matmul\): ([0-9.]+)% of", out)
     assert share and 20 < float(share.group(1)) < 100
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_the_torch_model_of_the_bench_computes_numforges_loss(arch):
+    """The same weights, the same batch: PyTorch's loss is numforge's, to float32 rounding."""
+    torch = pytest.importorskip("torch")
+    from numforge.bench.train_models import build
+    from numforge.bench.train_torch import torch_loss, torch_params, torch_tables
+    from numforge.model import GPT
+
+    config, ids, targets = build("small", "tiled", arch)
+    model = GPT(config, seed=0)
+    loss, _ = model.forward(backend.asarray(ids), backend.asarray(targets), for_backward=False)
+    with torch.no_grad():
+        theirs = torch_loss(torch_params(model.params, requires_grad=False), config, torch.from_numpy(ids),
+                            torch.from_numpy(targets), torch_tables(model))  # fmt: skip
+    assert float(loss) == pytest.approx(theirs.item(), rel=1e-5)  # measured: a few 1e-7
+    if arch == "llama":
+        assert (config.norm, config.position, config.activation, config.tie_weights) == (
+            "rmsnorm",
+            "rope",
+            "swiglu",
+            False,
+        )
+        assert config.num_kv_heads < config.num_heads

@@ -1,10 +1,15 @@
 """GPTConfig: defaults, validation that names the field, JSON round trip."""
 
+import itertools
 import json
+import math
+from pathlib import Path
 
 import pytest
 
-from numforge.model import GPTConfig
+from numforge.model import POSITIONS, GPTConfig, parameter_shapes
+from numforge.model.config import ARCHS, BIAS_SWITCHES, QK_NORM_ORDERS
+from numforge.ops.norms import NORMS
 
 TINY = dict(vocab_size=50, max_seq_len=16, d_model=32, num_heads=4, num_layers=2)
 
@@ -20,7 +25,7 @@ def test_defaults_match_the_issue():
         "tiled",
     )
     assert config.use_bias and config.tie_weights and not config.scale_embeddings
-    assert config.drop_prob == 0.0 and config.ln_eps == 1e-5
+    assert config.drop_prob == 0.0 and config.norm_eps == 1e-5
 
 
 @pytest.mark.parametrize("d_model, expected", [(32, 128), (96, 256), (128, 384), (192, 512), (256, 704)])
@@ -44,7 +49,7 @@ def test_json_round_trip():
         position="sinusoidal",
         scale_embeddings=True,
         attention="plain",
-        ln_eps=1e-6,
+        norm_eps=1e-6,
     )
     restored = GPTConfig.from_dict(json.loads(json.dumps(config.to_dict())))
     assert restored == config
@@ -68,8 +73,8 @@ def test_json_round_trip():
         ("position", "rotary", ValueError),
         ("scale_embeddings", None, TypeError),
         ("attention", "flash", ValueError),
-        ("ln_eps", 0.0, ValueError),
-        ("ln_eps", float("nan"), ValueError),
+        ("norm_eps", 0.0, ValueError),
+        ("norm_eps", float("nan"), ValueError),
     ],
 )
 def test_invalid_field_is_named(field, value, error):
@@ -103,3 +108,177 @@ def test_a_config_from_before_attention_dropout_loads_without_it():
     assert old.pop("attention_dropout") is True  # today's default
     assert GPTConfig.from_dict(old).attention_dropout is False  # trained without: resumed without
     assert GPTConfig.from_dict({**old, "attention_dropout": True}).attention_dropout is True
+
+
+# ---------------------------------------------------------------- the modern decoder's fields (issue 22)
+
+OLD_CONFIGS = json.loads((Path(__file__).parent / "data" / "configs_before_issue22.json").read_text())
+
+
+@pytest.mark.parametrize("old", OLD_CONFIGS, ids=range(len(OLD_CONFIGS)))
+def test_a_config_json_written_before_issue_22_builds_the_same_parameters(old):
+    """config.json files written by numforge before these fields existed (tests/data, made with that code)."""
+    config = GPTConfig.from_dict(old["config"])
+    shapes = [[name, list(shape)] for name, shape in parameter_shapes(config).items()]
+    assert shapes == old["parameter_shapes"]  # names, shapes and order (the order of the init's draws)
+    assert config.norm_eps == old["config"].get("ln_eps", old["config"].get("norm_eps"))
+    assert (config.norm, config.position in ("learned", "sinusoidal"), config.qk_norm) == ("layernorm", True, False)
+    assert config.num_kv_heads == config.num_heads and config.head_dim * config.num_heads == config.d_model
+    if "reads_as" in old:  # the oldest names (ffn, naive, no attention_dropout) read as that code read them
+        assert config == GPTConfig.from_dict(old["reads_as"])
+
+
+def test_the_defaults_of_the_new_fields_are_gpt2s():
+    config = GPTConfig(**TINY)
+    assert (config.norm, config.norm_eps, config.norm_weight, config.position) == ("layernorm", 1e-5, True, "learned")
+    assert (config.num_kv_heads, config.head_dim, config.qk_norm, config.rope_theta) == (4, 8, False, 10000.0)
+    assert config.rope_scaling is None and config.qk_norm_order == "before_rope"
+    assert all(config.has_bias(switch) for switch in BIAS_SWITCHES)
+
+
+def test_use_bias_sets_every_switch_left_none_and_a_switch_overrides_it():
+    qwen2 = GPTConfig(**TINY, use_bias=False, qkv_bias=True)
+    assert [qwen2.has_bias(s) for s in BIAS_SWITCHES] == [True, False, False, False]
+    assert sorted(n for n in parameter_shapes(qwen2) if n.endswith(".bias")) == [
+        "layers.0.attn.qkv_proj.bias",
+        "layers.1.attn.qkv_proj.bias",
+    ]
+    no_mlp = GPTConfig(**TINY, mlp_bias=False)
+    assert not any(".mlp." in n for n in parameter_shapes(no_mlp) if n.endswith(".bias"))
+    assert "final_norm.bias" in parameter_shapes(no_mlp) and "layers.0.attn.out_proj.bias" in parameter_shapes(no_mlp)
+    rms = GPTConfig(**TINY, norm="rmsnorm")  # use_bias on, but RMSNorm has no bias to give
+    assert not rms.has_bias("norm_bias") and "final_norm.bias" not in parameter_shapes(rms)
+    assert "layers.0.mlp.up_proj.bias" in parameter_shapes(rms)
+
+
+def test_gqa_head_dim_and_qk_norm_shapes():
+    config = GPTConfig(vocab_size=11, max_seq_len=8, d_model=12, num_heads=4, num_kv_heads=2, head_dim=5,
+                       num_layers=1, qk_norm=True, norm="rmsnorm", use_bias=False, qkv_bias=True)  # fmt: skip
+    shapes = parameter_shapes(config)
+    assert shapes["layers.0.attn.qkv_proj.weight"] == (12, (4 + 2 * 2) * 5)  # q | k | v: H D + 2 H_kv D
+    assert shapes["layers.0.attn.qkv_proj.bias"] == (40,)
+    assert shapes["layers.0.attn.out_proj.weight"] == (20, 12)  # (H D, C)
+    assert shapes["layers.0.attn.q_norm.weight"] == shapes["layers.0.attn.k_norm.weight"] == (5,)
+    without_weight = GPTConfig(**{**config.to_dict(), "norm_weight": False})
+    assert not any("norm" in name for name in parameter_shapes(without_weight))  # parameter-free norms
+    rope = GPTConfig(**{**config.to_dict(), "position": "rope", "head_dim": 6})
+    assert "position_embedding" not in parameter_shapes(rope)
+
+
+def field_combinations():
+    """Every combination of the component fields, the impossible ones included."""
+    choices = {
+        "norm": tuple(NORMS),
+        "position": tuple(POSITIONS),
+        "norm_weight": (True, False),
+        "qk_norm": (False, True),
+        "qk_norm_order": QK_NORM_ORDERS,
+        "num_kv_heads": (None, 1, 2),
+        "head_dim": (None, 6, 5),
+        "use_bias": (True, False),
+        "qkv_bias": (None, True),
+        "norm_bias": (None, True),
+    }
+    for values in itertools.product(*choices.values()):
+        yield dict(zip(choices, values))
+
+
+def test_every_possible_combination_round_trips_and_every_impossible_one_names_its_fields():
+    possible = 0
+    for fields_ in field_combinations():
+        try:
+            config = GPTConfig(**TINY, **fields_)
+        except ValueError as err:
+            named = [name for name in fields_ if name in str(err)]
+            assert named, f"{fields_}: {err} names none of the fields"
+            continue
+        possible += 1
+        assert GPTConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config, fields_
+    assert 100 < possible < 1000  # the product has 1728 combinations; about half are possible
+
+
+@pytest.mark.parametrize(
+    "fields_, named",
+    [
+        ({"num_kv_heads": 3}, "num_kv_heads"),  # does not divide num_heads = 4
+        ({"num_kv_heads": 0}, "num_kv_heads"),
+        ({"head_dim": 0}, "head_dim"),
+        ({"num_heads": 5}, "head_dim"),  # 32 / 5 is no head width: head_dim must be given
+        ({"position": "rope", "head_dim": 5}, "head_dim"),  # rotates pairs
+        ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "rope_scaling"),  # learned positions rotate nothing
+        ({"position": "rope", "rope_scaling": {"rope_type": "yarn", "factor": 2.0}}, "rope_type"),
+        ({"position": "rope", "rope_scaling": {"rope_type": "linear"}}, "factor"),
+        ({"rope_theta": 0.0}, "rope_theta"),
+        ({"qk_norm": True, "qk_norm_order": "after_rope"}, "qk_norm_order"),  # no rotation to come after
+        ({"qk_norm_order": "between"}, "qk_norm_order"),
+        ({"norm_weight": False}, "norm_weight"),  # LayerNorm has no form without a weight
+        ({"norm": "rmsnorm", "norm_bias": True}, "norm_bias"),  # RMSNorm has no bias
+        ({"norm": "batchnorm"}, "norm"),
+        ({"qkv_bias": 1}, "qkv_bias"),
+        ({"norm_eps": -1.0}, "norm_eps"),
+    ],
+)
+def test_an_impossible_combination_is_a_value_error_naming_the_field(fields_, named):
+    with pytest.raises((ValueError, TypeError), match=named):
+        GPTConfig(**{**TINY, **fields_})
+
+
+def test_rope_scaling_is_normalised_and_round_trips():
+    config = GPTConfig(**TINY, position="rope", rope_scaling={"type": "linear", "factor": 4})  # HF's older key
+    assert config.rope_scaling == {"rope_type": "linear", "factor": 4.0}
+    assert GPTConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+
+
+# The families issue 23 imports, at their real sizes (no arrays are made: parameter_shapes only): the
+# parameter counts their model cards give.
+FAMILIES = {
+    "SmolLM2-135M": (
+        dict(vocab_size=49152, max_seq_len=8192, d_model=576, num_heads=9, num_kv_heads=3, num_layers=30,
+             d_ff=1536, rope_theta=100000.0, tie_weights=True),
+        134_515_008,
+    ),
+    "Llama-3.2-1B": (
+        dict(vocab_size=128256, max_seq_len=131072, d_model=2048, num_heads=32, num_kv_heads=8, num_layers=16,
+             d_ff=8192, rope_theta=500000.0, tie_weights=True,
+             rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                           "original_max_position_embeddings": 8192}),
+        1_235_814_400,
+    ),
+    "Qwen2.5-0.5B": (
+        dict(vocab_size=151936, max_seq_len=32768, d_model=896, num_heads=14, num_kv_heads=2, num_layers=24,
+             d_ff=4864, rope_theta=1000000.0, tie_weights=True, qkv_bias=True, norm_eps=1e-6),
+        494_032_768,
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_the_llama_family_at_its_real_sizes(family):
+    fields_, expected = FAMILIES[family]
+    config = GPTConfig(**{**ARCHS["llama"], **fields_})
+    assert sum(math.prod(shape) for shape in parameter_shapes(config).values()) == expected
+
+
+HF_FAMILIES = {  # transformers config class -> (its fields, numforge's), a tiny model of each family
+    "LlamaConfig": ({}, {}),
+    "MistralConfig": ({"sliding_window": None}, {}),
+    "Qwen2Config": ({}, {"qkv_bias": True}),
+    "Qwen3Config": ({"head_dim": 6}, {"qk_norm": True, "head_dim": 6}),  # head_dim != hidden / heads
+}
+
+
+@pytest.mark.parametrize("family", list(HF_FAMILIES))
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_config_expresses_each_hf_family_with_its_parameter_count(family, tied):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    hf_fields, ours = HF_FAMILIES[family]
+    sizes = dict(vocab_size=37, hidden_size=16, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+                 intermediate_size=24, tie_word_embeddings=tied)  # fmt: skip
+    hf_config = getattr(transformers, family)(**sizes, **hf_fields)
+    with torch.device("meta"):
+        hf_model = transformers.AutoModelForCausalLM.from_config(hf_config)
+    sizes = dict(vocab_size=37, max_seq_len=16, d_model=16, num_heads=4, num_kv_heads=2, num_layers=2, d_ff=24)
+    config = GPTConfig(**{**ARCHS["llama"], **ours, **sizes, "tie_weights": tied})
+    hf_count = sum(p.numel() for p in hf_model.parameters())  # a tied table counts once there too
+    assert sum(math.prod(shape) for shape in parameter_shapes(config).values()) == hf_count

@@ -249,6 +249,13 @@ def test_numforge_to_hf_to_numforge_is_bit_identical(tmp_path, options):
         ({"position": "sinusoidal"}, "position='sinusoidal'"),
         ({"use_bias": False}, "use_bias=False"),
         ({"scale_embeddings": True}, "scale_embeddings=True"),
+        ({"norm": "rmsnorm"}, "norm='rmsnorm'"),
+        ({"position": "rope"}, "position='rope'"),
+        ({"num_kv_heads": 1}, "num_kv_heads=1"),
+        ({"head_dim": 6}, "head_dim=6"),
+        ({"qk_norm": True}, "qk_norm=True"),
+        ({"mlp_bias": False}, "mlp_bias=False"),  # mixed biases: use_bias stays on
+        ({"use_bias": False, "qkv_bias": True}, "use_bias=False"),
     ],
 )
 def test_what_gpt2_cannot_express_is_refused_before_writing(tmp_path, options, name):

@@ -9,6 +9,7 @@ from helpers import assert_gradients_pass
 from numforge.backend import asarray, default_rng, to_numpy
 from numforge.gradcheck.model import OPTIONS, TINY, check_model, randomized_model, tiny_batch
 from numforge.model import GPT, GPTConfig
+from numforge.model.config import ARCHS
 from numforge.optim import AdamW
 
 SMALL = dict(vocab_size=29, max_seq_len=12, d_model=16, num_heads=4, num_layers=2)
@@ -109,7 +110,7 @@ def test_tiled_and_plain_attention_give_the_same_loss_and_gradients():
 
 @pytest.mark.parametrize("keep_limit", [2**23, 0])  # the tiled kernel with and without its kept tiles
 def test_tiled_and_plain_attention_drop_the_same_weights(monkeypatch, keep_limit):
-    monkeypatch.setattr("numforge.model.blocks.KEEP_PROBS_LIMIT", keep_limit)
+    monkeypatch.setattr("numforge.model.attention_branch.KEEP_PROBS_LIMIT", keep_limit)
     tiled = randomized_model({"drop_prob": 0.3})
     plain = randomized_model({"drop_prob": 0.3, "attention": "plain"})
     ids, targets = tiny_batch(TINY["vocab_size"])
@@ -133,7 +134,7 @@ def test_attention_dropout_can_be_turned_off_alone():
     assert all(block.attention.attention.dropout is None for block in cache_off.blocks)
     assert all(block.attention.dropout.keep is not None for block in cache_off.blocks)  # the branches still drop
     assert all(block.attention.attention.dropout.p == 0.3 for block in cache_on.blocks)
-    evaluation = on.forward(ids, targets, training=False)[1]  # inference never drops
+    evaluation = on.forward(ids, targets, for_backward=False)[1]  # no generator: no dropout
     assert all(block.attention.attention.dropout is None for block in evaluation.blocks)
 
 
@@ -147,8 +148,8 @@ def test_training_keeps_attention_probabilities_under_the_limit_with_the_same_gr
     _, cache = model.forward(ids, targets)
     assert all(kept(cache))
     grads_kept = model.backward(cache)
-    assert not any(kept(model.forward(ids, targets, training=False)[1]))  # evaluation keeps nothing
-    monkeypatch.setattr("numforge.model.blocks.KEEP_PROBS_LIMIT", 0)
+    assert not any(kept(model.forward(ids, targets, for_backward=False)[1]))  # evaluation keeps nothing
+    monkeypatch.setattr("numforge.model.attention_branch.KEEP_PROBS_LIMIT", 0)
     _, cache = model.forward(ids, targets)
     assert not any(kept(cache))
     for name, g in model.backward(cache).items():
@@ -183,7 +184,17 @@ def test_float32_model_stays_float32_and_matches_float64():
     assert model32.logits(ids).dtype == np.float32
 
 
-@pytest.mark.parametrize("options", [{}, {"activation": "relu", "position": "sinusoidal", "attention": "plain"}])
+DECODING_OPTIONS = [
+    {},
+    {"activation": "relu", "position": "sinusoidal", "attention": "plain"},
+    {**ARCHS["llama"], "qk_norm": True},  # the cache holds keys rotated at their absolute positions
+    {**ARCHS["llama"], "qk_norm": True, "qk_norm_order": "after_rope", "norm_weight": False, "head_dim": 6},
+    {**ARCHS["llama"], "num_kv_heads": 2, "qk_norm": True},  # the cache holds H_kv = 2 heads
+    {**ARCHS["llama"], "num_kv_heads": 1, "attention": "plain"},
+]
+
+
+@pytest.mark.parametrize("options", DECODING_OPTIONS)
 def test_greedy_decoding_with_and_without_kv_cache_is_identical(options):
     model = GPT(GPTConfig(**SMALL, **options), seed=2)
     prompt = asarray(np.array([[3, 1, 4], [2, 7, 1]]))
@@ -200,13 +211,15 @@ def test_greedy_decoding_with_and_without_kv_cache_is_identical(options):
         tokens_plain = asarray(tokens_plain)
         tokens_cached = asarray(np.concatenate([to_numpy(tokens_cached), to_numpy(new_ids)], axis=1))
     assert kv.length == SMALL["max_seq_len"] - 1
+    assert kv.keys[0].shape == (2, model.config.num_kv_heads, SMALL["max_seq_len"], model.config.head_dim)
     np.testing.assert_array_equal(to_numpy(tokens_cached), to_numpy(tokens_plain))
     with pytest.raises(ValueError, match="max_seq_len"):
         model.logits(asarray(np.array([[1, 2], [3, 4]])), kv_cache=kv)
 
 
-def test_kv_cache_prefill_in_chunks_matches_full_logits():
-    model = GPT(GPTConfig(**SMALL), seed=5)
+@pytest.mark.parametrize("options", DECODING_OPTIONS)
+def test_kv_cache_prefill_in_chunks_matches_full_logits(options):
+    model = GPT(GPTConfig(**SMALL, **options), seed=5)
     ids = asarray(np.random.default_rng(1).integers(0, 29, size=(2, 10)))
     full = model.logits(ids)
     kv = model.new_kv_cache(2)
@@ -215,14 +228,13 @@ def test_kv_cache_prefill_in_chunks_matches_full_logits():
     np.testing.assert_allclose(stitched, to_numpy(full), rtol=1e-5, atol=1e-6)
 
 
-def test_dropout_needs_a_generator_and_is_off_at_inference():
+def test_dropout_is_switched_by_its_generator():
     model = randomized_model({"drop_prob": 0.3})
     plain = randomized_model({})
     ids, targets = tiny_batch(TINY["vocab_size"])
-    with pytest.raises(ValueError, match="rng"):
-        model.forward(ids, targets)
-    loss_eval, _ = model.forward(ids, targets, training=False)
-    assert float(loss_eval) == float(plain.forward(ids, targets, training=False)[0])  # the same evaluation path
+    loss_eval, _ = model.forward(ids, targets, for_backward=False)
+    assert float(loss_eval) == float(plain.forward(ids, targets, for_backward=False)[0])  # the same evaluation path
+    assert float(model.forward(ids, targets)[0]) == float(loss_eval)  # no generator: no dropout, for_backward or not
     loss_a = float(model.forward(ids, targets, rng=default_rng(1))[0])
     loss_b = float(model.forward(ids, targets, rng=default_rng(1))[0])
     loss_c = float(model.forward(ids, targets, rng=default_rng(2))[0])
@@ -272,11 +284,11 @@ def test_adamw_training_memorises_a_batch():
     targets = asarray(np.roll(to_numpy(ids), -1, axis=1))
     opt = AdamW(model.params, lr=1e-2, weight_decay=0.01)
     rng = default_rng(0)
-    first = float(model.forward(ids, targets, training=False)[0])
+    first = float(model.forward(ids, targets, for_backward=False)[0])
     for _ in range(40):
         _, cache = model.forward(ids, targets, rng=rng)
         opt.step(model.backward(cache))
-    last = float(model.forward(ids, targets, training=False)[0])
+    last = float(model.forward(ids, targets, for_backward=False)[0])
     assert first == pytest.approx(math.log(29), rel=0.05)
     assert last < 0.3 * first
 
@@ -288,11 +300,11 @@ def test_fused_chunked_and_materialized_logits_give_the_same_loss_and_gradients(
     loss_fused, cache = model.forward(ids, targets)  # the default: loss and gradients fused
     assert cache.loss.route == "fused"
     grads_fused = model.backward(cache)
-    loss_materialized, cache = model.forward(ids, targets, training=False)  # evaluation, tiny logits: materialized
+    loss_materialized, cache = model.forward(ids, targets, for_backward=False)  # evaluation, tiny logits: materialized
     assert cache.loss.route == "materialized"
     grads_materialized = model.backward(cache)
     monkeypatch.setattr("numforge.model.unembedding.MATERIALIZED_LOGITS_LIMIT", 0)  # force the chunked loss
-    loss_chunked, cache = model.forward(ids, targets, training=False)
+    loss_chunked, cache = model.forward(ids, targets, for_backward=False)
     assert cache.loss.route == "chunked"
     grads_chunked = model.backward(cache)
     for loss, grads in ((loss_chunked, grads_chunked), (loss_fused, grads_fused)):

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from numforge.backend import asarray, to_numpy  # noqa: E402
-from numforge.bench.train_torch import torch_loss, torch_params  # noqa: E402
+from numforge.bench.train_torch import torch_loss, torch_params, torch_tables  # noqa: E402
 from numforge.gradcheck.model import OPTIONS, randomized_model, tiny_batch  # noqa: E402
 from numforge.optim import AdamW  # noqa: E402
 
@@ -21,11 +21,8 @@ NO_DROPOUT = [option for option, settings in OPTIONS.items() if "drop_prob" not 
 def torch_reference(model, ids, targets):
     """(loss, {name: grad}) of the same weights by torch autograd."""
     params = torch_params(model.params)
-    table = None
-    if model.sinusoidal_table is not None:
-        table = torch.tensor(to_numpy(model.sinusoidal_table))
     ids_t, targets_t = torch.tensor(to_numpy(ids)), torch.tensor(to_numpy(targets))
-    loss = torch_loss(params, model.config, ids_t, targets_t, table)
+    loss = torch_loss(params, model.config, ids_t, targets_t, torch_tables(model))
     loss.backward()
     return loss.item(), {name: t.grad.numpy() for name, t in params.items()}
 

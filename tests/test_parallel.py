@@ -191,10 +191,10 @@ from numforge.model import GPT
 
 forward, steps = GPT.forward, []
 
-def failing_forward(self, token_ids, targets, training=True, rng=None):
-    loss, cache = forward(self, token_ids, targets, training=training, rng=rng)
-    steps.extend([1] if training else [])
-    if len(steps) == 3 and training:
+def failing_forward(self, token_ids, targets, *, rng=None, for_backward=True):
+    loss, cache = forward(self, token_ids, targets, rng=rng, for_backward=for_backward)
+    steps.extend([1] if for_backward else [])
+    if len(steps) == 3 and for_backward:
         if sys.argv[1] == "raise":
             raise RuntimeError("rank 1 lost its disk")
         loss = float("nan")

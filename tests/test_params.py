@@ -70,3 +70,22 @@ def test_params_reads_a_checkpoints_config(tmp_path, capsys):
     assert f"{model.num_params():,}  100.0%" in out and "untied unembedding" in out
     assert main(["params", "--checkpoint", str(tmp_path), "--layers", "2"]) == 2
     assert "--layers cannot be given with --checkpoint" in capsys.readouterr().err
+
+
+def test_params_takes_every_new_model_flag(capsys):
+    flags = ["--arch", "llama", "--kv-heads", "2", "--head-dim", "32", "--qk-norm", "--qk-norm-order", "after_rope",
+             "--no-norm-weight", "--qkv-bias", "--rope-theta", "5e5", "--norm-eps", "1e-6"]  # fmt: skip
+    assert main(["params", "--vocab-size", "500", "--seq-len", "32", *flags]) == 0
+    out = capsys.readouterr().out
+    config = GPTConfig(
+        vocab_size=500, max_seq_len=32, d_model=96, num_heads=4, num_layers=3, norm="rmsnorm", position="rope",
+        activation="swiglu", use_bias=False, tie_weights=False, num_kv_heads=2, head_dim=32, qk_norm=True,
+        qk_norm_order="after_rope", norm_weight=False, qkv_bias=True, rope_theta=5e5, norm_eps=1e-6,
+    )  # fmt: skip
+    totals = re.findall(r"^total +([\d,]+) +100\.0%", out, flags=re.MULTILINE)
+    assert totals[0] == f"{sum(parameter_counts(config).values()):,}"
+    assert re.search(r"^norms +0 ", out, flags=re.MULTILINE)  # parameter-free norms
+    # 3 layers x (qkv_proj 96 x (4 + 2 x 2) 32 = 24,576, its bias 256, out_proj 4 x 32 x 96 = 12,288)
+    assert re.search(r"^attention +111,360 .* 3 layers x 37,120 ", out, flags=re.MULTILINE)
+    assert "biases only: qkv_bias" in out and "2 key/value heads" in out and "QK-norm after rope" in out
+    assert "2 x L x H_kv x D = 384 values per token" in out and "2/4 of full attention's 768 values" in out

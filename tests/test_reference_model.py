@@ -17,12 +17,31 @@ EVERY_OPTION_AT_ONCE = {
     "scale_embeddings": True,
     "attention": "plain",
     "drop_prob": 0.3,
-    "ln_eps": 1e-3,
+    "norm_eps": 1e-3,
+}
+EVERY_MODERN_OPTION_AT_ONCE = {  # GQA, RoPE with scaling, QK-norm, Qwen2's biases, a head width != C / H, dropout
+    "norm": "rmsnorm",
+    "position": "rope",
+    "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+    "num_heads": 4,
+    "num_kv_heads": 2,
+    "head_dim": 6,
+    "qk_norm": True,
+    "use_bias": False,
+    "qkv_bias": True,
+    "tie_weights": False,
+    "activation": "swiglu",
+    "drop_prob": 0.3,
 }
 CASES = {
     **OPTIONS,
     "all_at_once": EVERY_OPTION_AT_ONCE,
     "gelu_exact_untied": {"gelu_approximate": "none", "tie_weights": False},
+    **{
+        f"modern_at_once_{order}_{kernel}": {**EVERY_MODERN_OPTION_AT_ONCE, "qk_norm_order": order, "attention": kernel}
+        for order in ("before_rope", "after_rope")
+        for kernel in ("tiled", "plain")
+    },
 }
 
 
@@ -84,7 +103,7 @@ def test_dropout_masks_come_from_the_generator():
     _, other, _ = reference_forward(model.params, model.config, ids, targets, rng=default_rng(DROPOUT_SEED + 1))
     _, evaluation, _ = reference_forward(model.params, model.config, ids, targets)
     assert abs(float(other) - float(loss)) > 1e-6
-    assert float(evaluation) == pytest.approx(float(model.forward(ids, targets, training=False)[0]), rel=TOL)
+    assert float(evaluation) == pytest.approx(float(model.forward(ids, targets, for_backward=False)[0]), rel=TOL)
 
 
 def test_all_targets_ignored_gives_zero_loss_and_zero_gradients():
@@ -120,3 +139,15 @@ def test_float32_in_float32_out_and_close_to_the_fast_model():
     assert all(g.dtype == np.float32 for g in ref_grads.values())
     assert abs(float(ref_loss) - float(loss)) <= 1e-6 * abs(float(loss))
     assert max(relative_difference(ref_grads[name], g) for name, g in grads.items()) <= 1e-4
+
+
+def test_the_textbook_model_and_the_torch_twin_write_out_every_registered_component():
+    """A new norm or activation in a registry fails here, by name, until its formula is written out."""
+    from numforge.model import reference
+    from numforge.ops.activations import ACTIVATIONS
+    from numforge.ops.norms import NORMS
+
+    assert set(reference._NORMS) == set(NORMS)
+    assert set(reference._ACTIVATIONS) == set(ACTIVATIONS)
+    train_torch = pytest.importorskip("numforge.bench.train_torch", reason="the torch twin needs torch")
+    assert set(train_torch.NORMS) == set(NORMS) and set(train_torch.ACTIVATIONS) == set(ACTIVATIONS)

@@ -10,6 +10,12 @@ torch and transformers are installed), so that a busy machine slows both
 alike; the best round is kept. Decoding speed is the 127 tokens after the
 first over the time they add. BLAS runs on one thread on both sides
 (threadpoolctl; without it, set ``OPENBLAS_NUM_THREADS=1`` before starting).
+
+The KV cache's size is stated, measured on the cache the model allocates:
+``2 L H_kv T_max D`` float32 numbers. ``--kv-heads N`` gives numforge's model
+grouped-query attention (``N`` key/value heads for the 12 query heads): its
+cache is ``N / 12`` of full attention's (GPT-2 has no such option, so
+``transformers`` then sits out).
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--new-tokens", type=positive_int, default=128, help="tokens to generate (default 128)")
     parser.add_argument("--repeats", type=positive_int, default=3, help="rounds, alternating sides; best kept")
     parser.add_argument("--layers", type=positive_int, default=12, help="fewer layers for a quick run (default 12)")
+    parser.add_argument(
+        "--kv-heads", type=positive_int, help="key/value heads, dividing 12: grouped-query attention (default 12)"
+    )
     parser.add_argument("--no-transformers", action="store_true", help="skip transformers even if installed")
     parser.add_argument("--profile", action="store_true", help="profile numforge's decoding: where the time goes")
 
@@ -43,17 +52,21 @@ def run(args: argparse.Namespace) -> int:
     if args.prompt_tokens + args.new_tokens > GPT2_124M["max_seq_len"]:
         raise ValueError(f"--prompt-tokens + --new-tokens must be at most {GPT2_124M['max_seq_len']}")
     threads = _one_blas_thread()
-    config = GPTConfig(**{**GPT2_124M, "num_layers": args.layers})
+    config = GPTConfig(**{**GPT2_124M, "num_layers": args.layers, "num_kv_heads": args.kv_heads})
     model = GPT(config, seed=0)
     prompt = np.random.default_rng(0).integers(0, config.vocab_size, size=args.prompt_tokens).tolist()
     print(
-        f"GPT-2 shape: {config.num_layers} layers, d_model {config.d_model}, {config.num_heads} heads, "
+        f"GPT-2 shape: {config.num_layers} layers, d_model {config.d_model}, {config.num_heads} heads "
+        f"({config.num_kv_heads} key/value heads), "
         f"vocabulary {config.vocab_size}; {model.num_params():,} parameters (random, seed 0), float32; "
         f"prompt {args.prompt_tokens} tokens, {args.new_tokens} new, greedy, KV cache; BLAS threads: {threads}; "
         f"load average {os.getloadavg()[0]:.1f}"
     )
     sides = {"numforge": lambda n: list(generate_ids(model, prompt, n, temperature=0))}
-    hf = None if args.no_transformers else _transformers_side(model, prompt)
+    full_attention = config.num_kv_heads == config.num_heads
+    if not full_attention and not args.no_transformers:
+        print("(GPT-2 has no grouped-query attention: numforge alone)")
+    hf = None if args.no_transformers or not full_attention else _transformers_side(model, prompt)
     if hf is not None:
         sides["transformers"] = hf
     # per side, clock ("wall" or "cpu") and count (1 or all): the best seconds over the rounds
@@ -86,9 +99,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"same greedy tokens: {'all ' + str(args.new_tokens) if same is None else f'the first {same}'}")
     weights = sum(int(p.nbytes) for p in model.params.values())
     peak = peak_extra_bytes(lambda: list(generate_ids(model, prompt, args.new_tokens, temperature=0)), array_module())
+    cache = kv_cache_bytes(model)
     print(
         f"numforge memory: weights {weights / MIB:.0f} MiB; peak above them while generating "
-        f"{peak / MIB:.0f} MiB (KV cache {_kv_cache_bytes(config) / MIB:.0f} MiB of it)"
+        f"{peak / MIB:.0f} MiB (KV cache {cache / MIB:.0f} MiB of it)"
+    )
+    H, H_kv, D, L, T = config.num_heads, config.num_kv_heads, config.head_dim, config.num_layers, config.max_seq_len
+    print(
+        f"KV cache: 2 x {L} layers x {H_kv} key/value heads x {T} positions x {D} x 4 bytes = {cache / MIB:.1f} MiB, "
+        f"{cache // T:,} bytes per token"
+        + ("" if full_attention else f"; {H_kv}/{H} of full attention's {cache * H // H_kv / MIB:.1f} MiB")
     )
     if args.profile:
         from .train import profile
@@ -97,9 +117,11 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _kv_cache_bytes(config: GPTConfig) -> int:
-    """Keys and values, every layer: 2 L (B=1) H T_max D float32 numbers."""
-    return 2 * config.num_layers * config.max_seq_len * config.d_model * 4
+def kv_cache_bytes(model: GPT) -> int:
+    """The bytes of the cache ``model`` decodes one sequence with: keys and values, every layer,
+    ``2 L H_kv T_max D`` numbers, measured on the arrays ``new_kv_cache`` allocates."""
+    cache = model.new_kv_cache(1)
+    return sum(int(a.nbytes) for a in cache.keys + cache.values)
 
 
 def _one_blas_thread() -> str:
@@ -129,7 +151,7 @@ def _transformers_side(model: GPT, prompt: list[int]):
     c = model.config
     config = GPT2Config(
         vocab_size=c.vocab_size, n_positions=c.max_seq_len, n_embd=c.d_model, n_head=c.num_heads,
-        n_layer=c.num_layers, activation_function="gelu_new", layer_norm_epsilon=c.ln_eps,
+        n_layer=c.num_layers, activation_function="gelu_new", layer_norm_epsilon=c.norm_eps,
         bos_token_id=None, eos_token_id=None, pad_token_id=None,
     )  # fmt: skip
     hf = GPT2LMHeadModel(config).eval()

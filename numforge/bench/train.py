@@ -26,8 +26,8 @@ from ..model import ATTENTION_KINDS, GPT
 from ..model.flops import flops_per_token
 from ..optim import AdamW
 from . import train_ranks
-from .measure import non_negative_int, optional_torch, positive_int
-from .train_models import CONFIGS, LR, WEIGHT_DECAY, build, torch_step
+from .measure import cpu_description, non_negative_int, optional_torch, positive_int
+from .train_models import ARCH_FIELDS, CONFIGS, LR, WEIGHT_DECAY, build, describe, torch_step
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=1,
         help="BLAS threads for NumPy's OpenBLAS and for torch alike (default 1)",
+    )
+    parser.add_argument(
+        "--arch",
+        choices=tuple(ARCH_FIELDS),
+        default="gpt2",
+        help="the model family: GPT-2 (default), or Llama-style (RMSNorm, rotary positions, SwiGLU, "
+        "grouped-query attention, no biases, untied)",
     )
     parser.add_argument(
         "--attention",
@@ -83,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         blas.set_num_threads(args.threads)
     if torch is not None:
         torch.set_num_threads(args.threads)
+    print(f"CPU: {cpu_description()}; load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(
         f"numpy {np.__version__}, OpenBLAS kernel {_corename(blas)}, "
         f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}, "
@@ -90,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
         + (f"torch {torch.__version__}, threads {torch.get_num_threads()}" if torch else "torch: not run")
     )
     names = list(CONFIGS) if args.config == "all" else [args.config]
+    for name in names:
+        print(f"{name}: {describe(build(name, args.attention, args.arch)[0])}")
     # the matmul rate is taken before and after the configs and the best kept: one reading on a busy
     # machine can come out low, and an MFU above 100% would follow
     rate_before = matmul_rate()
@@ -129,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def bench_config(name: str, args, torch) -> dict:
-    config, ids, targets = build(name, args.attention)
+    config, ids, targets = build(name, args.attention, args.arch)
     model = GPT(config, seed=0)
     opt = AdamW(model.params, lr=LR, weight_decay=WEIGHT_DECAY)
     ids_nf, targets_nf = asarray(ids), asarray(targets)

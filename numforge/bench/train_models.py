@@ -9,18 +9,25 @@ from __future__ import annotations
 import numpy as np
 
 from ..model import GPTConfig
+from ..model.config import ARCHS
 
-CONFIGS = {  # the two configs of issue 5
-    "small": dict(num_layers=4, d_model=128, num_heads=4, seq_len=128, batch=16, vocab_size=4096),
-    "medium": dict(num_layers=4, d_model=256, num_heads=8, seq_len=256, batch=8, vocab_size=8192),
+CONFIGS = {  # the two configs of issue 5; kv_heads: the Llama-style model's key/value heads (issue 22)
+    "small": dict(num_layers=4, d_model=128, num_heads=4, kv_heads=2, seq_len=128, batch=16, vocab_size=4096),
+    "medium": dict(num_layers=4, d_model=256, num_heads=8, kv_heads=2, seq_len=256, batch=8, vocab_size=8192),
 }
+# --arch NAME -> the fields of that family's model at a config's sizes: GPT-2's defaults; Llama's with
+# grouped-query attention, which the issue's Llama-style bench includes
+ARCH_FIELDS = {"gpt2": lambda spec: {}, "llama": lambda spec: {**ARCHS["llama"], "num_kv_heads": spec["kv_heads"]}}
 LR, WEIGHT_DECAY = 3e-4, 0.1
 
 
-def build(name: str, attention: str):
-    """``(config, ids, targets)``: the config named ``name`` and a seeded random ``(B,T)`` batch."""
+def build(name: str, attention: str, arch: str = "gpt2"):
+    """``(config, ids, targets)``: the config named ``name`` in the family ``arch`` (``gpt2``, or ``llama``:
+    RMSNorm, rotary positions, SwiGLU, no biases, untied, and grouped-query attention with the config's
+    ``kv_heads``) and a seeded random ``(B,T)`` batch."""
     spec = CONFIGS[name]
     config = GPTConfig(
+        **ARCH_FIELDS[arch](spec),
         vocab_size=spec["vocab_size"],
         max_seq_len=spec["seq_len"],
         d_model=spec["d_model"],
@@ -35,11 +42,21 @@ def build(name: str, attention: str):
     return config, ids, targets
 
 
+def describe(config: GPTConfig) -> str:
+    """``"4 layers, d_model 128, 4 heads (2 key/value), rmsnorm, rope positions, swiglu, untied, no biases"``."""
+    return (
+        f"{config.num_layers} layers, d_model {config.d_model}, {config.num_heads} heads "
+        f"({config.num_kv_heads} key/value), {config.norm}, {config.position} positions, {config.activation}, "
+        f"{'tied' if config.tie_weights else 'untied'}, {'biases' if config.use_bias else 'no biases'}, "
+        f"T {config.max_seq_len}"
+    )
+
+
 def torch_step(torch, config, model, ids, targets):
     """One PyTorch eager step (forward, autograd backward, AdamW) on a copy of ``model``'s weights."""
-    from .train_torch import torch_loss, torch_params
+    from .train_torch import torch_loss, torch_params, torch_tables
 
-    params = torch_params(model.params)
+    params, tables = torch_params(model.params), torch_tables(model)
     decay = [t for t in params.values() if t.ndim >= 2]
     no_decay = [t for t in params.values() if t.ndim < 2]
     opt = torch.optim.AdamW(
@@ -49,7 +66,7 @@ def torch_step(torch, config, model, ids, targets):
 
     def torch_step():
         opt.zero_grad(set_to_none=True)
-        torch_loss(params, config, ids_t, targets_t).backward()
+        torch_loss(params, config, ids_t, targets_t, tables).backward()
         opt.step()
 
     return torch_step

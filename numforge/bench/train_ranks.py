@@ -34,7 +34,7 @@ from ..optim import AdamW
 from ..table import format_table
 from ..training.parallel import MPI_INSTALL_HINT, DataParallel, connect
 from .measure import optional_torch
-from .train_models import CONFIGS, LR, WEIGHT_DECAY, build, torch_step
+from .train_models import ARCH_FIELDS, CONFIGS, LR, WEIGHT_DECAY, build, torch_step
 
 LEGEND = """\
 median step times, the best of the rounds; ranks with one BLAS thread each;
@@ -103,7 +103,7 @@ def _launch(ranks: int, name: str, args) -> dict:
     """Run the worker under ``mpiexec -n ranks``; its JSON report."""
     command = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "numforge.bench.train_ranks"]
     command += ["--config", name, "--steps", str(args.steps), "--warmup", str(args.warmup)]
-    command += ["--attention", args.attention]
+    command += ["--attention", args.attention, "--arch", args.arch]
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
     here = Path(__file__).resolve().parents[2]  # `-m` looks in the working directory first: run where this numforge is
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=here)
@@ -113,7 +113,7 @@ def _launch(ranks: int, name: str, args) -> dict:
 
 
 def _torch_step_time(torch, name: str, args) -> float:
-    config, ids, targets = build(name, args.attention)
+    config, ids, targets = build(name, args.attention, args.arch)
     step = torch_step(torch, config, GPT(config, seed=0), ids, targets)
     times = []
     for i in range(args.warmup + args.steps):
@@ -130,7 +130,7 @@ def _torch_step_time(torch, name: str, args) -> float:
 def worker(args: argparse.Namespace) -> None:
     """Time the data-parallel step on this rank; rank 0 prints the summary of all ranks as one JSON line."""
     world = connect()
-    config, ids, targets = build(args.config, args.attention)
+    config, ids, targets = build(args.config, args.attention, args.arch)
     model = GPT(config, seed=0)
     optimizer = AdamW(model.params, lr=LR, weight_decay=WEIGHT_DECAY)
     parallel = DataParallel(world, model)
@@ -183,4 +183,5 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--warmup", type=int, required=True)
     parser.add_argument("--attention", required=True)
+    parser.add_argument("--arch", choices=list(ARCH_FIELDS), required=True)
     worker(parser.parse_args())

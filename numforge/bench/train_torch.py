@@ -2,8 +2,12 @@
 
 Used only by ``numforge bench train`` and by ``tests/test_model_vs_torch.py``,
 both of which run only when torch happens to be installed (it is never a
-dependency of numforge). The network reads numforge's parameter dict, so
-both implementations run on identical weights; dropout is not modelled.
+dependency of numforge). The network reads numforge's parameter dict and its
+fixed position tables (``GPT.position_tables``), so both implementations run
+on identical weights; dropout is not modelled. Every component numforge
+registers has its torch twin here, by the same name: the norms (``F.layer_norm``,
+``F.rms_norm``), the activations, the rotation of q and k (Hugging Face's
+``rotate_half``), and grouped-query attention through ``scaled_dot_product_attention(enable_gqa=True)``.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from ..backend import to_numpy
+from ..model.positions import POSITIONS
 
 
 def torch_params(params: dict, requires_grad: bool = True) -> dict:
@@ -21,32 +26,43 @@ def torch_params(params: dict, requires_grad: bool = True) -> dict:
     return {name: torch.tensor(to_numpy(p).copy(), requires_grad=requires_grad) for name, p in params.items()}
 
 
-def torch_loss(p: dict, config, ids, targets, sinusoidal_table=None):
-    """The mean cross-entropy of the GPT in ``model.py``, by torch autograd ops."""
+def torch_tables(model) -> dict:
+    """A model's fixed position tables as torch tensors."""
+    return {name: torch.tensor(to_numpy(table)) for name, table in model.position_tables.items()}
+
+
+def torch_loss(p: dict, config, ids, targets, tables: dict | None = None):
+    """The mean cross-entropy of numforge's GPT (``model/gpt.py``), by torch autograd ops."""
     B, T = ids.shape
-    C, H = config.d_model, config.num_heads
+    C, H, H_kv, D = config.d_model, config.num_heads, config.num_kv_heads, config.head_dim
+    scheme, tables = POSITIONS[config.position], tables or {}
     x = p["token_embedding"][ids]  # (B,T) -> (B,T,C)
     if config.scale_embeddings:
         x = x * math.sqrt(C)
-    positions = p["position_embedding"] if config.position == "learned" else sinusoidal_table
-    x = x + positions[:T]
+    if scheme.added is not None:
+        x = x + {**p, **tables}[scheme.added][:T]
+    rotation = None if scheme.rotation is None else [tables[name][:T] for name in scheme.rotation.tables]  # cos, sin
     for i in range(config.num_layers):
         layer = {n[len(f"layers.{i}.") :]: t for n, t in p.items() if n.startswith(f"layers.{i}.")}
-        h = F.layer_norm(x, (C,), layer["pre_attn_norm.weight"], layer.get("pre_attn_norm.bias"), config.ln_eps)
-        qkv = _linear(h, layer, "attn.qkv_proj")  # (B,T,C) -> (B,T,3C)
-        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in qkv.split(C, dim=-1))  # -> (B,H,T,D)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B,H,T,D)
-        x = x + _linear(o.transpose(1, 2).reshape(B, T, C), layer, "attn.out_proj")
-        h = F.layer_norm(x, (C,), layer["pre_mlp_norm.weight"], layer.get("pre_mlp_norm.bias"), config.ln_eps)
+        h = _norm(x, layer, "pre_attn_norm", config)
+        qkv = _linear(h, layer, "attn.qkv_proj")  # (B,T,C) -> (B,T,(H + 2 H_kv) D)
+        q, k, v = qkv.split([H * D, H_kv * D, H_kv * D], dim=-1)
+        q = q.view(B, T, H, D).transpose(1, 2)  # (B,H,T,D)
+        k, v = (t.view(B, T, H_kv, D).transpose(1, 2) for t in (k, v))  # (B,H_kv,T,D)
+        norm_first = config.qk_norm and config.qk_norm_order == "before_rope"
+        if norm_first:
+            q, k = _norm(q, layer, "attn.q_norm", config), _norm(k, layer, "attn.k_norm", config)
+        if rotation is not None:
+            q, k = _rotate(q, *rotation), _rotate(k, *rotation)
+        if config.qk_norm and not norm_first:
+            q, k = _norm(q, layer, "attn.q_norm", config), _norm(k, layer, "attn.k_norm", config)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=H_kv != H)  # (B,H,T,D)
+        x = x + _linear(o.transpose(1, 2).reshape(B, T, H * D), layer, "attn.out_proj")
+        h = _norm(x, layer, "pre_mlp_norm", config)
         up = _linear(h, layer, "mlp.up_proj")  # (B,T,C) -> (B,T,F)
-        if config.activation == "swiglu":
-            act = F.silu(_linear(h, layer, "mlp.gate_proj")) * up
-        elif config.activation == "relu":
-            act = F.relu(up)
-        else:
-            act = F.gelu(up, approximate=config.gelu_approximate)
-        x = x + _linear(act, layer, "mlp.down_proj")  # (B,T,F) -> (B,T,C)
-    h = F.layer_norm(x, (C,), p["final_norm.weight"], p.get("final_norm.bias"), config.ln_eps)
+        gate = _linear(h, layer, "mlp.gate_proj") if config.gated else None
+        x = x + _linear(ACTIVATIONS[config.activation](config, up, gate), layer, "mlp.down_proj")  # (B,T,F) -> (B,T,C)
+    h = _norm(x, p, "final_norm", config)
     unembedding = p["token_embedding"] if config.tie_weights else p["lm_head.weight"]
     logits = h @ unembedding.T  # (B,T,C) -> (B,T,V)
     return F.cross_entropy(logits.view(B * T, -1), targets.view(-1), ignore_index=-1)
@@ -56,3 +72,25 @@ def _linear(x, layer: dict, name: str):
     y = x @ layer[f"{name}.weight"]
     bias = layer.get(f"{name}.bias")
     return y if bias is None else y + bias
+
+
+def _norm(x, layer: dict, name: str, config):
+    weight, bias = layer.get(f"{name}.weight"), layer.get(f"{name}.bias")
+    return NORMS[config.norm](x, weight, bias, config.norm_eps)
+
+
+def _rotate(x, cos, sin):
+    """Hugging Face's Llama rotation: ``x cos + rotate_half(x) sin``, ``rotate_half(x) = (-x2, x1)``."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+NORMS = {  # ops.norms.NORMS name -> (x, weight, bias, eps) -> y
+    "layernorm": lambda x, w, b, eps: F.layer_norm(x, x.shape[-1:], w, b, eps),
+    "rmsnorm": lambda x, w, b, eps: F.rms_norm(x, x.shape[-1:], w, eps),
+}
+ACTIVATIONS = {  # ops.activations.ACTIVATIONS name -> (config, up, gate) -> act
+    "gelu": lambda config, up, gate: F.gelu(up, approximate=config.gelu_approximate),
+    "swiglu": lambda config, up, gate: F.silu(gate) * up,
+    "relu": lambda config, up, gate: F.relu(up),
+}

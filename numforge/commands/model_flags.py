@@ -1,21 +1,31 @@
-"""The model flags that ``numforge train`` and ``numforge params`` share: one per ``GPTConfig`` field.
+"""The model flags that ``numforge train`` and ``numforge params`` share: one per ``GPTConfig`` field, and ``--arch``.
 
-``MODEL_FLAGS`` maps each flag's dest to its ``GPTConfig`` field, the value a
-new run takes when the flag is absent, and its argparse options. A flag not
-given reads ``None`` (so ``train --resume`` can refuse the ones given);
-``vocab_size`` and ``max_seq_len`` come from the tokenizer and ``--seq-len``.
+``MODEL_FLAGS`` maps each flag's dest to its ``GPTConfig`` field and its
+argparse options; the choices come from the registries (``NORMS``,
+``POSITIONS``, ``ACTIVATIONS``). A flag not given reads ``None`` (so
+``train --resume`` can refuse the ones given); ``vocab_size`` and
+``max_seq_len`` come from the tokenizer and ``--seq-len``.
+
+``--arch`` is a preset: a model family's defaults in one flag (``ARCHS``).
+The fields a new run takes are, each over the one before: ``RUN_DEFAULTS``
+(the sizes), the preset's, then the flags given, wherever they stand on the
+line (``--arch llama --norm layernorm`` is Llama with LayerNorm).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import fields
 
 from ..checks import float_between, int_at_least
-from ..model import ATTENTION_KINDS, POSITION_KINDS, GPTConfig
+from ..model import ATTENTION_KINDS, POSITIONS, GPTConfig
+from ..model.config import ARCHS, QK_NORM_ORDERS
 from ..ops.activations import ACTIVATIONS
+from ..ops.norms import NORMS
 
 PROBABILITY = float_between(0, 1, high_open=True)  # an argparse type: "--dropout 1" names the flag and [0, 1)
+POSITIVE = float_between(0, low_open=True)
 GELU_FLAG_VALUES = {"tanh": "tanh", "exact": "none"}  # --gelu value -> GPTConfig.gelu_approximate
 
 
@@ -26,6 +36,17 @@ def gelu_form(text: str) -> str:
     return GELU_FLAG_VALUES[text]
 
 
+def json_object(text: str) -> dict:
+    """An argparse type: a JSON object, ``'{"rope_type": "linear", "factor": 2.0}'``."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r} ({err.msg})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+    return value
+
+
 # the sizes of a new run when no flag gives them (GPTConfig has no default for these); every other field
 # left out takes GPTConfig's default
 RUN_DEFAULTS = {"num_layers": 3, "d_model": 96, "num_heads": 4}
@@ -33,19 +54,47 @@ RUN_DEFAULTS = {"num_layers": 3, "d_model": 96, "num_heads": 4}
 MODEL_FLAGS = {
     "layers": ("num_layers", dict(type=int_at_least(1), help="transformer blocks")),
     "d_model": ("d_model", dict(type=int_at_least(1), help="model width C")),
-    "heads": ("num_heads", dict(type=int_at_least(1), help="attention heads H (C / H = head width)")),
+    "heads": ("num_heads", dict(type=int_at_least(1), help="attention (query) heads H")),
+    "kv_heads": (
+        "num_kv_heads",
+        dict(type=int_at_least(1), help="key/value heads H_kv, dividing H: grouped-query attention (default H)"),
+    ),
+    "head_dim": ("head_dim", dict(type=int_at_least(1), help="each head's width D (default C / H)")),
     "d_ff": (
         "d_ff",
         dict(type=int_at_least(1), help="feed-forward width F (default 4 C; SwiGLU: 8/3 C rounded up to 64)"),
     ),
     "activation": ("activation", dict(choices=tuple(ACTIVATIONS), help="the feed-forward activation")),
     "gelu": ("gelu_approximate", dict(type=gelu_form, metavar="tanh|exact", help="GELU's form")),
-    "no_bias": ("use_bias", dict(action="store_const", const=False, help="no biases (linear layers, norms)")),
+    "norm": ("norm", dict(choices=tuple(NORMS), help="every norm of the model")),
+    "norm_eps": ("norm_eps", dict(type=POSITIVE, metavar="EPS", help="the norms' epsilon")),
+    "no_norm_weight": (
+        "norm_weight",
+        dict(action="store_const", const=False, help="norms without a learned weight (parameter-free)"),
+    ),
+    "position": ("position", dict(choices=tuple(POSITIONS), help="how positions enter the model")),
+    "rope_theta": ("rope_theta", dict(type=POSITIVE, metavar="THETA", help="the rotation's base")),
+    "rope_scaling": (
+        "rope_scaling",
+        dict(
+            type=json_object,
+            metavar="JSON",
+            help='the rotation\'s frequency scaling, e.g. \'{"rope_type": "linear", "factor": 2.0}\'',
+        ),
+    ),  # fmt: skip
+    "qk_norm": ("qk_norm", dict(action="store_const", const=True, help="a norm over each head's q and k")),
+    "qk_norm_order": ("qk_norm_order", dict(choices=QK_NORM_ORDERS, help="QK-norm before or after the rotation")),
+    "no_bias": (
+        "use_bias",
+        dict(action="store_const", const=False, help="no biases anywhere (each --X-bias flag still overrides)"),
+    ),
+    "qkv_bias": ("qkv_bias", dict(action=argparse.BooleanOptionalAction, help="biases of the q|k|v projection")),
+    "out_bias": ("out_bias", dict(action=argparse.BooleanOptionalAction, help="a bias of attention's output")),
+    "mlp_bias": ("mlp_bias", dict(action=argparse.BooleanOptionalAction, help="the MLP's biases")),
+    "norm_bias": ("norm_bias", dict(action=argparse.BooleanOptionalAction, help="the norms' biases")),
     "no_tie": ("tie_weights", dict(action="store_const", const=False, help="an lm_head apart from the token table")),
-    "position": ("position", dict(choices=POSITION_KINDS, help="position embeddings")),
     "scale_embeddings": ("scale_embeddings", dict(action="store_const", const=True, help="tokens times sqrt(C)")),
     "attention": ("attention", dict(choices=ATTENTION_KINDS, help="the attention kernel (the same numbers)")),
-    "ln_eps": ("ln_eps", dict(type=float_between(0, low_open=True), metavar="EPS", help="layer norm's epsilon")),
     "dropout": (
         "drop_prob",
         dict(type=PROBABILITY, metavar="P", help="dropout probability while training (activations, attention weights)"),
@@ -55,17 +104,26 @@ MODEL_FLAGS = {
         dict(action="store_const", const=False, help="--dropout spares the attention weights"),
     ),
 }
+FLAG_ALIASES = {"norm_eps": ("--ln-eps",)}  # older spellings still read
+MODEL_FLAG_DESTS = ("arch", *MODEL_FLAGS)  # every flag that shapes the model
 
 
 def add_model_flags(group) -> None:
-    """Add every ``MODEL_FLAGS`` flag to ``group`` (a parser or an argument group), with its default in the help."""
+    """Add ``--arch`` and every ``MODEL_FLAGS`` flag to ``group`` (a parser or an argument group),
+    with the defaults in the help."""
+    group.add_argument(
+        "--arch",
+        choices=tuple(ARCHS),
+        help="a model family's defaults in one flag (the other model flags override it); default gpt2",
+    )
     defaults = {f.name: f.default for f in fields(GPTConfig)} | RUN_DEFAULTS
     for dest, (field, options) in MODEL_FLAGS.items():
         shown = "" if options.get("action") or defaults[field] is None else f" (default {defaults[field]})"
-        group.add_argument("--" + dest.replace("_", "-"), dest=dest, **{**options, "help": options["help"] + shown})
+        names = ["--" + dest.replace("_", "-"), *FLAG_ALIASES.get(dest, ())]
+        group.add_argument(*names, dest=dest, **{**options, "help": options["help"] + shown})
 
 
 def model_options(args: argparse.Namespace) -> dict:
-    """The ``GPTConfig`` fields the flags give, over ``RUN_DEFAULTS``."""
+    """The ``GPTConfig`` fields of a new run: ``RUN_DEFAULTS``, under the ``--arch`` preset, under the flags given."""
     given = {field: getattr(args, dest) for dest, (field, _) in MODEL_FLAGS.items() if getattr(args, dest) is not None}
-    return RUN_DEFAULTS | given
+    return RUN_DEFAULTS | ARCHS[args.arch or "gpt2"] | given

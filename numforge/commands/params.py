@@ -12,11 +12,13 @@ import argparse
 from ..checkpoint import checkpoint_config, load_checkpoint
 from ..checks import int_at_least, path_flag
 from ..data import DEFAULT_VOCAB_SIZE
-from ..model import GPTConfig
+from ..model import POSITIONS, GPTConfig
+from ..model.config import BIAS_SWITCHES
 from ..model.flops import COMPONENTS, flop_counts, parameter_counts
+from ..ops.norms import NORMS
 from ..table import format_table
 from ..training import TrainSettings
-from .model_flags import MODEL_FLAGS, add_model_flags, model_options
+from .model_flags import MODEL_FLAG_DESTS, add_model_flags, model_options
 
 HELP = "count a GPT's parameters and training FLOPs per component (a checkpoint's, or from train's model flags)"
 
@@ -37,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _config(args: argparse.Namespace) -> GPTConfig:
-    given = [dest for dest in (*MODEL_FLAGS, "vocab_size", "seq_len") if getattr(args, dest) is not None]
+    given = [dest for dest in (*MODEL_FLAG_DESTS, "vocab_size", "seq_len") if getattr(args, dest) is not None]
     if args.checkpoint is None:
         vocab_size = DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size
         seq_len = TrainSettings.seq_len if args.seq_len is None else args.seq_len
@@ -49,36 +51,55 @@ def _config(args: argparse.Namespace) -> GPTConfig:
 
 
 def breakdown(config: GPTConfig) -> str:
-    """The two tables: parameters per component, training FLOPs per token per part."""
+    """The two tables: parameters per component, training FLOPs per token per part; then the KV cache per token."""
     L, C, V, T = config.num_layers, config.d_model, config.vocab_size, config.max_seq_len
+    H, H_kv, D = config.num_heads, config.num_kv_heads, config.head_dim
     gelu = f" ({'exact' if config.gelu_approximate == 'none' else 'tanh'})" if config.activation == "gelu" else ""
+    qk_norm = f", QK-norm {config.qk_norm_order.replace('_', ' ')}" if config.qk_norm else ""
     lines = [
-        f"model: {L} layers, d_model {C}, {config.num_heads} heads, d_ff {config.d_ff}, "
-        f"{config.activation}{gelu}, vocabulary {V}, context {T}; "
-        f"{'tied' if config.tie_weights else 'untied'} unembedding, {config.position} positions"
-        f"{', scaled embeddings' if config.scale_embeddings else ''}, {'biases' if config.use_bias else 'no biases'}",
+        f"model: {L} layers, d_model {C}, {H} heads of width {D}, {H_kv} key/value heads, d_ff {config.d_ff}, "
+        f"{config.activation}{gelu}, vocabulary {V}, context {T}; {config.norm} norms"
+        f"{'' if config.norm_weight else ' without weights'}{qk_norm}, {config.position} positions, "
+        f"{'tied' if config.tie_weights else 'untied'} unembedding"
+        f"{', scaled embeddings' if config.scale_embeddings else ''}, {_biases(config)}",
         "",
     ]
     params = parameter_counts(config)
+    norms = (2 * L + 1) + (2 * L if config.qk_norm else 0)
     notes = {
         "token table": f"V x C = {V} x {C}" + (", also the unembedding (tied)" if config.tie_weights else ""),
-        "position table": f"T x C = {T} x {C}" if config.position == "learned" else "sinusoidal: fixed, no parameters",
-        "attention": f"{L} layers x {params['attention'] // L:,} (qkv_proj, out_proj)",
+        "position table": POSITIONS[config.position].about,
+        "attention": f"{L} layers x {params['attention'] // L:,} (qkv_proj C x (H + 2 H_kv) D, out_proj H D x C)",
         "mlp": f"{L} layers x {params['mlp'] // L:,} ({'gate_proj, ' if config.gated else ''}up_proj, down_proj)",
-        "norms": f"{2 * L + 1} layer norms",
+        "norms": f"{norms} {config.norm} norms" + (f", {2 * L} of them on q and k" if config.qk_norm else ""),
         "lm_head": "V x C, the untied unembedding" if not config.tie_weights else "none: tied to the token table",
     }
     lines += _table("parameters", {name: params[name] for name in COMPONENTS}, notes)
     flops = flop_counts(config)
     notes = {
         "attention projections": "6 x (qkv_proj + out_proj weights)",
-        "attention scores": f"Q K^T and P V: 12 x L x T x C, T = {T}",
+        "attention scores": f"Q K^T and P V: 12 x L x T x H x D, T = {T}",
         "mlp": "6 x the MLP's weights",
         "logits": "6 x V x C (h @ unembedding^T)",
     }
     lines += ["", *_table("training FLOPs per token", flops, notes)]
     lines.append("(forward 2 and backward 4 FLOPs per weight and token; the forward alone is a third)")
+    per_token = 2 * L * H_kv * D  # a key and a value of D per key/value head and layer
+    lines += [
+        "",
+        f"KV cache (sampling): 2 x L x H_kv x D = {per_token:,} values per token, {4 * per_token:,} bytes in float32, "
+        f"{4 * per_token * T:,} bytes for the whole context of {T}"
+        + (f"; {H_kv}/{H} of full attention's {2 * L * H * D:,} values" if H_kv != H else ""),
+    ]
     return "\n".join(lines)
+
+
+def _biases(config: GPTConfig) -> str:
+    possible = [name for name in BIAS_SWITCHES if name != "norm_bias" or "bias" in NORMS[config.norm].parameters]
+    present = [name for name in possible if config.has_bias(name)]
+    if present == possible:
+        return "biases"
+    return f"biases only: {', '.join(present)}" if present else "no biases"
 
 
 def _table(title: str, counts: dict[str, int], notes: dict[str, str]) -> list[str]:

@@ -22,7 +22,7 @@ from ..training.parallel import RanksDisagree, connect, micro_batch_size
 from ..training.run import check_new_run_dir, check_run_fits, hold_run, run_directory
 from . import EXIT_FAILED
 from ._data_flags import add_reading_flags, source_from
-from .model_flags import MODEL_FLAGS, add_model_flags, model_options
+from .model_flags import MODEL_FLAG_DESTS, MODEL_FLAGS, add_model_flags, model_options
 
 HELP = "train a GPT on text (default: this Python's own documentation), with checkpoints and exact resume"
 
@@ -161,7 +161,7 @@ def _start(args: argparse.Namespace, say, held: contextlib.ExitStack | None = No
         if args.init_from is not None:
             raise ValueError("--init-from starts a new run; it cannot be combined with --resume")
         fixed = {
-            **_given(args, MODEL_FLAGS),
+            **_given(args, MODEL_FLAG_DESTS),
             **_given(args, SETTINGS_FLAGS),
             **_given(args, ("vocab_size", "tokenizer", "out")),
         }
@@ -239,6 +239,8 @@ def _fine_tune(args: argparse.Namespace, out, settings: TrainSettings, source):
     """A new run from the pretrained model in ``--init-from``, with its tokenizer and shape."""
     if args.tokenizer is not None or args.vocab_size is not None:
         raise ValueError("--init-from uses the pretrained model's tokenizer; leave out --tokenizer and --vocab-size")
+    if args.arch is not None:
+        raise ValueError("--init-from takes the pretrained model's family; leave out --arch")
     flags = {flag: (MODEL_FLAGS[flag][0], value) for flag, value in _given(args, MODEL_FLAGS).items()}
     model, tokenizer = start_from(args.init_from, args.seq_len, flags, args.trust_pattern)
     settings = dataclasses.replace(settings, seq_len=min(settings.seq_len, model.config.max_seq_len))

@@ -17,9 +17,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import asarray, default_rng
-from ..model import GPT, GPTConfig
+from ..model import GPT, POSITIONS, GPTConfig
+from ..model.config import ARCHS
 from ..model.reference import reference_backward, reference_forward
 from ..ops.activations import ACTIVATIONS
+from ..ops.norms import NORMS
 from .cases import option_cases
 from .check import GradResult, check_gradients
 from .diagnose import diagnosed
@@ -29,15 +31,56 @@ BATCH, SEQ = 2, 7
 MAX_COORDS = 12  # sampled coordinates per parameter tensor
 DROPOUT_SEED = 5
 
-OPTIONS = {  # every activation of the registry, then the other options (on GELU, the default)
+LLAMA3_SCALING = {  # Llama 3.1's frequency scaling, its original context shrunk to the tiny model's
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 4,
+}
+GQA = {"num_heads": 4, "num_kv_heads": 2}  # two query heads per key/value head (head width 8 / 4 = 2)
+LLAMA = {**ARCHS["llama"], "num_kv_heads": 1}  # TINY's two query heads share one key/value head
+QWEN3 = {**ARCHS["llama"], **GQA, "qk_norm": True, "qk_norm_order": "before_rope", "head_dim": 6}  # H D != C
+
+OPTIONS = {  # every entry of each registry (norms, positions, activations), then the other options
     **{name: {"activation": name} for name in ACTIVATIONS},
+    **{name: {"norm": name} for name in NORMS if name != "layernorm"},
+    **{
+        f"{name}_without_weight": {"norm": name, "norm_weight": False}
+        for name, n in NORMS.items()
+        if "weight" in n.optional
+    },
+    **{f"{name}_qk_norm": {"norm": name, "qk_norm": True} for name in NORMS},
+    **{f"{name}_positions": {"position": name} for name in POSITIONS if name != "learned"},
     "gelu_exact": {"gelu_approximate": "none"},
     "untied": {"tie_weights": False},
     "no_bias": {"use_bias": False},
+    "qkv_bias_only": {"use_bias": False, "qkv_bias": True},  # Qwen2
+    "mixed_biases": {"qkv_bias": False, "mlp_bias": False, "norm_bias": False},  # out_proj's bias only
+    "head_dim": {"head_dim": 6, "num_heads": 3},  # H D = 18 != C = 8
+    "gqa": GQA,
+    "mqa": {"num_kv_heads": 1},
+    "gqa_plain_attention": {**GQA, "attention": "plain"},
     "plain_attention": {"attention": "plain"},
     "sinusoidal_scaled": {"position": "sinusoidal", "scale_embeddings": True},
+    "rope_linear": {"position": "rope", "rope_scaling": {"rope_type": "linear", "factor": 2.0}, "rope_theta": 500.0},
+    "rope_llama3": {"position": "rope", "rope_scaling": LLAMA3_SCALING},
+    "qk_norm_before_rope": {"position": "rope", "norm": "rmsnorm", "qk_norm": True, "qk_norm_order": "before_rope"},
+    "qk_norm_after_rope": {"position": "rope", "norm": "rmsnorm", "qk_norm": True, "qk_norm_order": "after_rope"},
+    "llama": LLAMA,
+    "qwen2": {**LLAMA, "qkv_bias": True, "tie_weights": True},
+    "qwen3": QWEN3,
+    "nanochat": {
+        **LLAMA,
+        "norm_weight": False,
+        "qk_norm": True,
+        "qk_norm_order": "after_rope",
+        "activation": "relu",
+    },
     "dropout": {"drop_prob": 0.2},  # embeddings, branches and attention weights
     "dropout_plain_attention": {"drop_prob": 0.2, "attention": "plain"},
+    "dropout_llama": {**LLAMA, "drop_prob": 0.2},
+    "dropout_qwen3_plain_attention": {**QWEN3, "drop_prob": 0.2, "attention": "plain"},
 }
 
 

@@ -9,10 +9,13 @@ The fields that shape the network, and numforge's names for them::
     n_inner               d_ff (null: 4 * n_embd)
     activation_function   gelu_new, gelu_pytorch_tanh, gelu_fast -> GELU (tanh form); gelu -> GELU (exact);
                           relu -> ReLU
-    layer_norm_epsilon    ln_eps
+    layer_norm_epsilon    norm_eps
     tie_word_embeddings   tie_weights (default true)
 
-GPT-2 always has biases, learned positions and unscaled embeddings. Fields
+GPT-2 always has LayerNorm with weight and bias, biases in every layer, learned
+positions, one key/value head per query head of width ``n_embd / n_head``, no
+QK-norm and unscaled embeddings: a model with anything else is refused on
+export, naming the field. Fields
 that would change the arithmetic unless they have GPT-2's usual value
 (``scale_attn_weights``, ``scale_attn_by_inverse_layer_idx``,
 ``add_cross_attention``, another ``model_type``, an activation numforge
@@ -24,6 +27,7 @@ inference and fine-tuning here do not depend on it.
 from __future__ import annotations
 
 from ..model import GPTConfig
+from ..model.config import BIAS_SWITCHES
 
 # activation_function -> (numforge activation, gelu_approximate)
 ACTIVATIONS_IN = {
@@ -65,7 +69,7 @@ def config_from_hf(d: dict, source: str) -> GPTConfig:
             activation=name,
             gelu_approximate=approximate,
             tie_weights=d.get("tie_word_embeddings", True),
-            ln_eps=d.get("layer_norm_epsilon", 1e-5),
+            norm_eps=d.get("layer_norm_epsilon", 1e-5),
         )
     except (ValueError, TypeError) as error:
         raise ValueError(f"{source}: {error}") from None
@@ -75,8 +79,14 @@ def check_expressible(config: GPTConfig) -> None:
     """``ValueError`` naming the first option a GPT-2 checkpoint cannot express."""
     unsupported = {
         "activation": (config.activation, config.activation in ("gelu", "relu")),
+        "norm": (config.norm, config.norm == "layernorm"),
+        "norm_weight": (config.norm_weight, config.norm_weight),
         "position": (config.position, config.position == "learned"),
+        "num_kv_heads": (config.num_kv_heads, config.num_kv_heads == config.num_heads),
+        "head_dim": (config.head_dim, config.head_dim * config.num_heads == config.d_model),
+        "qk_norm": (config.qk_norm, not config.qk_norm),
         "use_bias": (config.use_bias, config.use_bias),
+        **{switch: (getattr(config, switch), config.has_bias(switch)) for switch in BIAS_SWITCHES},
         "scale_embeddings": (config.scale_embeddings, not config.scale_embeddings),
     }
     for option, (value, fine) in unsupported.items():
@@ -100,7 +110,7 @@ def config_to_hf(config: GPTConfig, special_ids: dict) -> dict:
         "n_layer": config.num_layers,
         "n_inner": config.d_ff,
         "activation_function": activation,
-        "layer_norm_epsilon": config.ln_eps,
+        "layer_norm_epsilon": config.norm_eps,
         "tie_word_embeddings": config.tie_weights,
         # numforge drops the embeddings and each branch's output, never attention probabilities
         "embd_pdrop": config.drop_prob,

@@ -3,20 +3,42 @@
 Example::
 
     config = GPTConfig(vocab_size=256, max_seq_len=64, d_model=32, num_heads=4, num_layers=2)
-    config.d_ff                                   # 128 = 4 * d_model
-    GPTConfig.from_dict(config.to_dict()) == config   # True
+    config.d_ff, config.head_dim, config.num_kv_heads    # 128 = 4 * d_model, 8 = d_model / num_heads, 4
+    GPTConfig.from_dict(config.to_dict()) == config      # True
+
+The defaults are GPT-2's: LayerNorm, learned positions, GELU (tanh), biases
+everywhere, tied unembedding. The components come from registries (the
+config validates against them): ``norm`` from ``ops.norms.NORMS``,
+``position`` from ``model.positions.POSITIONS``, ``activation`` from
+``ops.activations.ACTIVATIONS``. The modern decoder's options:
+
+- ``num_kv_heads`` (default ``num_heads``): grouped-query attention, each
+  key/value head shared by ``num_heads / num_kv_heads`` query heads (1: MQA);
+- ``head_dim`` (default ``d_model / num_heads``): with it given, ``d_model``
+  need not divide by ``num_heads`` (Qwen3); ``qkv_proj`` is ``(C, (H + 2 H_kv) D)``
+  and ``out_proj`` ``(H D, C)``;
+- ``qk_norm``: the norm over each head's q and k, with a ``(D,)`` weight
+  (``attn.q_norm.weight``, ``attn.k_norm.weight``) unless ``norm_weight`` is
+  False; ``qk_norm_order`` puts it before the rotation (Qwen3) or after it (nanochat);
+- ``norm_weight``: False gives every norm no parameters (nanochat);
+- the bias switches ``qkv_bias`` (the fused q|k|v projection), ``out_bias``
+  (attention's output projection), ``mlp_bias`` and ``norm_bias``: each left
+  None follows ``use_bias``, the one switch that sets them all (a norm with no
+  bias option has none); ``has_bias(switch)`` says what a model has. Qwen2 is
+  ``use_bias=False, qkv_bias=True``.
 
 ``d_ff=None`` picks the usual width: ``4 * d_model``, or for a gated
 activation (SwiGLU, whose two input projections would otherwise cost 1.5x the
 parameters) ``8/3 * d_model`` rounded up to a multiple of 64. Every invalid
 value or combination is a ``ValueError`` (a wrong type: ``TypeError``) that
-names the field.
+names the fields.
 
-Older checkpoints wrote ``ffn`` for ``activation`` and ``"naive"`` for the
-``"plain"`` attention; ``from_dict`` still reads them. A dict written before
-attention dropout existed (no ``attention_dropout`` key) reads as
-``attention_dropout=False``: its model was trained without it, and a resumed
-run goes on as it began.
+Older checkpoints wrote ``ffn`` for ``activation``, ``ln_eps`` for
+``norm_eps`` and ``"naive"`` for the ``"plain"`` attention; ``from_dict``
+still reads them. A dict written before attention dropout existed (no
+``attention_dropout`` key) reads as ``attention_dropout=False``: its model was
+trained without it, and a resumed run goes on as it began. Every field added
+since reads as its default, which is what those models were.
 """
 
 from __future__ import annotations
@@ -26,11 +48,30 @@ from dataclasses import asdict, dataclass, fields
 
 from ..checks import check_bool, check_positive_int, is_real
 from ..ops.activations import ACTIVATIONS, GELU_APPROXIMATIONS
+from ..ops.norms import NORMS
+from ..ops.rope import check_rope_scaling
+from .positions import POSITIONS
 
-POSITION_KINDS = ("learned", "sinusoidal")
 ATTENTION_KINDS = ("tiled", "plain")  # the tiled kernel, or the plain one that holds (B,H,T,T): the oracle
+QK_NORM_ORDERS = ("before_rope", "after_rope")  # QK-norm then the rotation (Qwen3), or the reverse (nanochat)
+BIAS_SWITCHES = ("qkv_bias", "out_bias", "mlp_bias", "norm_bias")
+# the families a preset (``numforge train --arch NAME``) names: the fields each sets over GPTConfig's defaults.
+# gpt2: the defaults themselves. llama: RMSNorm, rotary positions of base 10,000, SwiGLU, no biases, an untied
+# head. Grouped-query attention is a size, like the number of heads (Llama 2 7B has none, 70B has 8 key/value
+# heads for 64), so num_kv_heads is left to the caller.
+ARCHS = {
+    "gpt2": {},
+    "llama": {
+        "norm": "rmsnorm",
+        "position": "rope",
+        "rope_theta": 10000.0,
+        "activation": "swiglu",
+        "use_bias": False,
+        "tie_weights": False,
+    },
+}
 GATED_MULTIPLE = 64
-LEGACY_NAMES = {"ffn": "activation"}  # field names of older checkpoints -> today's
+LEGACY_NAMES = {"ffn": "activation", "ln_eps": "norm_eps"}  # field names of older checkpoints -> today's
 LEGACY_VALUES = {("attention", "naive"): "plain"}
 LEGACY_DEFAULTS = {"attention_dropout": False}  # fields older checkpoints lack -> what those models were trained with
 
@@ -44,7 +85,7 @@ def default_d_ff(d_model: int, activation: str) -> int:
 
 @dataclass
 class GPTConfig:
-    """Hyper-parameters of a decoder-only transformer (pre-norm blocks, GPT-2 style)."""
+    """Hyper-parameters of a decoder-only transformer (pre-norm blocks; module docstring)."""
 
     vocab_size: int
     max_seq_len: int
@@ -54,40 +95,102 @@ class GPTConfig:
     d_ff: int | None = None
     activation: str = "gelu"  # the feed-forward sub-layer's activation: a name in ops.activations.ACTIVATIONS
     gelu_approximate: str = "tanh"
-    use_bias: bool = True
+    norm: str = "layernorm"  # every norm of the model: a name in ops.norms.NORMS
+    norm_eps: float = 1e-5
+    norm_weight: bool = True  # the norms' learned weight (False: parameter-free norms)
+    position: str = "learned"  # a name in model.positions.POSITIONS
+    rope_theta: float = 10000.0  # the rotation's base (position="rope")
+    rope_scaling: dict | None = None  # the rotation's frequency scaling (linear, llama3), or None
+    num_kv_heads: int | None = None  # key/value heads H_kv (None: num_heads)
+    head_dim: int | None = None  # each head's width D (None: d_model / num_heads)
+    qk_norm: bool = False  # a norm over each head's q and k
+    qk_norm_order: str = "before_rope"
+    use_bias: bool = True  # the biases of every switch below left None
+    qkv_bias: bool | None = None
+    out_bias: bool | None = None
+    mlp_bias: bool | None = None
+    norm_bias: bool | None = None
     tie_weights: bool = True
     drop_prob: float = 0.0  # dropout on the embeddings, each residual branch and (attention_dropout) attention weights
     attention_dropout: bool = True  # drop_prob applies to the attention weights too
-    position: str = "learned"
     scale_embeddings: bool = False
     attention: str = "tiled"
-    ln_eps: float = 1e-5
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "max_seq_len", "d_model", "num_heads", "num_layers"):
             check_positive_int(getattr(self, name), name)
-        if self.d_model % self.num_heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})")
         _check_choice("activation", self.activation, tuple(ACTIVATIONS))
         _check_choice("gelu_approximate", self.gelu_approximate, GELU_APPROXIMATIONS)
-        _check_choice("position", self.position, POSITION_KINDS)
+        _check_choice("norm", self.norm, tuple(NORMS))
+        _check_choice("position", self.position, tuple(POSITIONS))
+        _check_choice("qk_norm_order", self.qk_norm_order, QK_NORM_ORDERS)
         _check_choice("attention", self.attention, ATTENTION_KINDS)
+        for name in ("norm_weight", "qk_norm", "use_bias", "tie_weights", "scale_embeddings", "attention_dropout"):
+            check_bool(getattr(self, name), name)
+        self._resolve_heads()
         if self.d_ff is None:
             self.d_ff = default_d_ff(self.d_model, self.activation)
         check_positive_int(self.d_ff, "d_ff")
-        for name in ("use_bias", "tie_weights", "scale_embeddings", "attention_dropout"):
-            check_bool(getattr(self, name), name)
         if not is_real(self.drop_prob) or not 0.0 <= self.drop_prob < 1.0:
             raise ValueError(f"drop_prob must be a number in [0, 1), got {self.drop_prob!r}")
-        if not is_real(self.ln_eps) or not (self.ln_eps > 0 and math.isfinite(self.ln_eps)):
-            raise ValueError(f"ln_eps must be a positive finite number, got {self.ln_eps!r}")
         self.drop_prob = float(self.drop_prob)
-        self.ln_eps = float(self.ln_eps)
+        self.norm_eps = _positive_finite("norm_eps", self.norm_eps)
+        self.rope_theta = _positive_finite("rope_theta", self.rope_theta)
+        self._check_norms()
+        self._check_positions()
+        self._check_biases()
 
-    @property
-    def head_dim(self) -> int:
-        """``D = d_model / num_heads``."""
-        return self.d_model // self.num_heads
+    def _resolve_heads(self) -> None:
+        if self.num_kv_heads is None:
+            self.num_kv_heads = self.num_heads
+        check_positive_int(self.num_kv_heads, "num_kv_heads")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_kv_heads ({self.num_kv_heads}) must divide num_heads ({self.num_heads}): "
+                "each key/value head serves a whole group of query heads"
+            )
+        if self.head_dim is None:
+            if self.d_model % self.num_heads:
+                raise ValueError(
+                    f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads}), "
+                    "or head_dim must be given"
+                )
+            self.head_dim = self.d_model // self.num_heads
+        check_positive_int(self.head_dim, "head_dim")
+
+    def _check_norms(self) -> None:
+        optional = NORMS[self.norm].optional
+        if not self.norm_weight and "weight" not in optional:
+            raise ValueError(f"norm_weight=False: norm {self.norm!r} has no form without a weight")
+        if self.norm_bias and "bias" not in NORMS[self.norm].parameters:  # explicitly asked for
+            raise ValueError(f"norm_bias=True: norm {self.norm!r} has no bias")
+
+    def _check_positions(self) -> None:
+        rotation = POSITIONS[self.position].rotation
+        if rotation is None:
+            if self.rope_scaling is not None:
+                raise ValueError(f"rope_scaling is set, but position={self.position!r} rotates nothing")
+            if self.qk_norm_order == "after_rope":
+                raise ValueError(f"qk_norm_order='after_rope' needs a rotary position, got position={self.position!r}")
+            return
+        self.rope_scaling = check_rope_scaling(self.rope_scaling)
+        if self.head_dim % 2:
+            raise ValueError(
+                f"position={self.position!r} rotates pairs of coordinates: head_dim ({self.head_dim}) must be even"
+            )
+
+    def _check_biases(self) -> None:
+        for name in BIAS_SWITCHES:
+            if getattr(self, name) is not None:
+                check_bool(getattr(self, name), name)
+
+    def has_bias(self, switch: str) -> bool:
+        """Whether the layers of ``switch`` (``"qkv_bias"``, ``"out_bias"``, ``"mlp_bias"``, ``"norm_bias"``)
+        have biases: the switch, or ``use_bias`` where it is None; never for a norm with no bias option."""
+        if switch == "norm_bias" and "bias" not in NORMS[self.norm].parameters:
+            return False
+        value = getattr(self, switch)
+        return self.use_bias if value is None else value
 
     @property
     def gated(self) -> bool:
@@ -100,7 +203,7 @@ class GPTConfig:
         return {name: options[name] for name in ACTIVATIONS[self.activation].options}
 
     def to_dict(self) -> dict:
-        """A JSON-able dict of every field (``d_ff`` resolved)."""
+        """A JSON-able dict of every field (``d_ff``, ``num_kv_heads`` and ``head_dim`` resolved)."""
         return asdict(self)
 
     @classmethod
@@ -125,3 +228,9 @@ class GPTConfig:
 def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def _positive_finite(name: str, value: object) -> float:
+    if not is_real(value) or not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)

@@ -9,12 +9,14 @@ nanoGPT and PaLM count them:
   (one multiply, one add) and 4 backward (``dx`` and ``dW``): 6 per weight
   per token of training;
 - attention's two products of the sequence with itself, ``Q K^T`` and
-  ``P V``, cost ``2 T C`` each per token and layer forward, 3x that for
-  training: ``12 T C`` per layer (the full ``T x T``, causal or not);
+  ``P V``, cost ``2 T H D`` each per token and layer forward (``H D = C``
+  unless ``head_dim`` is set; grouped-query attention shares keys, not
+  products), 3x that for training: ``12 T H D`` per layer (the full ``T x T``,
+  causal or not);
 - the logits ``h @ unembedding^T`` are a product with ``V C`` weights;
   the token lookup and the position rows cost no product.
 
-So ``flops_per_token = 6 * (matrix weights, unembedding included) + 12 L T C``.
+So ``flops_per_token = 6 * (matrix weights, unembedding included) + 12 L T H D``.
 Example: the default ``numforge train`` model (V 2048, T 64, C 96, 3 layers,
 F 384) has 538,464 parameters and 3.39 MFLOPs per token of training (``numforge params``).
 """
@@ -23,19 +25,22 @@ from __future__ import annotations
 
 from .config import GPTConfig
 from .gpt import parameter_shapes
+from .positions import POSITIONS
 
 COMPONENTS = ("token table", "position table", "attention", "mlp", "norms", "lm_head")
 
 
-def component_of(name: str) -> str:
+def component_of(name: str, config: GPTConfig) -> str:
     """The component a parameter belongs to: ``"layers.0.attn.qkv_proj.weight"`` -> ``"attention"``."""
-    if name in ("token_embedding", "position_embedding", "lm_head.weight"):
-        return {"token_embedding": "token table", "position_embedding": "position table"}.get(name, "lm_head")
-    if ".attn." in name:
-        return "attention"
-    if ".mlp." in name:
-        return "mlp"
-    return "norms"  # pre_attn_norm, pre_mlp_norm, final_norm
+    if name == "token_embedding":
+        return "token table"
+    if name in POSITIONS[config.position].parameter_shapes(config):
+        return "position table"
+    if name == "lm_head.weight":
+        return "lm_head"
+    if name.rpartition(".")[0].endswith("norm"):
+        return "norms"  # pre_attn_norm, pre_mlp_norm, final_norm, attn.q_norm, attn.k_norm
+    return "attention" if ".attn." in name else "mlp"
 
 
 def parameter_counts(config: GPTConfig) -> dict[str, int]:
@@ -45,7 +50,7 @@ def parameter_counts(config: GPTConfig) -> dict[str, int]:
         size = 1
         for n in shape:
             size *= n
-        counts[component_of(name)] += size
+        counts[component_of(name, config)] += size
     return counts
 
 
@@ -54,6 +59,7 @@ def flop_counts(config: GPTConfig, seq_len: int | None = None) -> dict[str, int]
     ``max_seq_len``): ``attention projections``, ``attention scores`` (``Q K^T`` and ``P V``), ``mlp``, ``logits``."""
     T = config.max_seq_len if seq_len is None else seq_len
     C, L, V = config.d_model, config.num_layers, config.vocab_size
+    H, D = config.num_heads, config.head_dim
     matrices = {
         name: shape
         for name, shape in parameter_shapes(config).items()
@@ -61,10 +67,10 @@ def flop_counts(config: GPTConfig, seq_len: int | None = None) -> dict[str, int]
     }
     weights = {part: 0 for part in ("attention", "mlp")}
     for name, (rows, cols) in matrices.items():
-        weights[component_of(name)] += rows * cols
+        weights[component_of(name, config)] += rows * cols
     return {
         "attention projections": 6 * weights["attention"],
-        "attention scores": 12 * L * T * C,
+        "attention scores": 12 * L * T * H * D,
         "mlp": 6 * weights["mlp"],
         "logits": 6 * V * C,
     }

@@ -1,15 +1,25 @@
 """GPT: a decoder-only transformer, its forward pass and its backward pass, by hand.
 
-The network (pre-norm blocks, GPT-2 style), on token ids ``(B,T)``, with the
-parameters by name::
+The network (pre-norm blocks), on token ids ``(B,T)``, with the parameters by name::
 
-    x = token_embedding[ids] * (sqrt(C) if scale_embeddings) + position_embedding[:T]   (B,T,C)
+    x = token_embedding[ids] * (sqrt(C) if scale_embeddings) + positions[:T]           (B,T,C)
     x = Drop(x)
     for each layer i:  x = x + Drop(attn(pre_attn_norm(x)))          layers.{i}.*, blocks.py
                        x = x + Drop(mlp(pre_mlp_norm(x)))
     h = final_norm(x)
     logits = h @ unembedding^T      unembedding = token_embedding (tied) or lm_head.weight    (B,T,V)
     loss = mean cross-entropy(logits, targets) over targets != -1                          unembedding.py
+
+The components are the registries' (``config.norm`` from ``ops.norms.NORMS``,
+``config.position`` from ``positions.POSITIONS``, ``config.activation`` from
+``ops.activations.ACTIVATIONS``), and this file names none of them: the
+position scheme either adds rows to the embeddings (``positions`` above: the
+``position_embedding`` parameter, or a fixed table) or rotates q and k inside
+every attention layer (RoPE: then nothing is added here). GPT-2 is the
+default; ``GPTConfig(**ARCHS["llama"])`` is Llama's RMSNorm, rotary positions,
+SwiGLU, no biases and untied head, and ``num_kv_heads``, ``head_dim`` and
+``qk_norm`` give Mistral's, Qwen2's and Qwen3's grouped-query attention,
+head widths and QK-norm.
 
 ``forward`` and ``backward`` below are mirror images: ``backward`` walks the
 same lines bottom-up, each gradient step reversing the forward line it names.
@@ -22,7 +32,6 @@ weights the token table gets one gradient, the visible sum of its input-side
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import NamedTuple
 
 import numpy as np
@@ -30,11 +39,12 @@ import numpy as np
 from ..backend import array_module, get_xp, resolve_dtype
 from ..checks import check_bool, check_int, check_positive_int
 from ..ops.embedding import embedding_backward, embedding_forward
-from ..ops.layernorm import layer_norm_backward, layer_norm_forward
-from .blocks import BlockCache, block_backward, block_forward, dropout_if, dropout_if_backward, present_grads
+from ..ops.norms import NORMS
+from .blocks import BlockCache, block_backward, block_forward
 from .config import GPTConfig
 from .kv_cache import KVCache
-from .positions import sinusoidal_positions
+from .layers import LayerParams, dropout_if, dropout_if_backward, no_record, norm_backward, norm_forward
+from .positions import POSITIONS
 from .unembedding import unembedding_loss_backward, unembedding_loss_forward
 
 INIT_STD = 0.02
@@ -44,37 +54,47 @@ IGNORE_INDEX = -1
 def parameter_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
     """Every parameter's name and shape, in a fixed order (the names the README's map lists)."""
     V, C, F = config.vocab_size, config.d_model, config.d_ff
-    shapes = {"token_embedding": (V, C)}
-    if config.position == "learned":
-        shapes["position_embedding"] = (config.max_seq_len, C)
-    linears = {"attn.qkv_proj": (C, 3 * C), "attn.out_proj": (C, C), "mlp.up_proj": (C, F)}
-    if config.gated:
-        linears["mlp.gate_proj"] = (C, F)
-    linears["mlp.down_proj"] = (F, C)
+    H, H_kv, D = config.num_heads, config.num_kv_heads, config.head_dim
+    bias = config.has_bias
+    shapes = {"token_embedding": (V, C), **POSITIONS[config.position].parameter_shapes(config)}
     for i in range(config.num_layers):
-        shapes.update(_norm_shapes(f"layers.{i}.pre_attn_norm", C, config.use_bias))
-        for name, shape in linears.items():
-            if name == "mlp.up_proj":
-                shapes.update(_norm_shapes(f"layers.{i}.pre_mlp_norm", C, config.use_bias))
-            shapes[f"layers.{i}.{name}.weight"] = shape
-            if config.use_bias:
-                shapes[f"layers.{i}.{name}.bias"] = (shape[1],)
-    shapes.update(_norm_shapes("final_norm", C, config.use_bias))
+        layer = f"layers.{i}."
+        shapes.update(_norm_shapes(layer + "pre_attn_norm", C, config, bias("norm_bias")))
+        shapes.update(_linear_shapes(layer + "attn.qkv_proj", C, (H + 2 * H_kv) * D, bias("qkv_bias")))
+        if config.qk_norm:
+            shapes.update(_norm_shapes(layer + "attn.q_norm", D, config, bias=False))
+            shapes.update(_norm_shapes(layer + "attn.k_norm", D, config, bias=False))
+        shapes.update(_linear_shapes(layer + "attn.out_proj", H * D, C, bias("out_bias")))
+        shapes.update(_norm_shapes(layer + "pre_mlp_norm", C, config, bias("norm_bias")))
+        shapes.update(_linear_shapes(layer + "mlp.up_proj", C, F, bias("mlp_bias")))
+        if config.gated:
+            shapes.update(_linear_shapes(layer + "mlp.gate_proj", C, F, bias("mlp_bias")))
+        shapes.update(_linear_shapes(layer + "mlp.down_proj", F, C, bias("mlp_bias")))
+    shapes.update(_norm_shapes("final_norm", C, config, bias("norm_bias")))
     if not config.tie_weights:
         shapes["lm_head.weight"] = (V, C)
     return shapes
 
 
-def _norm_shapes(prefix: str, C: int, use_bias: bool) -> dict[str, tuple[int]]:
-    return {f"{prefix}.weight": (C,), **({f"{prefix}.bias": (C,)} if use_bias else {})}
+def _linear_shapes(prefix: str, c_in: int, c_out: int, bias: bool) -> dict[str, tuple[int, ...]]:
+    return {f"{prefix}.weight": (c_in, c_out), **({f"{prefix}.bias": (c_out,)} if bias else {})}
+
+
+def _norm_shapes(prefix: str, width: int, config: GPTConfig, bias: bool) -> dict[str, tuple[int]]:
+    """The norm's ``(width,)`` parameters: those it needs, and of its optional ones the weight
+    when ``config.norm_weight`` and the bias when ``bias``."""
+    norm = NORMS[config.norm]
+    wanted = {"weight": config.norm_weight, "bias": bias}
+    return {f"{prefix}.{name}": (width,) for name in norm.parameters if name not in norm.optional or wanted[name]}
 
 
 def init_value(name: str, shape: tuple[int, ...], config: GPTConfig, rng: np.random.Generator):
     """GPT-2 init: normal(0, 0.02) matrices, residual outputs scaled by ``1/sqrt(2 L)``,
-    zero biases, unit norm weights."""
-    if name.endswith("norm.weight"):
-        return np.ones(shape)
-    if name.endswith(".bias"):
+    zero biases, norm parameters at the norm's own starting values (a weight of 1, a bias of 0)."""
+    layer, _, param = name.rpartition(".")
+    if layer.endswith("norm"):
+        return np.full(shape, NORMS[config.norm].parameters[param])
+    if param == "bias":
         return np.zeros(shape)
     std = INIT_STD
     if name.endswith(("attn.out_proj.weight", "mlp.down_proj.weight")):
@@ -107,10 +127,9 @@ class GPT:
             name: xp.asarray(init_value(name, shape, config, rng), dtype=self.dtype)
             for name, shape in parameter_shapes(config).items()
         }
-        self.sinusoidal_table = None
-        if config.position == "sinusoidal":
-            table = sinusoidal_positions(config.max_seq_len, config.d_model, self.dtype)
-            self.sinusoidal_table = xp.asarray(table)  # (T_max, C), fixed, not a parameter
+        self.positions = POSITIONS[config.position]
+        tables = self.positions.tables(config, self.dtype)  # fixed, not parameters: built once, for every length
+        self.position_tables = {name: xp.asarray(table) for name, table in tables.items()}
         self.layers = [LayerParams(self.params, f"layers.{i}.") for i in range(config.num_layers)]
 
     def num_params(self) -> int:
@@ -122,22 +141,24 @@ class GPT:
 
     # ------------------------------------------------------------------ forward
 
-    def forward(self, token_ids, targets, training: bool = True, rng=None):
+    def forward(self, token_ids, targets, *, rng=None, for_backward: bool = True):
         """``(loss, cache)``: the mean cross-entropy of predicting ``targets (B,T)`` from ``token_ids (B,T)``.
 
-        Dropout is active when ``training`` and ``drop_prob > 0``; it then
-        draws its masks from ``rng`` (a backend generator), which is required.
+        Dropout is on when a generator ``rng`` (``numforge.backend.default_rng(seed)``) is given
+        and ``drop_prob > 0``: its masks are drawn from ``rng``. ``for_backward`` (the default) keeps
+        what ``backward`` needs and what speeds it up (the loss's gradients, fused into its pass;
+        the attention's probability tiles); evaluation passes False.
         """
         self._check_ids(token_ids, "token_ids")
         self._check_targets(targets, token_ids.shape)
-        rng = self._dropout_rng(training, rng)
-        p, config = self.params, self.config
+        check_bool(for_backward, "for_backward")
+        rng = rng if self.config.drop_prob > 0 else None
         x, embedding_cache = self._embed(token_ids, start=0)  # (B,T) -> (B,T,C)
-        x, embedding_dropout = dropout_if(x, config, rng)
-        x, blocks = self._blocks(x, rng, training)  # (B,T,C)
-        h, final_norm_cache = layer_norm_forward(x, p["final_norm.weight"], p.get("final_norm.bias"), eps=config.ln_eps)
+        x, embedding_dropout = dropout_if(x, self.config, rng)
+        x, blocks = self._blocks(x, rng=rng, for_backward=for_backward)  # (B,T,C)
+        h, final_norm_cache = norm_forward(x, self.params, "final_norm", self.config)  # (B,T,C)
         loss, loss_cache = unembedding_loss_forward(
-            h, self._unembedding(), targets, IGNORE_INDEX, with_gradients=training
+            h, self._unembedding(), targets, IGNORE_INDEX, with_gradients=for_backward
         )  # (B,T,C) -> ()
         cache = ModelCache(
             tuple(token_ids.shape), embedding_cache, embedding_dropout, blocks, final_norm_cache, loss_cache
@@ -146,53 +167,43 @@ class GPT:
 
     # ----------------------------------------------------------------- backward
 
-    def backward(self, cache: ModelCache, record=None) -> dict:
+    def backward(self, cache: ModelCache, record=no_record) -> dict:
         """Gradients of the loss for every parameter: same names, shapes and dtype as ``params``.
 
-        ``record(stage, grad, params)``, when given, is called with each upstream gradient in the
-        order the backward makes them, and the parameter gradients (by name) that step produced;
-        ``numforge trace --backward`` shows them. It changes nothing else (see ``blocks.py``).
+        ``record(stage, grad, params)`` hears each upstream gradient in the order the backward makes
+        them, and the parameter gradients (by name) that step produced (``layers.no_record``, the
+        default, keeps nothing; ``numforge trace --backward`` shows them). It changes nothing else.
         """
         config = self.config
         xp = get_xp(*self.params.values())
-        grads = {}
         # forward: loss = cross_entropy(h @ unembedding^T, targets)
         dloss = xp.ones((), dtype=self.dtype)
         dh, dunembedding = unembedding_loss_backward(dloss, cache.loss)
-        if record is not None:
-            record("loss", dloss, {})
-            unembedding = "token_embedding (output side: dlogits^T h)" if config.tie_weights else "lm_head.weight"
-            record("final norm output h", dh, {unembedding: dunembedding})
+        record("loss", dloss, {})
+        output_side = "token_embedding (output side: dlogits^T h)" if config.tie_weights else "lm_head.weight"
+        record("final norm output h", dh, {output_side: dunembedding})
         # forward: h = final_norm(x)
-        dx, grads["final_norm.weight"], grads["final_norm.bias"] = layer_norm_backward(dh, cache.final_norm)
-        if record is not None:
-            record("residual after the last layer", dx, present_grads(grads, "final_norm."))
+        dx, norm_grads = norm_backward(dh, cache.final_norm, "final_norm", config)
+        record("residual after the last layer", dx, norm_grads)
+        grads = dict(norm_grads)
         # forward: x, blocks = self._blocks(x), layer by layer
         for i in reversed(range(config.num_layers)):
-            layer_record = None if record is None else _layer_recorder(record, i)
-            dx, layer_grads = block_backward(dx, cache.blocks[i], config, layer_record)
+            dx, layer_grads = block_backward(dx, cache.blocks[i], config, _layer_recorder(record, i))
             grads.update({f"layers.{i}.{name}": g for name, g in layer_grads.items()})
         # forward: x = Drop(x)
         dx = dropout_if_backward(dx, cache.embedding_dropout)
-        # forward: x = token_embedding[ids] * scale + position_embedding[:T]
-        dtoken_embedding, dposition_embedding = self._embed_backward(dx, cache.embedding)
+        # forward: x = token_embedding[ids] * scale + positions[:T]
+        dtoken_embedding, position_grads = self._embed_backward(dx, cache.embedding)
+        grads.update(position_grads)
         if config.tie_weights:
             grads["token_embedding"] = dtoken_embedding + dunembedding  # input side + output side
         else:
             grads["token_embedding"] = dtoken_embedding
             grads["lm_head.weight"] = dunembedding
-        if dposition_embedding is not None:
-            grads["position_embedding"] = dposition_embedding
-        if record is not None:
-            parts = {"token_embedding (input side: scatter-add)": dtoken_embedding}
-            if config.tie_weights:
-                parts["token_embedding (input side + output side)"] = grads["token_embedding"]
-            if dposition_embedding is not None:
-                parts["position_embedding (summed over the batch)"] = dposition_embedding
-            record("embedding sum", dx, parts)
-        return {name: grads[name] for name in self.params}  # params' order; drops absent biases
+        record("embedding sum", dx, _embedding_parts(dtoken_embedding, grads, position_grads, config.tie_weights))
+        return {name: grads[name] for name in self.params}  # params' order
 
-    def _blocks(self, x, rng, training: bool, kv_cache: KVCache | None = None, keep_caches: bool = True):
+    def _blocks(self, x, *, rng, for_backward: bool, kv_cache: KVCache | None = None, keep_caches: bool = True):
         """Every layer in turn on ``x (B,T,C)``: ``(x, [BlockCache per layer])``.
 
         Without ``keep_caches`` (inference) each layer's cache is dropped as soon as the
@@ -200,7 +211,16 @@ class GPT:
         """
         caches = []
         for i, layer in enumerate(self.layers):
-            x, block_cache = block_forward(x, layer, self.config, rng, training, kv_cache, i)  # (B,T,C)
+            x, block_cache = block_forward(
+                x,
+                layer,
+                self.config,
+                rng=rng,
+                for_backward=for_backward,
+                kv_cache=kv_cache,
+                layer=i,
+                tables=self.position_tables,
+            )  # (B,T,C)
             if keep_caches:
                 caches.append(block_cache)
         return x, caches
@@ -208,27 +228,29 @@ class GPT:
     # -------------------------------------------------------------- embeddings
 
     def _embed(self, token_ids, start: int):
-        """``token_embedding[ids] * s + positions[start:start+T]``, ``(B,T) -> (B,T,C)``."""
+        """``token_embedding[ids] * s``, plus the position rows ``[start, start + T)`` when the
+        position scheme adds any; ``(B,T) -> (B,T,C)``."""
         T = token_ids.shape[1]
         tokens, embedding_cache = embedding_forward(token_ids, self.params["token_embedding"])  # (B,T) -> (B,T,C)
         if self.config.scale_embeddings:
             tokens = tokens * math.sqrt(self.config.d_model)
-        if self.config.position == "learned":
-            positions = self.params["position_embedding"][start : start + T]  # (T,C)
-        else:
-            positions = self.sinusoidal_table[start : start + T]  # (T,C)
+        added = self.positions.added
+        if added is None:  # positions enter the attention instead (a rotation of q and k)
+            return tokens, embedding_cache
+        positions = {**self.params, **self.position_tables}[added][start : start + T]  # (T,C)
         return tokens + positions, embedding_cache  # (B,T,C) + (T,C) -> (B,T,C)
 
     def _embed_backward(self, dx, embedding_cache):
-        """``(dtoken_embedding, dposition_embedding or None)`` from ``dx (B,T,C)``."""
+        """``(dtoken_embedding, {position parameter: its gradient})`` from ``dx (B,T,C)``."""
         dtokens = dx * math.sqrt(self.config.d_model) if self.config.scale_embeddings else dx
         dtoken_embedding = embedding_backward(dtokens, embedding_cache)  # (B,T,C) -> (V,C), scatter-add
-        if self.config.position != "learned":
-            return dtoken_embedding, None
+        added = self.positions.added
+        if added not in self.params:  # no trained position table
+            return dtoken_embedding, {}
         T = dx.shape[1]
-        dposition_embedding = get_xp(dx).zeros_like(self.params["position_embedding"])  # (T_max,C)
-        dposition_embedding[:T] = dx.sum(axis=0)  # (B,T,C) -> (T,C): every row used pos[t]
-        return dtoken_embedding, dposition_embedding
+        dpositions = get_xp(dx).zeros_like(self.params[added])  # (T_max,C)
+        dpositions[:T] = dx.sum(axis=0)  # (B,T,C) -> (T,C): every row used pos[t]
+        return dtoken_embedding, {added: dpositions}
 
     # ---------------------------------------------------------------- inference
 
@@ -241,14 +263,13 @@ class GPT:
         """
         self._check_ids(token_ids, "token_ids")
         start = 0 if kv_cache is None else self._check_kv_cache(kv_cache, token_ids.shape)
-        p, config = self.params, self.config
         x, _ = self._embed(token_ids, start)  # (B,T) -> (B,T,C)
-        x, _ = self._blocks(x, None, training=False, kv_cache=kv_cache, keep_caches=False)  # (B,T,C)
+        x, _ = self._blocks(x, rng=None, for_backward=False, kv_cache=kv_cache, keep_caches=False)  # (B,T,C)
         if kv_cache is not None:
             kv_cache.advance(token_ids.shape[1])
         if last_only:
             x = x[:, -1]  # (B,T,C) -> (B,C)
-        h, _ = layer_norm_forward(x, p["final_norm.weight"], p.get("final_norm.bias"), eps=config.ln_eps)
+        h, _ = norm_forward(x, self.params, "final_norm", self.config)  # (B,[T,]C)
         return h @ self._unembedding().T  # (B,[T,]C) @ (C,V) -> (B,[T,]V)
 
     def new_kv_cache(self, batch_size: int) -> KVCache:
@@ -305,21 +326,11 @@ class GPT:
             )
         return kv_cache.length
 
-    def _dropout_rng(self, training: bool, rng):
-        """The generator to draw dropout masks from, or None when dropout is off."""
-        check_bool(training, "training")
-        if not (training and self.config.drop_prob > 0):
-            return None
-        if rng is None:
-            raise ValueError(
-                f"drop_prob={self.config.drop_prob} with training=True needs rng, "
-                "a generator (numforge.backend.default_rng(seed))"
-            )
-        return rng
-
 
 def _layer_recorder(record, layer: int):
     """``record`` for block ``layer``: stages named ``"layer i ..."``, parameters by their full names."""
+    if record is no_record:
+        return no_record
 
     def layer_record(stage: str, grad, params: dict) -> None:
         record(f"layer {layer} {stage}", grad, {f"layers.{layer}.{name}": g for name, g in params.items()})
@@ -327,22 +338,10 @@ def _layer_recorder(record, layer: int):
     return layer_record
 
 
-class LayerParams(Mapping):
-    """Layer ``i``'s parameters by short name (``"attn.qkv_proj.weight"``), read through to ``params``.
-
-    A view, not a copy: built once per model, it never goes stale when a
-    caller rebinds ``model.params[name]``. An absent name (a bias under
-    ``use_bias=False``) reads as ``None`` through ``.get``.
-    """
-
-    def __init__(self, params: dict, prefix: str):
-        self._params, self._prefix = params, prefix
-
-    def __getitem__(self, name: str):
-        return self._params[self._prefix + name]
-
-    def __iter__(self):
-        return (name[len(self._prefix) :] for name in self._params if name.startswith(self._prefix))
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
+def _embedding_parts(dtoken_embedding, grads: dict, position_grads: dict, tied: bool) -> dict:
+    """What the recorder hears at the embedding sum: the token table's parts, the position table's gradient."""
+    parts = {"token_embedding (input side: scatter-add)": dtoken_embedding}
+    if tied:
+        parts["token_embedding (input side + output side)"] = grads["token_embedding"]
+    parts.update({f"{name} (summed over the batch)": g for name, g in position_grads.items()})
+    return parts

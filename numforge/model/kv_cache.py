@@ -6,13 +6,16 @@ from __future__ import annotations
 class KVCache:
     """Keys and values of the positions already processed, per layer, for fast decoding.
 
-    ``keys[layer]`` and ``values[layer]`` are preallocated ``(B, H, T_max, D)``;
-    positions ``[0, length)`` are filled. ``GPT.logits(new_ids, kv_cache=kv)``
+    ``keys[layer]`` and ``values[layer]`` are preallocated ``(B, H_kv, T_max, D)``
+    (``H_kv = num_kv_heads``: with grouped-query attention, ``H_kv / H`` of full
+    attention's size); positions ``[0, length)`` are filled. Keys are cached as the
+    attention reads them: rotated at their absolute positions when the position
+    scheme rotates, so a decoding step rotates only its new key. ``GPT.logits(new_ids, kv_cache=kv)``
     extends every layer, then advances ``length``.
     """
 
     def __init__(self, xp, batch_size: int, config, dtype):
-        shape = (batch_size, config.num_heads, config.max_seq_len, config.head_dim)
+        shape = (batch_size, config.num_kv_heads, config.max_seq_len, config.head_dim)
         self.keys = [xp.zeros(shape, dtype=dtype) for _ in range(config.num_layers)]
         self.values = [xp.zeros(shape, dtype=dtype) for _ in range(config.num_layers)]
         self.batch_size = batch_size
@@ -20,7 +23,7 @@ class KVCache:
         self.length = 0
 
     def extend(self, layer: int, k, v):
-        """Write ``k, v (B,H,T_new,D)`` after the cached positions; return all ``(B,H,length+T_new,D)``."""
+        """Write ``k, v (B,H_kv,T_new,D)`` after the cached positions; return all ``(B,H_kv,length+T_new,D)``."""
         stop = self.length + k.shape[2]
         self.keys[layer][:, :, self.length : stop] = k
         self.values[layer][:, :, self.length : stop] = v

@@ -1,8 +1,30 @@
-"""Fixed sinusoidal positions (the original Transformer's), for ``position="sinusoidal"``."""
+"""How a model knows where a token is: the position schemes, by name, and the fixed sinusoidal table.
+
+A scheme acts at one of two places of the model:
+
+- ``added``: rows ``[start, start + T)`` of a ``(T_max, C)`` array are added to
+  the token embeddings. The array is a trained parameter (``learned``:
+  ``position_embedding``, whose gradient is ``dx`` summed over the batch) or a
+  fixed table built once per model (``sinusoidal``).
+- ``rotation``: every attention layer rotates ``q`` and ``k`` by their
+  absolute positions, an op pair ``forward(x, *tables[start:start+T])`` and
+  ``backward(dy, cache)`` reading the fixed tables named in ``tables``.
+
+``POSITIONS`` is the one list the config, the model, the reference model, the
+study tools, ``numforge params`` and the CLI read: a new scheme is its op file
+and one entry here. The schemes' sizes read the config's fields
+(``max_seq_len``, ``d_model``, ``head_dim``, ...), so they live in the model,
+not among the ops.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import numpy as np
+
+from ..ops.rope import rope_backward, rope_forward, rope_table
 
 
 def sinusoidal_positions(max_seq_len: int, d_model: int, dtype) -> np.ndarray:
@@ -17,3 +39,54 @@ def sinusoidal_positions(max_seq_len: int, d_model: int, dtype) -> np.ndarray:
     table[:, 0::2] = np.sin(angle)
     table[:, 1::2] = np.cos(angle[:, : d_model // 2])
     return table.astype(dtype)
+
+
+class Rotation(NamedTuple):
+    """``y, cache = forward(x, *[table[start:start+T] for table in tables])``; ``dx = backward(dy, cache)``."""
+
+    forward: Callable
+    backward: Callable
+    tables: tuple[str, ...]  # the fixed tables it reads, by name
+
+
+class PositionScheme(NamedTuple):
+    """One way of telling the model each token's position (module docstring)."""
+
+    about: str  # what ``numforge params`` says of it
+    parameter_shapes: Callable[..., dict]  # config -> {name: shape} of its trained arrays
+    table_shapes: Callable[..., dict]  # config -> {name: shape} of its fixed tables (for memory estimates)
+    tables: Callable[..., dict]  # (config, dtype) -> {name: NumPy array}, built once per model
+    added: str | None  # the (T_max, C) parameter or table added to the token embeddings, if any
+    rotation: Rotation | None = None  # the rotation of q and k, if any
+
+
+def _none(*_) -> dict:
+    return {}
+
+
+POSITIONS = {  # name -> PositionScheme
+    "learned": PositionScheme(
+        "learned: a trained T x C table",
+        parameter_shapes=lambda c: {"position_embedding": (c.max_seq_len, c.d_model)},
+        table_shapes=_none,
+        tables=_none,
+        added="position_embedding",
+    ),
+    "sinusoidal": PositionScheme(
+        "sinusoidal: a fixed T x C table, no parameters",
+        parameter_shapes=_none,
+        table_shapes=lambda c: {"sinusoidal": (c.max_seq_len, c.d_model)},
+        tables=lambda c, dtype: {"sinusoidal": sinusoidal_positions(c.max_seq_len, c.d_model, dtype)},
+        added="sinusoidal",
+    ),
+    "rope": PositionScheme(
+        "rope: q and k rotated by their positions, no parameters",
+        parameter_shapes=_none,
+        table_shapes=lambda c: {"rope_cos": (c.max_seq_len, c.head_dim), "rope_sin": (c.max_seq_len, c.head_dim)},
+        tables=lambda c, dtype: dict(
+            zip(("rope_cos", "rope_sin"), rope_table(c.max_seq_len, c.head_dim, c.rope_theta, c.rope_scaling, dtype))
+        ),
+        added=None,
+        rotation=Rotation(rope_forward, rope_backward, ("rope_cos", "rope_sin")),
+    ),
+}

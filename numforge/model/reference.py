@@ -9,17 +9,25 @@ gradients (tested equal to 1e-12 in float64 under every ``GPTConfig`` option,
 - attention holds its ``(B,H,T,T)`` scores and weights (no tiles, no online softmax);
 - the logits ``(B,T,V)`` exist, the loss is a plain softmax cross-entropy,
   and its gradient ``softmax - onehot`` is computed in the backward, not fused into the forward;
+- each component is its formula, by name: LayerNorm and RMSNorm (``_NORMS``),
+  the activations (``_ACTIVATIONS``), the rotation of q and k as an explicit
+  turn of each pair of coordinates (``_rotate``), grouped-query attention by
+  repeating each key/value head for its group of query heads (``repeat``);
 - no array is changed in place once computed (the two embedding gradients are
   filled into zeros); no op of ``numforge/ops`` is called (only the normal CDF
-  of exact GELU, the sinusoidal table and the attention-dropout mask are imported);
+  of exact GELU, the position schemes' fixed tables and the attention-dropout mask are imported);
 - ``reference_backward`` is one function that walks ``reference_forward`` in
   exact reverse order, each step naming the forward line it reverses.
 
-The network (pre-norm, GPT-2 style; ``s = sqrt(C)`` if ``scale_embeddings`` else 1)::
+The network (pre-norm; ``s = sqrt(C)`` if ``scale_embeddings`` else 1; ``G = H / H_kv``)::
 
-    x = s * token_embedding[ids] + positions[:T]               positions: learned or sinusoidal
+    x = s * token_embedding[ids] + positions[:T]        positions: learned or sinusoidal; none when rotary
     x = Drop(x)
-    for each layer:  x = x + Drop(attention(pre_attn_norm(x)))     attention: Drop(softmax(scores)) @ v
+    for each layer:  h = pre_attn_norm(x)                                  LayerNorm or RMSNorm
+                     q | k | v = h @ qkv_proj                              q (B,H,T,D), k, v (B,H_kv,T,D)
+                     q, k = QK-norm and the rotation, in the config's order (either may be absent)
+                     o = Drop(softmax(q repeat(k, G)^T / sqrt(D))) @ repeat(v, G)
+                     x = x + Drop(o @ out_proj)
                      x = x + Drop(mlp(pre_mlp_norm(x)))
     logits = final_norm(x) @ unembedding^T                     token_embedding (tied) or lm_head.weight
     loss = mean over targets != -1 of -log softmax(logits)[target]
@@ -50,7 +58,7 @@ from ..checks import check_int
 from ..ops._attention_dropout import AttentionDropout
 from ..ops._erf import normal_cdf
 from .config import GPTConfig
-from .positions import sinusoidal_positions
+from .positions import POSITIONS
 
 GELU_CUBIC = 0.044715  # GPT-2's tanh approximation: u = sqrt(2/pi) (x + 0.044715 x^3)
 IGNORE_INDEX = -1
@@ -67,15 +75,16 @@ def reference_forward(params: dict, config: GPTConfig, token_ids, targets, rng=N
     """
     B, T = _check_inputs(config, token_ids, targets)
     xp = get_xp(params["token_embedding"])
-    C, H = config.d_model, config.num_heads
-    D = C // H
+    C, H, H_kv, D = config.d_model, config.num_heads, config.num_kv_heads, config.head_dim
+    G = H // H_kv  # query heads per key/value head
     p_drop = config.drop_prob if rng is not None else 0.0
-    cache = {"token_ids": token_ids, "targets": targets, "layers": []}
+    tables = _position_tables(params, config, T, xp)
+    cache = {"token_ids": token_ids, "targets": targets, "tables": tables, "layers": []}
 
     # embeddings
     scale = math.sqrt(C) if config.scale_embeddings else 1.0
     tokens = params["token_embedding"][token_ids]  # (V,C) indexed by (B,T) -> (B,T,C)
-    x = scale * tokens + _positions(params, config, T, xp)  # (B,T,C) + (T,C) -> (B,T,C)
+    x = scale * tokens + tables.get("added", 0.0)  # (B,T,C) + (T,C) -> (B,T,C); rotary schemes add nothing
     x, cache["embedding_keep"] = _dropout(x, p_drop, rng)  # (B,T,C)
 
     for i in range(config.num_layers):
@@ -83,14 +92,16 @@ def reference_forward(params: dict, config: GPTConfig, token_ids, targets, rng=N
         saved = {}  # this layer's intermediates
         # attention branch: a = Drop(out_proj(attention(pre_attn_norm(x))))
         saved["x_attn_in"] = x  # (B,T,C)
-        h, saved["attn_xhat"], saved["attn_rstd"] = _layer_norm(x, w, "pre_attn_norm", config.ln_eps)  # (B,T,C)
+        h, saved["attn_norm"] = _norm(x, w, "pre_attn_norm", config)  # (B,T,C)
         saved["attn_h"] = h
-        qkv = _linear(h, w, "attn.qkv_proj")  # (B,T,C) @ (C,3C) -> (B,T,3C)
-        q, k, v = qkv[..., :C], qkv[..., C : 2 * C], qkv[..., 2 * C :]  # 3 x (B,T,C)
-        q = q.reshape(B, T, H, D).transpose(0, 2, 1, 3)  # (B,T,C) -> (B,T,H,D) -> (B,H,T,D)
-        k = k.reshape(B, T, H, D).transpose(0, 2, 1, 3)  # (B,H,T,D)
-        v = v.reshape(B, T, H, D).transpose(0, 2, 1, 3)  # (B,H,T,D)
-        scores = (q @ k.transpose(0, 1, 3, 2)) / math.sqrt(D)  # (B,H,T,D) @ (B,H,D,T) -> (B,H,T,T)
+        qkv = _linear(h, w, "attn.qkv_proj")  # (B,T,C) @ (C,(H + 2 H_kv) D) -> (B,T,(H + 2 H_kv) D)
+        q = qkv[..., : H * D].reshape(B, T, H, D).transpose(0, 2, 1, 3)  # (B,T,H D) -> (B,T,H,D) -> (B,H,T,D)
+        k = qkv[..., H * D : (H + H_kv) * D].reshape(B, T, H_kv, D).transpose(0, 2, 1, 3)  # (B,H_kv,T,D)
+        v = qkv[..., (H + H_kv) * D :].reshape(B, T, H_kv, D).transpose(0, 2, 1, 3)  # (B,H_kv,T,D)
+        q, k = _qk_forward(q, k, w, config, tables, saved)  # QK-norm and the rotation, in the config's order
+        k_rep = xp.repeat(k, G, axis=1)  # (B,H_kv,T,D) -> (B,H,T,D): query head h reads key head h // G
+        v_rep = xp.repeat(v, G, axis=1)  # (B,H,T,D)
+        scores = (q @ k_rep.transpose(0, 1, 3, 2)) / math.sqrt(D)  # (B,H,T,D) @ (B,H,D,T) -> (B,H,T,T)
         future = xp.triu(xp.ones((T, T), dtype=bool), k=1)  # (T,T): True where key j > query i
         scores = xp.where(future, -xp.inf, scores)  # (B,H,T,T), the future hidden
         weights = _softmax(scores)  # (B,H,T,T), each row sums to 1
@@ -100,19 +111,19 @@ def reference_forward(params: dict, config: GPTConfig, token_ids, targets, rng=N
             dropout = AttentionDropout(p_drop, 0, range(B), range(H), T, row_seeds)
             saved["weights_keep"] = dropout.keep(xp, range(T), range(T))  # (B,H,T,T) bool
         dropped = _dropout_with(weights, saved["weights_keep"], p_drop)  # (B,H,T,T): Drop(weights)
-        o = dropped @ v  # (B,H,T,T) @ (B,H,T,D) -> (B,H,T,D)
-        merged = o.transpose(0, 2, 1, 3).reshape(B, T, C)  # (B,H,T,D) -> (B,T,H,D) -> (B,T,C)
-        a = _linear(merged, w, "attn.out_proj")  # (B,T,C) @ (C,C) -> (B,T,C)
+        o = dropped @ v_rep  # (B,H,T,T) @ (B,H,T,D) -> (B,H,T,D)
+        merged = o.transpose(0, 2, 1, 3).reshape(B, T, H * D)  # (B,H,T,D) -> (B,T,H,D) -> (B,T,H D)
+        a = _linear(merged, w, "attn.out_proj")  # (B,T,H D) @ (H D,C) -> (B,T,C)
         a, saved["attn_keep"] = _dropout(a, p_drop, rng)  # (B,T,C)
-        saved.update(q=q, k=k, v=v, weights=weights, merged=merged)
+        saved.update(q=q, k_rep=k_rep, v_rep=v_rep, weights=weights, merged=merged)
         x = x + a  # (B,T,C), the residual
 
         # MLP branch: m = Drop(down_proj(act(up_proj(pre_mlp_norm(x)))))
-        h, saved["mlp_xhat"], saved["mlp_rstd"] = _layer_norm(x, w, "pre_mlp_norm", config.ln_eps)  # (B,T,C)
+        h, saved["mlp_norm"] = _norm(x, w, "pre_mlp_norm", config)  # (B,T,C)
         saved["mlp_h"] = h
         up = _linear(h, w, "mlp.up_proj")  # (B,T,C) @ (C,F) -> (B,T,F)
         gate = _linear(h, w, "mlp.gate_proj") if config.gated else None  # (B,T,C) @ (C,F) -> (B,T,F)
-        act = _activation(config, up, gate)  # (B,T,F)
+        act = _ACTIVATIONS[config.activation][0](config, up, gate)  # (B,T,F)
         m = _linear(act, w, "mlp.down_proj")  # (B,T,F) @ (F,C) -> (B,T,C)
         m, saved["mlp_keep"] = _dropout(m, p_drop, rng)  # (B,T,C)
         saved.update(up=up, gate=gate, act=act)
@@ -120,7 +131,7 @@ def reference_forward(params: dict, config: GPTConfig, token_ids, targets, rng=N
         cache["layers"].append(saved)
 
     # final norm, logits, loss
-    h, cache["final_xhat"], cache["final_rstd"] = _layer_norm(x, params, "final_norm", config.ln_eps)  # (B,T,C)
+    h, cache["final_norm"] = _norm(x, params, "final_norm", config)  # (B,T,C)
     cache["final_h"] = h
     logits = h @ _unembedding(params, config).T  # (B,T,C) @ (C,V) -> (B,T,V)
     shifted = logits - logits.max(axis=-1, keepdims=True)  # (B,T,V), at most 0: exp cannot overflow
@@ -145,8 +156,8 @@ def reference_backward(params: dict, config: GPTConfig, cache: dict) -> dict:
     """
     xp = get_xp(params["token_embedding"])
     B, T = cache["token_ids"].shape
-    C, H = config.d_model, config.num_heads
-    D = C // H
+    C, H, H_kv, D = config.d_model, config.num_heads, config.num_kv_heads, config.head_dim
+    G = H // H_kv
     grads = {}
 
     # forward: loss = mean over counted positions of -log softmax(logits)[target]
@@ -159,7 +170,7 @@ def reference_backward(params: dict, config: GPTConfig, cache: dict) -> dict:
     dh = dlogits @ unembedding  # (B,T,V) @ (V,C) -> (B,T,C)
     dunembedding = xp.einsum("btv,btc->vc", dlogits, cache["final_h"])  # (B,T,V), (B,T,C) -> (V,C)
     # forward: h = final_norm(x)
-    dx = _layer_norm_backward(dh, cache["final_xhat"], cache["final_rstd"], params, "final_norm", grads)  # (B,T,C)
+    dx = _norm_backward(dh, cache["final_norm"], params, "final_norm", config, grads)  # (B,T,C)
 
     for i in reversed(range(config.num_layers)):
         w, saved = _layer_params(params, i), cache["layers"][i]
@@ -169,49 +180,56 @@ def reference_backward(params: dict, config: GPTConfig, cache: dict) -> dict:
         # forward: m = act @ down_proj + b
         dact = _linear_backward(dm, saved["act"], w, "mlp.down_proj", g)  # (B,T,C) -> (B,T,F)
         # forward: act = activation(up) or activation(gate, up)
-        dup, dgate = _activation_backward(config, dact, saved["up"], saved["gate"])  # (B,T,F)
+        dup, dgate = _ACTIVATIONS[config.activation][1](config, dact, saved["up"], saved["gate"])  # (B,T,F)
         # forward: up = h @ up_proj + b   (and gate = h @ gate_proj + b: h feeds both, their gradients add)
         dh = _linear_backward(dup, saved["mlp_h"], w, "mlp.up_proj", g)  # (B,T,F) -> (B,T,C)
         if config.gated:
             dh = dh + _linear_backward(dgate, saved["mlp_h"], w, "mlp.gate_proj", g)  # (B,T,C) + (B,T,C)
         # forward: h = pre_mlp_norm(x)
-        dx_mlp = _layer_norm_backward(dh, saved["mlp_xhat"], saved["mlp_rstd"], w, "pre_mlp_norm", g)  # (B,T,C)
+        dx_mlp = _norm_backward(dh, saved["mlp_norm"], w, "pre_mlp_norm", config, g)  # (B,T,C)
         dx = dx + dx_mlp  # (B,T,C): the skip path plus the branch path
 
         # forward: x = x + a
         da = _dropout_backward(dx, saved["attn_keep"], config.drop_prob)  # forward: a = Drop(a); (B,T,C)
         # forward: a = merged @ out_proj + b
-        dmerged = _linear_backward(da, saved["merged"], w, "attn.out_proj", g)  # (B,T,C) -> (B,T,C)
-        # forward: merged = o.transpose(0, 2, 1, 3).reshape(B, T, C)
-        do = dmerged.reshape(B, T, H, D).transpose(0, 2, 1, 3)  # (B,T,C) -> (B,H,T,D)
-        # forward: o = dropped @ v
+        dmerged = _linear_backward(da, saved["merged"], w, "attn.out_proj", g)  # (B,T,C) -> (B,T,H D)
+        # forward: merged = o.transpose(0, 2, 1, 3).reshape(B, T, H D)
+        do = dmerged.reshape(B, T, H, D).transpose(0, 2, 1, 3)  # (B,T,H D) -> (B,H,T,D)
+        # forward: o = dropped @ v_rep
         weights, keep = saved["weights"], saved["weights_keep"]  # (B,H,T,T)
-        ddropped = do @ saved["v"].transpose(0, 1, 3, 2)  # (B,H,T,D) @ (B,H,D,T) -> (B,H,T,T)
-        dv = _dropout_with(weights, keep, config.drop_prob).transpose(0, 1, 3, 2) @ do  # (B,H,T,T) @ (B,H,T,D)
+        ddropped = do @ saved["v_rep"].transpose(0, 1, 3, 2)  # (B,H,T,D) @ (B,H,D,T) -> (B,H,T,T)
+        dv_rep = _dropout_with(weights, keep, config.drop_prob).transpose(0, 1, 3, 2) @ do  # (B,H,T,T) @ (B,H,T,D)
         # forward: dropped = Drop(weights)
         dweights = _dropout_with(ddropped, keep, config.drop_prob)  # (B,H,T,T)
         # forward: weights = softmax(scores): dscores = P * (dP - rowsum(P * dP)); a hidden key has P = 0
         dscores = weights * (dweights - (weights * dweights).sum(axis=-1, keepdims=True))  # (B,H,T,T)
-        # forward: scores = q @ k^T / sqrt(D)
-        dq = (dscores @ saved["k"]) / math.sqrt(D)  # (B,H,T,T) @ (B,H,T,D) -> (B,H,T,D)
-        dk = (dscores.transpose(0, 1, 3, 2) @ saved["q"]) / math.sqrt(D)  # (B,H,T,T) @ (B,H,T,D) -> (B,H,T,D)
+        # forward: scores = q @ k_rep^T / sqrt(D)
+        dq = (dscores @ saved["k_rep"]) / math.sqrt(D)  # (B,H,T,T) @ (B,H,T,D) -> (B,H,T,D)
+        dk_rep = (dscores.transpose(0, 1, 3, 2) @ saved["q"]) / math.sqrt(D)  # (B,H,T,T) @ (B,H,T,D) -> (B,H,T,D)
+        # forward: k_rep, v_rep = repeat(k, G), repeat(v, G): each key/value head sums its group's gradients
+        dk = dk_rep.reshape(B, H_kv, G, T, D).sum(axis=2)  # (B,H,T,D) -> (B,H_kv,G,T,D) -> (B,H_kv,T,D)
+        dv = dv_rep.reshape(B, H_kv, G, T, D).sum(axis=2)  # (B,H_kv,T,D)
+        # forward: q, k = QK-norm and the rotation
+        dq, dk = _qk_backward(dq, dk, w, config, cache["tables"], saved, g)
         # forward: q, k, v = split(qkv) into heads
-        dq, dk, dv = (d.transpose(0, 2, 1, 3).reshape(B, T, C) for d in (dq, dk, dv))  # 3 x (B,H,T,D) -> (B,T,C)
-        dqkv = xp.concatenate([dq, dk, dv], axis=-1)  # 3 x (B,T,C) -> (B,T,3C)
+        dq = dq.transpose(0, 2, 1, 3).reshape(B, T, H * D)  # (B,H,T,D) -> (B,T,H D)
+        dk, dv = (d.transpose(0, 2, 1, 3).reshape(B, T, H_kv * D) for d in (dk, dv))  # (B,H_kv,T,D) -> (B,T,H_kv D)
+        dqkv = xp.concatenate([dq, dk, dv], axis=-1)  # -> (B,T,(H + 2 H_kv) D)
         # forward: qkv = h @ qkv_proj + b
-        dh = _linear_backward(dqkv, saved["attn_h"], w, "attn.qkv_proj", g)  # (B,T,3C) -> (B,T,C)
+        dh = _linear_backward(dqkv, saved["attn_h"], w, "attn.qkv_proj", g)  # (B,T,(H + 2 H_kv) D) -> (B,T,C)
         # forward: h = pre_attn_norm(x)
-        dx_attn = _layer_norm_backward(dh, saved["attn_xhat"], saved["attn_rstd"], w, "pre_attn_norm", g)  # (B,T,C)
+        dx_attn = _norm_backward(dh, saved["attn_norm"], w, "pre_attn_norm", config, g)  # (B,T,C)
         dx = dx + dx_attn  # (B,T,C)
         grads.update({f"layers.{i}.{name}": value for name, value in g.items()})
 
     # forward: x = Drop(x)
     dx = _dropout_backward(dx, cache["embedding_keep"], config.drop_prob)  # (B,T,C)
     # forward: x = scale * token_embedding[ids] + positions[:T]
-    if config.position == "learned":
-        dposition = xp.zeros_like(params["position_embedding"])  # (T_max,C)
+    added = POSITIONS[config.position].added
+    if added in params:  # a trained position table
+        dposition = xp.zeros_like(params[added])  # (T_max,C)
         dposition[:T] = dx.sum(axis=0)  # (B,T,C) -> (T,C): position t served every sequence of the batch
-        grads["position_embedding"] = dposition
+        grads[added] = dposition
     scale = math.sqrt(C) if config.scale_embeddings else 1.0
     dtoken_input = xp.zeros_like(params["token_embedding"])  # (V,C)
     scatter_add(dtoken_input, cache["token_ids"], scale * dx)  # (B,T,C) summed into rows ids: a repeated id adds up
@@ -221,6 +239,39 @@ def reference_backward(params: dict, config: GPTConfig, cache: dict) -> dict:
         grads["token_embedding"] = dtoken_input
         grads["lm_head.weight"] = dunembedding
     return {name: grads[name] for name in params}  # params' order; absent biases (None) dropped
+
+
+# ------------------------------------------------------- q and k: QK-norm and the rotation by position
+
+
+def _qk_forward(q, k, w: dict, config: GPTConfig, tables: dict, saved: dict):
+    """QK-norm (over each head's ``D``) and the rotation, in ``config.qk_norm_order``; ``saved`` keeps their inputs."""
+    norm_first = config.qk_norm and config.qk_norm_order == "before_rope"
+    if norm_first:
+        q, saved["q_norm"] = _norm(q, w, "attn.q_norm", config)  # (B,H,T,D)
+        k, saved["k_norm"] = _norm(k, w, "attn.k_norm", config)  # (B,H_kv,T,D)
+    if "cos" in tables:
+        q = _rotate(q, tables["cos"], tables["sin"])  # (B,H,T,D): pair (i, i + D/2) of position t turned by t theta_i
+        k = _rotate(k, tables["cos"], tables["sin"])  # (B,H_kv,T,D)
+    if config.qk_norm and not norm_first:
+        q, saved["q_norm"] = _norm(q, w, "attn.q_norm", config)
+        k, saved["k_norm"] = _norm(k, w, "attn.k_norm", config)
+    return q, k
+
+
+def _qk_backward(dq, dk, w: dict, config: GPTConfig, tables: dict, saved: dict, grads: dict):
+    """``_qk_forward`` walked back: the norms' backward, the inverse rotation."""
+    norm_first = config.qk_norm and config.qk_norm_order == "before_rope"
+    if config.qk_norm and not norm_first:
+        dq = _norm_backward(dq, saved["q_norm"], w, "attn.q_norm", config, grads)
+        dk = _norm_backward(dk, saved["k_norm"], w, "attn.k_norm", config, grads)
+    if "cos" in tables:  # forward: q = rotate(q, +angle), so dq = rotate(dq, -angle): the inverse rotation
+        dq = _rotate(dq, tables["cos"], -tables["sin"])  # (B,H,T,D)
+        dk = _rotate(dk, tables["cos"], -tables["sin"])  # (B,H_kv,T,D)
+    if norm_first:
+        dq = _norm_backward(dq, saved["q_norm"], w, "attn.q_norm", config, grads)
+        dk = _norm_backward(dk, saved["k_norm"], w, "attn.k_norm", config, grads)
+    return dq, dk
 
 
 # ---------------------------------------------------------- the pieces, each beside its backward
@@ -243,25 +294,75 @@ def _linear_backward(dy, x, w: dict, name: str, grads: dict):
     return dy @ w[f"{name}.weight"].T  # (B,T,C_out) @ (C_out,C_in) -> (B,T,C_in)
 
 
-def _layer_norm(x, w: dict, name: str, eps: float):
-    """``(y, xhat, rstd)``: ``xhat = (x - mean) / sqrt(var + eps)`` over the last axis, ``y = xhat weight + bias``."""
+def _norm(x, w: dict, name: str, config: GPTConfig):
+    """``(y, saved)``: ``config.norm`` over the last axis of ``x``, with ``w[name.weight]`` and ``w[name.bias]``
+    (absent: none), by its formula below."""
+    weight, bias = w.get(f"{name}.weight"), w.get(f"{name}.bias")
+    return _NORMS[config.norm][0](x, weight, bias, config.norm_eps)
+
+
+def _norm_backward(dy, saved, w: dict, name: str, config: GPTConfig, grads: dict):
+    """``dx``; writes ``grads[name.weight]`` and ``grads[name.bias]`` (kept only where ``params`` has them)."""
+    dx, grads[f"{name}.weight"], grads[f"{name}.bias"] = _NORMS[config.norm][1](dy, saved, w.get(f"{name}.weight"))
+    return dx
+
+
+def _layer_norm(x, weight, bias, eps: float):
+    """``xhat = (x - mean) / sqrt(var + eps)`` over the last axis, ``y = xhat weight + bias``;
+    saves ``(xhat, rstd)``."""
     xp = get_xp(x)
-    mean = x.mean(axis=-1, keepdims=True)  # (B,T,C) -> (B,T,1)
-    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)  # (B,T,1), the biased variance
-    rstd = 1.0 / xp.sqrt(var + eps)  # (B,T,1)
-    xhat = (x - mean) * rstd  # (B,T,C)
-    y = xhat * w[f"{name}.weight"]  # (B,T,C) * (C,) -> (B,T,C)
-    bias = w.get(f"{name}.bias")
-    return (y if bias is None else y + bias), xhat, rstd
+    mean = x.mean(axis=-1, keepdims=True)  # (...,C) -> (...,1)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)  # (...,1), the biased variance
+    rstd = 1.0 / xp.sqrt(var + eps)  # (...,1)
+    xhat = (x - mean) * rstd  # (...,C)
+    y = xhat * weight  # (...,C) * (C,) -> (...,C)
+    return (y if bias is None else y + bias), (xhat, rstd)
 
 
-def _layer_norm_backward(dy, xhat, rstd, w: dict, name: str, grads: dict):
-    """``dx = rstd (g - mean(g) - xhat mean(g xhat))`` with ``g = dy weight``, means over the last axis;
-    writes ``grads[name.weight] = sum of dy xhat`` and ``grads[name.bias] = sum of dy`` over ``(b,t)``."""
-    grads[f"{name}.weight"] = (dy * xhat).sum(axis=(0, 1))  # (B,T,C) -> (C,)
-    grads[f"{name}.bias"] = dy.sum(axis=(0, 1))  # (B,T,C) -> (C,)
-    g = dy * w[f"{name}.weight"]  # (B,T,C): the gradient reaching xhat
-    return rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))  # (B,T,C)
+def _layer_norm_backward(dy, saved, weight):
+    """``(dx, dweight, dbias)``: ``dx = rstd (g - mean(g) - xhat mean(g xhat))`` with ``g = dy weight``, means over
+    the last axis; ``dweight = sum of dy xhat``, ``dbias = sum of dy`` over every leading axis."""
+    xhat, rstd = saved
+    leading = tuple(range(dy.ndim - 1))
+    g = dy * weight  # (...,C): the gradient reaching xhat
+    dx = rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))  # (...,C)
+    return dx, (dy * xhat).sum(axis=leading), dy.sum(axis=leading)  # (...,C), (C,), (C,)
+
+
+def _rms_norm(x, weight, bias, eps: float):
+    """``xhat = x / sqrt(mean(x^2) + eps)`` over the last axis (nothing subtracted), ``y = xhat weight``
+    (no weight: ``y = xhat``); saves ``(xhat, rstd)``."""
+    rstd = 1.0 / get_xp(x).sqrt((x**2).mean(axis=-1, keepdims=True) + eps)  # (...,1)
+    xhat = x * rstd  # (...,C)
+    return (xhat if weight is None else xhat * weight), (xhat, rstd)
+
+
+def _rms_norm_backward(dy, saved, weight):
+    """``(dx, dweight, None)``: ``dx = rstd (g - xhat mean(g xhat))`` with ``g = dy weight`` (or ``dy``),
+    the mean over the last axis (only the scale path: nothing was subtracted); ``dweight = sum of dy xhat``."""
+    xhat, rstd = saved
+    g = dy if weight is None else dy * weight  # (...,C): the gradient reaching xhat
+    dx = rstd * (g - xhat * (g * xhat).mean(axis=-1, keepdims=True))  # (...,C)
+    return dx, (dy * xhat).sum(axis=tuple(range(dy.ndim - 1))), None  # (...,C), (C,)
+
+
+_NORMS = {  # ops.norms.NORMS name -> (formula, its backward)
+    "layernorm": (_layer_norm, _layer_norm_backward),
+    "rmsnorm": (_rms_norm, _rms_norm_backward),
+}
+
+
+def _rotate(x, cos, sin):
+    """Each pair ``(x_i, x_{i+D/2})`` of a head turned by the angle whose cosine and sine are the tables' column ``i``::
+
+        y_i       = x_i cos - x_{i+D/2} sin
+        y_{i+D/2} = x_{i+D/2} cos + x_i sin
+
+    ``cos, sin (T,D)`` in Hugging Face's layout (both halves of a row alike); ``-sin`` turns back."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]  # (...,T,D/2) each
+    c, s = cos[:, :half], sin[:, :half]  # (T,D/2)
+    return get_xp(x).concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)  # (...,T,D)
 
 
 def _softmax(z):
@@ -288,28 +389,23 @@ def _dropout_backward(dy, keep, p: float):
     return dy if keep is None else dy * keep / (1.0 - p)
 
 
-def _activation(config: GPTConfig, up, gate):
-    """The MLP's activation on ``(B,T,F)``: ``relu(up)``, ``gelu(up)`` or ``silu(gate) * up``."""
-    xp = get_xp(up)
-    if config.activation == "relu":
-        return xp.maximum(up, 0.0)
-    if config.activation == "swiglu":
-        return gate / (1.0 + xp.exp(-gate)) * up  # silu(g) = g sigma(g)
+def _relu(config: GPTConfig, up, gate):
+    return get_xp(up).maximum(up, 0.0)  # max(x, 0)
+
+
+def _relu_backward(config: GPTConfig, dact, up, gate):
+    return dact * (up > 0), None  # relu'(x) = [x > 0]
+
+
+def _gelu(config: GPTConfig, up, gate):
     if config.gelu_approximate == "none":
         return up * normal_cdf(up)  # x Phi(x)
     u = math.sqrt(2.0 / math.pi) * (up + GELU_CUBIC * up**3)
-    return 0.5 * up * (1.0 + xp.tanh(u))  # x (1 + tanh(u)) / 2
+    return 0.5 * up * (1.0 + get_xp(up).tanh(u))  # x (1 + tanh(u)) / 2
 
 
-def _activation_backward(config: GPTConfig, dact, up, gate):
-    """``(dup, dgate)`` from ``dact (B,T,F)``; ``dgate`` is None unless the activation is SwiGLU."""
+def _gelu_backward(config: GPTConfig, dact, up, gate):
     xp = get_xp(up)
-    if config.activation == "relu":
-        return dact * (up > 0), None  # relu'(x) = [x > 0]
-    if config.activation == "swiglu":
-        sigma = 1.0 / (1.0 + xp.exp(-gate))  # (B,T,F)
-        dgate = dact * up * sigma * (1.0 + gate * (1.0 - sigma))  # d(g sigma(g))/dg = sigma + g sigma (1 - sigma)
-        return dact * gate * sigma, dgate  # d/dup = silu(g)
     if config.gelu_approximate == "none":
         phi = xp.exp(-0.5 * up**2) / math.sqrt(2.0 * math.pi)  # the normal density
         return dact * (normal_cdf(up) + up * phi), None  # (x Phi(x))' = Phi(x) + x phi(x)
@@ -319,12 +415,32 @@ def _activation_backward(config: GPTConfig, dact, up, gate):
     return dact * (0.5 * (1.0 + tanh_u) + 0.5 * up * (1.0 - tanh_u**2) * du), None  # product and chain rules
 
 
-def _positions(params: dict, config: GPTConfig, T: int, xp):
-    """The first ``T`` rows of the learned table or of the fixed sinusoidal one, ``(T,C)``."""
-    if config.position == "learned":
-        return params["position_embedding"][:T]  # (T_max,C) -> (T,C)
-    dtype = params["token_embedding"].dtype
-    return xp.asarray(sinusoidal_positions(config.max_seq_len, config.d_model, dtype)[:T])  # (T,C)
+def _swiglu(config: GPTConfig, up, gate):
+    return gate / (1.0 + get_xp(gate).exp(-gate)) * up  # silu(g) up, silu(g) = g sigma(g)
+
+
+def _swiglu_backward(config: GPTConfig, dact, up, gate):
+    sigma = 1.0 / (1.0 + get_xp(gate).exp(-gate))  # (B,T,F)
+    dgate = dact * up * sigma * (1.0 + gate * (1.0 - sigma))  # d(g sigma(g))/dg = sigma + g sigma (1 - sigma)
+    return dact * gate * sigma, dgate  # d/dup = silu(g)
+
+
+_ACTIVATIONS = {  # ops.activations.ACTIVATIONS name -> (act(config, up, gate), its backward -> (dup, dgate or None))
+    "gelu": (_gelu, _gelu_backward),
+    "swiglu": (_swiglu, _swiglu_backward),
+    "relu": (_relu, _relu_backward),
+}
+
+
+def _position_tables(params: dict, config: GPTConfig, T: int, xp) -> dict:
+    """The first ``T`` rows of the position scheme's arrays: ``"added"`` ``(T,C)`` for a scheme that adds rows
+    to the embeddings (the trained table or the fixed one), ``"cos"``, ``"sin"`` ``(T,D)`` for a rotation."""
+    scheme = POSITIONS[config.position]
+    tables = {**params, **scheme.tables(config, params["token_embedding"].dtype)}
+    found = {} if scheme.added is None else {"added": xp.asarray(tables[scheme.added][:T])}  # (T,C)
+    if scheme.rotation is not None:  # a rotation's tables are its cosines and sines
+        found["cos"], found["sin"] = (xp.asarray(tables[name][:T]) for name in scheme.rotation.tables)  # (T,D) each
+    return found
 
 
 def _unembedding(params: dict, config: GPTConfig):

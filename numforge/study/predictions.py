@@ -29,7 +29,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..backend import to_numpy
-from ..ops.layernorm import layer_norm_forward
+from ..model.layers import norm_forward
 from ..table import format_table
 from .prompt import token_label
 
@@ -111,9 +111,7 @@ def logit_lens(model, prompt, k: int = 3) -> list[LensRow]:
     p, cache = model.params, prompt.cache
     found = []
     for name, source, x in residual_streams(cache):
-        h, _ = layer_norm_forward(
-            x, p["final_norm.weight"], p.get("final_norm.bias"), eps=model.config.ln_eps
-        )  # (N,C) -> (N,C)
+        h, _ = norm_forward(x, p, "final_norm", model.config)  # (N,C) -> (N,C)
         per_position = []
         for _, log_probs in unembed_log_probs(h, cache.loss.table):
             per_position += [top_k(row, k) for row in log_probs]

@@ -3,7 +3,7 @@
 Every study tool starts here: ``run_prompt(model, tokenizer, text)`` encodes
 ``text`` to ids ``(1,T)``, sets the targets to the ids shifted left by one
 (the last one ``-1``, the ignore index: nothing follows the prompt), and runs
-``loss, cache = model.forward(ids, targets, training=False)`` once. The tools
+``loss, cache = model.forward(ids, targets, for_backward=False)`` once. The tools
 then read the returned cache (``GPT.forward``'s ``ModelCache``), never a
 second pass.
 """
@@ -54,7 +54,7 @@ def run_prompt(model, tokenizer, text: str) -> Prompt:
             f"max_seq_len {model.config.max_seq_len}; give a shorter text"
         )
     targets = ids[1:] + [IGNORE_INDEX]
-    loss, cache = model.forward(asarray(np.asarray([ids])), asarray(np.asarray([targets])), training=False)
+    loss, cache = model.forward(asarray(np.asarray([ids])), asarray(np.asarray([targets])), for_backward=False)
     return Prompt(
         tuple(ids),
         tuple(targets),

@@ -12,7 +12,9 @@ token embedding ``tok[ids]``        ``token_embedding[cache.embedding.ids]`` (ti
 position embedding ``pos[:T]``      ``position_embedding[:T]`` (or the sinusoidal table)
 embedding sum                       layer 0's pre-attention norm input ``.norm.x``
 layer i pre-attention norm output   ``qkv_proj.x``: the input of the fused q|k|v projection
-layer i q, k, v                     ``attention.q / .k / .v``, ``(B,H,T,D)``
+layer i q, k, v                     ``attention.q / .k / .v``, ``(B,H,T,D)`` (k, v: ``(B,H_kv,T,D)``); with QK-norm
+                                    or a rotation, q and k as split ``qk.path[0]``, then after each step
+                                    (``q after qk_norm``, ``q after rope``) ``qk.path[i]``, the last the kernel's
 layer i heads merged                ``out_proj.x``: the heads side by side, before the output projection
 layer i attention branch output     residual after attention minus residual before: what ``out_proj`` added
 layer i residual after attention    the pre-MLP norm input ``mlp.norm.x``
@@ -87,24 +89,20 @@ def forward_stages(model, prompt) -> list[Stage]:
     scaled = " * sqrt(C)" if config.scale_embeddings else ""
     if config.scale_embeddings:
         tokens = tokens * math.sqrt(config.d_model)
-    if config.position == "learned":
-        positions, where = model.params["position_embedding"][:T], "position_embedding[:T]"
-    else:
-        positions, where = model.sinusoidal_table[:T], "the sinusoidal table[:T]"
-    stages = [
-        summarize("token embedding", tokens, f"token_embedding[cache.embedding.ids]{scaled}"),
-        summarize("position embedding", positions[None], where),
-        summarize("embedding sum", rows(cache.blocks[0].attention.norm.x), "blocks[0].attention.norm.x"),
-    ]
+    stages = [summarize("token embedding", tokens, f"token_embedding[cache.embedding.ids]{scaled}")]
+    added = model.positions.added
+    if added in model.params:
+        stages.append(summarize("position embedding", model.params[added][:T][None], f"{added}[:T]"))
+    elif added is not None:
+        stages.append(summarize("position embedding", model.position_tables[added][:T][None], f"the {added} table[:T]"))
+    stages.append(summarize("embedding sum", rows(cache.blocks[0].attention.norm.x), "blocks[0].attention.norm.x"))
     residuals = [block.attention.norm.x for block in cache.blocks] + [cache.final_norm.x]  # (N,C) each
     for i, (attention, mlp) in enumerate(cache.blocks):
         at, mp = f"blocks[{i}].attention", f"blocks[{i}].mlp"
         after = f"blocks[{i + 1}].attention.norm.x" if i + 1 < len(cache.blocks) else "final_norm.x"
         layer = f"layer {i}"
         stages.append(summarize(f"{layer} pre-attention norm output", rows(attention.qkv_proj.x), f"{at}.qkv_proj.x"))
-        for name in ("q", "k", "v"):
-            array = getattr(attention.attention, name)  # (B,H,T,D)
-            stages.append(summarize(f"{layer} {name}", array, f"{at}.attention.{name}", heads_first=True))
+        stages += _qkv_stages(layer, at, attention)
         stages += [
             summarize(f"{layer} heads merged (out_proj input)", rows(attention.out_proj.x), f"{at}.out_proj.x"),
             summarize(
@@ -123,6 +121,27 @@ def forward_stages(model, prompt) -> list[Stage]:
             summarize(f"{layer} residual after MLP", rows(residuals[i + 1]), after),
         ]
     stages.append(summarize("final norm output", rows(cache.loss.rows), "loss.rows"))
+    return stages
+
+
+def _qkv_stages(layer: str, at: str, attention) -> list[Stage]:
+    """q, k, v as the projection split them, then q and k after each step of ``qk_steps`` (QK-norm, the
+    rotation): the arrays the attention branch's ``QKCache.path`` holds; the last are the kernel's own."""
+    qk = attention.qk
+    if not qk.steps:  # the kernel attends to q and k as split
+        return [
+            summarize(f"{layer} {name}", getattr(attention.attention, name), f"{at}.attention.{name}", heads_first=True)
+            for name in ("q", "k", "v")
+        ]
+    stages = [
+        summarize(f"{layer} q", qk.path[0][0], f"{at}.qk.path[0][0]", heads_first=True),
+        summarize(f"{layer} k", qk.path[0][1], f"{at}.qk.path[0][1]", heads_first=True),
+        summarize(f"{layer} v", attention.attention.v, f"{at}.attention.v", heads_first=True),
+    ]
+    for i, step in enumerate(qk.steps, start=1):
+        for j, name in enumerate(("q", "k")):
+            source = f"{at}.attention.{name}" if i == len(qk.steps) else f"{at}.qk.path[{i}][{j}]"
+            stages.append(summarize(f"{layer} {name} after {step}", qk.path[i][j], source, heads_first=True))
     return stages
 
 

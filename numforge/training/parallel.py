@@ -279,14 +279,14 @@ class DataParallel:
         B = x.shape[0]
         model = self.model
         if self.parts == 1:  # one process, one batch
-            loss, cache = model.forward(asarray(x), asarray(y), training=True, rng=dropout_rng(range(B)))
+            loss, cache = model.forward(asarray(x), asarray(y), rng=dropout_rng(range(B)))
             return float(loss), model.backward(cache)
         self.gradient_sum = self.gradient_sum or GradientSum(model.params)
         loss_sum = 0.0
         micro = micro_batches(self.world.rows(B), self.micro_batch_size(B))
         for k, rows in enumerate(micro):
             part = slice(rows.start, rows.stop)
-            loss, cache = model.forward(asarray(x[part]), asarray(y[part]), training=True, rng=dropout_rng(rows))
+            loss, cache = model.forward(asarray(x[part]), asarray(y[part]), rng=dropout_rng(rows))
             loss_sum += float(loss)
             self.gradient_sum.add(model.backward(cache), first=k == 0)
         (loss_sum,) = self.world.sum_floats((loss_sum,))
@@ -301,7 +301,7 @@ class DataParallel:
         total, count = 0.0, 0
         for rows in micro_batches(self.world.rows(len(x)), self.micro_batch_size(batch_size)):
             part = slice(rows.start, rows.stop)
-            loss, _ = self.model.forward(asarray(x[part]), asarray(y[part]), training=False)
+            loss, _ = self.model.forward(asarray(x[part]), asarray(y[part]), for_backward=False)
             total += float(loss)
             count += 1
         total, count = self.world.sum_floats((total, float(count)))

@@ -40,7 +40,7 @@ from ..data.sources import ERRORS
 from ..data.tokenizers import tokenizer_hash
 from ..data.tokens import TOKENS_FILE
 from ..locks import DirectoryLock
-from ..model import GPT, GPTConfig, parameter_shapes
+from ..model import GPT, POSITIONS, GPTConfig, parameter_shapes
 from ..optim import AdamW, warmup_cosine_lr
 from ..resources import check_fits
 from ..tokenizer import BPETokenizer
@@ -147,15 +147,20 @@ def training_bytes(config: GPTConfig, settings: TrainSettings) -> int:
     """A rough estimate of the memory one training step needs, in bytes (float32).
 
     Parameters, gradients and AdamW's two moments: ``4 P``; activations kept
-    for the backward pass, per layer about ``B T (10 C + 3 F)`` values plus
-    the ``(B, H, T, T)`` attention probabilities; the loss works in row
-    chunks; validation draws all its ``eval_batches x B`` windows at once
-    (int64). Under the truth, never over by much: enough to refuse a run that
-    cannot fit before it allocates anything.
+    for the backward pass, per layer about ``B T (7 C + (H + 2 H_kv) D + 3 F)``
+    values (``10 C + 3 F`` for GPT-2's shapes), ``(H + H_kv) D`` more per
+    transform of q and k (QK-norm, the rotation), plus the ``(B, H, T, T)``
+    attention probabilities; the loss works in row chunks; validation draws
+    all its ``eval_batches x B`` windows at once (int64). Under the truth,
+    never over by much: enough to refuse a run that cannot fit before it
+    allocates anything.
     """
     B, T, C, F, L = settings.batch_size, settings.seq_len, config.d_model, config.d_ff, config.num_layers
+    H, H_kv, D = config.num_heads, config.num_kv_heads, config.head_dim
     params = _count_params(config)
-    activations = L * (B * T * (10 * C + 3 * F) + B * config.num_heads * T * T) + 4 * B * T * C
+    qk_transforms = config.qk_norm + (POSITIONS[config.position].rotation is not None)
+    per_token = 7 * C + (H + 2 * H_kv) * D + 3 * F + qk_transforms * (H + H_kv) * D
+    activations = L * (B * T * per_token + B * H * T * T) + 4 * B * T * C
     evaluation = 8 * settings.eval_batches * B * (T + 1)
     return 4 * (4 * params + activations) + evaluation
 

@@ -1,0 +1,242 @@
+"""The attention branch of a block: ``a = Drop(out_proj(Attention(q, k, v)))`` on ``pre_attn_norm(x)``.
+
+With ``H`` query heads, ``H_kv`` key/value heads and head width ``D``::
+
+    h = pre_attn_norm(x)                                   (N,C)
+    q | k | v = h @ attn.qkv_proj                          (N,(H + 2 H_kv) D), split into heads
+    q, k = qk(q, k)        QK-norm and the rotation by position, in the config's order (either may be absent)
+    o = Attention(q, k, v)                                 (B,H,T,D): query head h reads key/value head h // (H / H_kv)
+    a = Drop(merge(o) @ attn.out_proj)                     (N,H D) -> (N,C)
+
+``attention_branch_backward`` walks it back. Inside the branch the tokens are
+rows, ``(N,C)`` with ``N = B*T``, so that every projection is one 2-D matrix
+product (one BLAS call). With dropout on (``rng`` given), the attention
+weights are dropped too (unless ``config.attention_dropout`` is False): each
+layer draws one seed per batch row from ``rng`` and the kernel draws its
+masks from them, tile by tile.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..backend import get_xp, to_numpy
+from ..ops.attention import attention_backward, attention_forward
+from ..ops.flash_attention import flash_attention_backward, flash_attention_forward
+from .layers import (
+    dropout_if,
+    dropout_if_backward,
+    linear_layer_backward,
+    linear_layer_forward,
+    no_record,
+    norm_backward,
+    norm_forward,
+)
+from .positions import POSITIONS
+
+
+def split_heads(qkv, num_heads: int, num_kv_heads: int):
+    """``(B,T,(H + 2 H_kv) D)`` -> ``q (B,H,T,D)``, ``k, v (B,H_kv,T,D)``, each contiguous."""
+    B, T, width = qkv.shape
+    D = width // (num_heads + 2 * num_kv_heads)
+    heads = qkv.reshape(B, T, num_heads + 2 * num_kv_heads, D).transpose(0, 2, 1, 3)  # -> (B,H + 2 H_kv,T,D), a view
+    xp = get_xp(qkv)
+    bounds = (0, num_heads, num_heads + num_kv_heads, num_heads + 2 * num_kv_heads)
+    return tuple(xp.ascontiguousarray(heads[:, a:b]) for a, b in zip(bounds, bounds[1:]))
+
+
+def merge_heads(o):
+    """``(B,H,T,D)`` -> ``(B,T,H D)``: the heads side by side."""
+    B, H, T, D = o.shape
+    return o.transpose(0, 2, 1, 3).reshape(B, T, H * D)  # (B,H,T,D) -> (B,T,H D)
+
+
+def merge_qkv_grads(dq, dk, dv):
+    """The inverse of ``split_heads`` for gradients: ``(B,H,T,D)``, 2 x ``(B,H_kv,T,D)`` -> ``(B,T,(H + 2 H_kv) D)``."""
+    B, H, T, D = dq.shape
+    H_kv = dk.shape[1]
+    xp = get_xp(dq, dk, dv)
+    merged = xp.empty((B, T, H + 2 * H_kv, D), dtype=dq.dtype)  # the one copy
+    merged[:, :, :H] = dq.transpose(0, 2, 1, 3)  # (B,H,T,D) -> (B,T,H,D)
+    merged[:, :, H : H + H_kv] = dk.transpose(0, 2, 1, 3)
+    merged[:, :, H + H_kv :] = dv.transpose(0, 2, 1, 3)
+    return merged.reshape(B, T, (H + 2 * H_kv) * D)  # free
+
+
+# ---------------------------------------------------------------- the attention kernel
+
+# Tile sizes of the tiled kernel in the model: with 64 queries x 256 keys, up to T = 256 each query tile
+# sees its keys in one tile (the online softmax makes a single pass), and fully masked causal tiles are
+# skipped (chosen by `numforge bench train`).
+ATTENTION_BLOCK_Q, ATTENTION_BLOCK_K = 64, 256
+# When a backward follows, the tiled kernel keeps its probability tiles (keep_probs) while a layer's
+# whole (B,H,T,T) score array would have at most this many elements (32 MiB of float32; the causal tiles
+# kept hold a little over half): the backward then skips a matrix product and an exp per tile.
+KEEP_PROBS_LIMIT = 2**23
+
+
+def attention_seeds(config, rng, batch: int) -> list[int] | None:
+    """One seed per batch row for this layer's attention-weight dropout, drawn from ``rng``; None when it is off.
+
+    ``rng.random((B, 1))`` gives each row one uniform from that row's own stream in training
+    (``training/dropout.py``), so a row's attention masks do not depend on how the batch is split.
+    """
+    if rng is None or not config.attention_dropout:
+        return None
+    uniforms = to_numpy(rng.random((batch, 1), dtype="float64")).ravel()  # (B,)
+    return [int(u * 2**53) for u in uniforms]  # 53 random bits each
+
+
+def _plain(q, k, v, keep_probs: bool, **dropout):
+    return attention_forward(q, k, v, causal=True, **dropout)  # keeps its (B,H,T,T) weights anyway
+
+
+def _tiled(q, k, v, keep_probs: bool, **dropout):
+    return flash_attention_forward(
+        q, k, v, causal=True, block_q=ATTENTION_BLOCK_Q, block_k=ATTENTION_BLOCK_K, keep_probs=keep_probs, **dropout
+    )
+
+
+KERNELS = {"tiled": (_tiled, flash_attention_backward), "plain": (_plain, attention_backward)}  # config.attention
+
+
+def attend(q, k, v, config, *, for_backward: bool = False, dropout_seed: list[int] | None = None):
+    """Causal attention by the configured kernel (``KERNELS``); the weights dropped with
+    ``config.drop_prob`` when a ``dropout_seed`` is given. ``for_backward`` lets the kernel keep
+    what speeds up its backward."""
+    dropout = {} if dropout_seed is None else {"dropout_p": config.drop_prob, "dropout_seed": dropout_seed}
+    B, H, Tq, _ = q.shape
+    keep_probs = for_backward and B * H * Tq * k.shape[2] <= KEEP_PROBS_LIMIT
+    return KERNELS[config.attention][0](q, k, v, keep_probs, **dropout)
+
+
+def attend_backward(do, cache, config):
+    return KERNELS[config.attention][1](do, cache)
+
+
+# ---------------------------------------------------------------- q and k: QK-norm and the rotation
+
+QK_NORM = "qk_norm"  # the step of qk_steps that normalizes each head's q and k
+
+
+def qk_steps(config) -> tuple[str, ...]:
+    """What happens to q and k between the split and the attention, in order: ``QK_NORM`` (``attn.q_norm``,
+    ``attn.k_norm``) and the position scheme's rotation (by the scheme's name), each where the config has it.
+    Qwen3: ``("qk_norm", "rope")``; nanochat: ``("rope", "qk_norm")``; GPT-2: ``()``."""
+    rotation = () if POSITIONS[config.position].rotation is None else (config.position,)
+    if not config.qk_norm:
+        return rotation
+    return (QK_NORM, *rotation) if config.qk_norm_order == "before_rope" else (*rotation, QK_NORM)
+
+
+class QKCache(NamedTuple):
+    """The steps of ``qk_steps``, their op caches ``(q's, k's)`` per step, and, for study, every
+    ``(q, k)`` along the way by reference: ``path[0]`` as split, ``path[i + 1]`` after step ``i``."""
+
+    steps: tuple[str, ...]
+    caches: tuple[tuple[object, object], ...]
+    path: tuple[tuple[object, object], ...]
+
+
+def qk_forward(q, k, p, config, tables: dict, start: int):
+    """``(q, k, QKCache)``: the ``qk_steps`` on ``q (B,H,T,D)`` and ``k (B,H_kv,T,D)``; the rotation turns
+    position ``t`` of them by its absolute position ``start + t``."""
+    steps, caches, path = qk_steps(config), [], [(q, k)]
+    for step in steps:
+        if step == QK_NORM:
+            q, q_cache = norm_forward(q, p, "attn.q_norm", config)  # (B,H,T,D), over each head's D
+            k, k_cache = norm_forward(k, p, "attn.k_norm", config)  # (B,H_kv,T,D)
+        else:
+            rotation = POSITIONS[step].rotation
+            rows = [tables[name][start : start + q.shape[2]] for name in rotation.tables]  # each (T,D)
+            q, q_cache = rotation.forward(q, *rows)  # (B,H,T,D)
+            k, k_cache = rotation.forward(k, *rows)  # (B,H_kv,T,D)
+        caches.append((q_cache, k_cache))
+        path.append((q, k))
+    return q, k, QKCache(steps, tuple(caches), tuple(path))
+
+
+def qk_backward(dq, dk, cache: QKCache, config, record=no_record):
+    """``(dq, dk, grads)``: ``qk_forward`` walked back, the last step first."""
+    grads = {}
+    for step, (q_cache, k_cache) in reversed(list(zip(cache.steps, cache.caches))):
+        if step == QK_NORM:
+            # forward: q = q_norm(q), k = k_norm(k)
+            dq, q_grads = norm_backward(dq, q_cache, "attn.q_norm", config)
+            record("q before q_norm", dq, q_grads)
+            dk, k_grads = norm_backward(dk, k_cache, "attn.k_norm", config)
+            record("k before k_norm", dk, k_grads)
+            grads.update(q_grads | k_grads)
+        else:
+            # forward: q = rotate(q), k = rotate(k); the backward rotates them back
+            rotation = POSITIONS[step].rotation
+            dq, dk = rotation.backward(dq, q_cache), rotation.backward(dk, k_cache)
+            record(f"q before {step}", dq, {})
+            record(f"k before {step}", dk, {})
+    return dq, dk, grads
+
+
+# ---------------------------------------------------------------- the branch
+
+
+class AttentionBranchCache(NamedTuple):
+    norm: object
+    qkv_proj: object
+    qk: QKCache
+    attention: object
+    out_proj: object
+    dropout: object
+
+
+def attention_branch_forward(
+    x, p, config, *, rng=None, for_backward: bool = False, kv_cache=None, layer: int = 0, tables: dict | None = None
+):
+    """``Drop(out_proj(Attention(qk(split(qkv_proj(pre_attn_norm(x)))))))`` on ``x (B,T,C)``.
+
+    With a ``kv_cache`` the new keys and values (rotated at their absolute
+    positions) are appended to the cached ones of this ``layer`` and the new
+    queries attend to all of them. ``tables`` are the model's fixed position
+    tables (``GPT.position_tables``).
+    """
+    B, T, C = x.shape
+    H, H_kv, D = config.num_heads, config.num_kv_heads, config.head_dim
+    start = 0 if kv_cache is None else kv_cache.length
+    h, norm_cache = norm_forward(x.reshape(B * T, C), p, "pre_attn_norm", config)  # (B,T,C) -> (N,C)
+    qkv, qkv_cache = linear_layer_forward(h, p, "attn.qkv_proj")  # (N,C) -> (N,(H + 2 H_kv) D)
+    q, k, v = split_heads(qkv.reshape(B, T, -1), H, H_kv)  # -> (B,H,T,D), 2 x (B,H_kv,T,D)
+    q, k, qk_cache = qk_forward(q, k, p, config, tables, start)
+    if kv_cache is not None:
+        k, v = kv_cache.extend(layer, k, v)  # (B,H_kv,T,D) -> (B,H_kv,cached+T,D)
+    seeds = attention_seeds(config, rng, B)
+    o, attention_cache = attend(q, k, v, config, for_backward=for_backward, dropout_seed=seeds)  # (B,H,T,D)
+    merged = merge_heads(o).reshape(B * T, H * D)  # (B,H,T,D) -> (N,H D)
+    a, out_cache = linear_layer_forward(merged, p, "attn.out_proj")  # (N,H D) -> (N,C)
+    a, drop_cache = dropout_if(a, config, rng)
+    cache = AttentionBranchCache(norm_cache, qkv_cache, qk_cache, attention_cache, out_cache, drop_cache)
+    return a.reshape(B, T, C), cache
+
+
+def attention_branch_backward(da, cache: AttentionBranchCache, config, record=no_record):
+    """``(dx, grads)``: each step reverses the forward line named beside it."""
+    B, T, C = da.shape
+    H, D = config.num_heads, config.head_dim
+    da = dropout_if_backward(da.reshape(B * T, C), cache.dropout)  # (B,T,C) -> (N,C)
+    # forward: a = out_proj(merge_heads(o))
+    dmerged, out_grads = linear_layer_backward(da, cache.out_proj, "attn.out_proj")  # (N,C) -> (N,H D)
+    record("heads merged (out_proj input)", dmerged, out_grads)
+    do = dmerged.reshape(B, T, H, D).transpose(0, 2, 1, 3)  # (N,H D) -> (B,H,T,D)
+    # forward: o = attend(q, k, v)
+    dq, dk, dv = attend_backward(get_xp(do).ascontiguousarray(do), cache.attention, config)
+    for name, grad in (("q", dq), ("k", dk), ("v", dv)):
+        record(name, grad, {})
+    # forward: q, k = qk(q, k)
+    dq, dk, qk_grads = qk_backward(dq, dk, cache.qk, config, record)
+    # forward: q, k, v = split_heads(qkv)
+    dqkv = merge_qkv_grads(dq, dk, dv).reshape(B * T, -1)  # -> (N,(H + 2 H_kv) D)
+    # forward: qkv = qkv_proj(h)
+    dh, qkv_grads = linear_layer_backward(dqkv, cache.qkv_proj, "attn.qkv_proj")  # -> (N,C)
+    record("pre-attention norm output", dh, qkv_grads)
+    # forward: h = pre_attn_norm(x)
+    dx, norm_grads = norm_backward(dh, cache.norm, "pre_attn_norm", config)
+    record("attention branch -> residual", dx, norm_grads)
+    return dx.reshape(B, T, C), out_grads | qk_grads | qkv_grads | norm_grads  # (N,C) -> (B,T,C)
