@@ -266,10 +266,13 @@ def _allowed(module: str) -> set[tuple[str, str]]:
 
 
 def _functions_in(value) -> list:
+    """The functions a class holds, or a registry's entries (tuples, nested ones too: a position scheme's rotation)."""
     if isinstance(value, type):
         return [v for v in vars(value).values() if callable(v)]
     if isinstance(value, Mapping):
-        return [f for entry in value.values() for f in (entry if isinstance(entry, tuple) else (entry,)) if callable(f)]
+        return [f for entry in value.values() for f in _functions_in(entry)]
+    if isinstance(value, tuple):
+        return [f for item in value for f in _functions_in(item)]
     return [value] if callable(value) else []
 
 
