@@ -7,7 +7,10 @@ The documents are ``demos/course.md`` and ``demos/derivations/*.md``. In them:
   temporary directory per document (so ``numforge train --out runs/x`` feeds a
   later ``numforge sample --checkpoint runs/x``), with ``NUMFORGE_CACHE`` in a
   temporary directory, demos in quick mode (``NUMFORGE_DEMO_QUICK=1``) and one
-  BLAS thread. ``numforge ...`` runs as ``python -m numforge ...``; an argument
+  BLAS thread. ``numforge ...`` runs as ``python -m numforge ...``; each
+  command but ``python -c`` in a process forked from one that imported numforge
+  once (``tests/forked_commands.py``, where forking is safe: most of a
+  command's start is the imports), else started afresh; an argument
   that starts with ``demos/`` or ``numforge/`` names the repository's file.
   Each must exit 0.
 - An HTML comment ``<!-- check: exit=1 -->`` just before a bash block sets
@@ -31,6 +34,7 @@ The documents are ``demos/course.md`` and ``demos/derivations/*.md``. In them:
 """
 
 import ast
+import json
 import os
 import pathlib
 import re
@@ -94,11 +98,55 @@ def environment(tmp_path: pathlib.Path) -> dict:
     return env
 
 
-def run_command(command: str, env: dict, cwd: pathlib.Path) -> subprocess.CompletedProcess:
+class Commands:
+    """Runs the documents' commands through ``tests/forked_commands.py`` (each in a process of its own, forked from
+    one that imported numforge), where it can: ``python -m MODULE`` and ``python SCRIPT``; ``python -c`` (any other
+    interpreter option), and every command where it cannot fork, as processes started afresh."""
+
+    def __init__(self, env: dict, outputs: pathlib.Path):
+        self.outputs, self.count = outputs, 0
+        server = ROOT / "tests" / "forked_commands.py"
+        self.server = subprocess.Popen(
+            [sys.executable, str(server)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
+        hello = json.loads(self.server.stdout.readline() or '{"ready": false}')
+        if not hello["ready"]:
+            self.close()
+            self.server = None
+
+    def run(self, command: str, env: dict, cwd: pathlib.Path) -> subprocess.CompletedProcess:
+        words = argv(command)
+        if self.server is None or (words[1].startswith("-") and words[1] != "-m"):  # python -c, python -X ...
+            return subprocess.run(words, capture_output=True, text=True, env=env, cwd=cwd, timeout=TIMEOUT)
+        self.count += 1
+        out, err = (self.outputs / f"{self.count}.{stream}" for stream in ("stdout", "stderr"))
+        request = dict(argv=words[1:], cwd=str(cwd), env=env, stdout=str(out), stderr=str(err), timeout=TIMEOUT)
+        self.server.stdin.write(json.dumps(request) + "\n")
+        self.server.stdin.flush()
+        reply = self.server.stdout.readline()
+        assert reply, f"tests/forked_commands.py ended while running {command!r}"
+        returncode = json.loads(reply)["returncode"]
+        return subprocess.CompletedProcess(words, returncode, out.read_text(), err.read_text())
+
+    def close(self) -> None:
+        self.server.stdin.close()
+        self.server.wait()
+
+
+@pytest.fixture(scope="session")
+def commands(tmp_path_factory):
+    outputs = tmp_path_factory.mktemp("command_outputs")
+    runner = Commands(environment(outputs), outputs)
+    yield runner
+    if runner.server is not None:
+        runner.close()
+
+
+def run_command(commands: Commands, command: str, env: dict, cwd: pathlib.Path) -> subprocess.CompletedProcess:
     pure = command.startswith("numforge gradcheck ") and "--impl" not in command and "--write" not in command
     if pure and command in _PURE_RESULTS:
         return _PURE_RESULTS[command]
-    result = subprocess.run(argv(command), capture_output=True, text=True, env=env, cwd=cwd, timeout=TIMEOUT)
+    result = commands.run(command, env, cwd)
     if pure:
         _PURE_RESULTS[command] = result
     return result
@@ -143,11 +191,11 @@ def test_every_derivation_and_the_course_exist():
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=doc_id)
-def test_quoted_commands_run_and_print_what_the_document_says(doc, tmp_path):
+def test_quoted_commands_run_and_print_what_the_document_says(doc, tmp_path, commands):
     env, ran = environment(tmp_path), 0
     for block in bash_blocks(doc.read_text(encoding="utf-8")):
         for i, command in enumerate(block.commands):
-            result = run_command(command, env, tmp_path)
+            result = run_command(commands, command, env, tmp_path)
             output = result.stdout + result.stderr
             assert result.returncode == block.exit_status, f"{command!r} exited {result.returncode}:\n{output}"
             if i == len(block.commands) - 1:
