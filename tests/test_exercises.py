@@ -230,3 +230,15 @@ def test_the_tiled_kernels_loop_over_numforges_own_tiles_is_refused(tmp_path):
     refused = grade(graded_file(tmp_path, "b", exercise_source("flash_attention") + imported), "flash_attention.causal")
     assert refused[0].label == "refused" and "it calls numforge's own _" in refused[0].problem, report(refused)
     assert STUB.format(name="_backward_tiles") in scaffold
+
+
+def test_a_registry_is_not_an_exercise_its_ops_are():
+    """``ops/norms.py`` and ``model/positions.py`` only list other files' op pairs: no case names them, so they are
+    offered as no exercise; the ops they list are, and so is each file of the block (its backward's home)."""
+    names = exercise_names()
+    assert "norms" not in names and "positions" not in names
+    assert {"layernorm", "rmsnorm", "rope", "attention_branch", "mlp_branch", "blocks", "gpt"} <= set(names)
+    for name in names:  # every function an exercise's cases substitute is defined in the exercise's own file
+        exercise = get_exercise(name)
+        substituted = {function for case in exercise.cases for function in case.learner}
+        assert substituted <= set(functions(ast.parse(exercise.path.read_text(encoding="utf-8")))), name
