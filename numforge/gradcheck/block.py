@@ -25,7 +25,7 @@ from ..model.mlp_branch import mlp_branch_backward, mlp_branch_forward
 from .cases import option_cases
 from .check import GradResult, check_op
 from .diagnose import diagnosed
-from .model import GQA, LLAMA, QWEN3, randomized_model
+from .model import GQA, LLAMA, randomized_model
 
 BATCH, SEQ = 2, 5
 MAX_COORDS = 12  # sampled coordinates per array, as for the whole model
@@ -36,16 +36,22 @@ BLOCK_OPTIONS = {  # the residual fan-out under a plain activation, a gated one 
     "relu[dropout]": {"activation": "relu", "drop_prob": 0.2},
     "llama": LLAMA,  # RMSNorm, RoPE, SwiGLU, no biases, one key/value head
 }
-ATTENTION_OPTIONS = {  # what happens between the split and the attention: nothing, grouped heads, QK-norm and RoPE
+# Each branch option names only what the branch reads, and its cases vary one thing at a time, so that the
+# grader's "wrong on the cases where ..." names the step a backward gets wrong.
+LLAMA_ATTENTION = {"norm": "rmsnorm", "position": "rope", "use_bias": False, "num_kv_heads": 1}  # of Llama's options
+ATTENTION_OPTIONS = {  # what happens between the split and the attention: nothing, grouped heads, RoPE, QK-norm
     "gpt2": {},
     "gqa[plain attention]": {**GQA, "attention": "plain"},
-    "qwen3": QWEN3,  # RMSNorm, QK-norm before RoPE, two query heads per key/value head, H D != C
-    "nanochat": {**LLAMA, "norm_weight": False, "qk_norm": True, "qk_norm_order": "after_rope"},
+    "head_dim": {"head_dim": 6, "num_heads": 3},  # H D = 18 != C = 8
+    "llama": LLAMA_ATTENTION,  # RMSNorm, RoPE, one key/value head, no biases
+    "qk_norm_before_rope": {**LLAMA_ATTENTION, "qk_norm": True, "qk_norm_order": "before_rope"},  # Qwen3
+    "qk_norm_after_rope": {**LLAMA_ATTENTION, "norm_weight": False, "qk_norm": True, "qk_norm_order": "after_rope"},
     "dropout": {"drop_prob": 0.2},  # the branch's output and the attention weights
 }
-MLP_OPTIONS = {  # a plain activation, a gated one without biases, dropout
+MLP_OPTIONS = {  # a plain activation, a gated one, no biases, dropout
     "gelu": {},
-    "swiglu": {"activation": "swiglu", "norm": "rmsnorm", "use_bias": False},
+    "swiglu": {"activation": "swiglu"},
+    "swiglu[rmsnorm, no bias]": {"activation": "swiglu", "norm": "rmsnorm", "use_bias": False},
     "relu[dropout]": {"activation": "relu", "drop_prob": 0.2},
 }
 
