@@ -4,12 +4,19 @@ Run: python demos/bpe_step_by_step.py
 
 Every step prints the pair counts, the pair that wins (highest count; on a
 tie, the smallest pair in id order), the new token and the sequence after the
-merge; then the text is encoded with the learned merges and decoded back, and
-the fast BPETokenizer is shown to learn the same merges.
+merge, with how much shorter it got: one token per occurrence replaced, which
+can be fewer than the count (in "aaa" the pairs overlap: (a, a) is counted
+twice but replaced once, leftmost first). Then the text is encoded with the
+learned merges and decoded back, and the fast BPETokenizer is shown to learn
+the same merges.
 """
 
 # %%
+from _demo import command_line
+
 from numforge.tokenizer import BPETokenizer, reference
+
+command_line(__doc__)  # -h prints the docstring above
 
 TEXT = "aaabdaaabac"
 NUM_MERGES = 3
@@ -38,9 +45,14 @@ for k in range(1, NUM_MERGES + 1):
         print(f"  tie at {count} between {tied}: the smallest pair wins")
     new_id = 255 + k
     merges.append(pair)
+    before = len(ids)
     ids = reference.replace_pair(ids, pair, new_id)
+    replaced = before - len(ids)
     print(f"  merge {pair} -> {new_id} = {reference.token_bytes(new_id, merges)!r}")
-    print(f"  sequence: {ids}\n           {show(ids, merges)}\n")
+    overlap = (
+        f" (counted {count} times: overlapping pairs count twice, replaced {replaced})" if replaced < count else ""
+    )
+    print(f"  sequence: {before} -> {len(ids)} tokens{overlap}: {ids}\n           {show(ids, merges)}\n")
 
 # %% [markdown]
 # ## Encode, decode, and the fast trainer

@@ -16,17 +16,18 @@ of what large models report (SwiGLU ahead): a tiny model after 300 steps
 shows how fast each activation starts to learn, not where it ends up. (The
 quick mode's 60 steps are too few to compare at all.)
 
-Run:  python demos/exp_activations.py   (NUMFORGE_DEMO_QUICK=1: fewer steps)
+Run:  python demos/exp_activations.py   (--quick or NUMFORGE_DEMO_QUICK=1: fewer steps)
 """
 
 # %%
-import os
-
+from _demo import command_line
 from _experiment import train_tiny
 
 from numforge.model import GPTConfig
 
-STEPS = 60 if os.environ.get("NUMFORGE_DEMO_QUICK") == "1" else 300
+ARGS = command_line(__doc__, quick=True)
+
+STEPS = 60 if ARGS.quick else 300
 SHAPE = dict(vocab_size=256, max_seq_len=32, d_model=48, num_heads=4, num_layers=2)
 VARIANTS = {
     "relu": dict(activation="relu", d_ff=192),

@@ -22,8 +22,11 @@ Run:  python demos/exp_attention_scale.py
 import math
 
 import numpy as np
+from _demo import command_line
 
 from numforge.ops.attention import attention_backward, attention_forward
+
+command_line(__doc__)  # -h prints the docstring above
 
 B, H, T = 4, 4, 64
 rng = np.random.default_rng(0)

@@ -20,8 +20,11 @@ Run:  python demos/exp_no_position.py
 
 # %%
 import numpy as np
+from _demo import command_line
 
 from numforge.gradcheck.model import randomized_model
+
+command_line(__doc__)  # -h prints the docstring above
 
 ids = np.array([[3, 1, 4, 1, 5, 9, 2, 6]])  # (1, T) = (1, 8); vocabulary 13
 rng = np.random.default_rng(0)

@@ -19,9 +19,12 @@ Run:  python demos/exp_qk_norm_order.py
 
 # %%
 import numpy as np
+from _demo import command_line
 
 from numforge.ops.rmsnorm import rms_norm_backward, rms_norm_forward
 from numforge.ops.rope import rope_backward, rope_forward, rope_table
+
+command_line(__doc__)  # -h prints the docstring above
 
 B, H, T, D = 2, 4, 8, 16
 rng = np.random.default_rng(0)

@@ -26,8 +26,11 @@ Run:  python demos/exp_rope_relative.py
 import math
 
 import numpy as np
+from _demo import command_line
 
 from numforge.ops.rope import rope_forward, rope_frequencies, rope_table
+
+command_line(__doc__)  # -h prints the docstring above
 
 T, D = 128, 64
 cos, sin = rope_table(T, D, theta=10000.0, dtype="float64")  # (T, D) each

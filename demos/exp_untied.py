@@ -8,9 +8,11 @@ gets its own lm_head.weight, and each path's gradient lands in its own array.
 
 The demo shows:
 1. the parameter counts: untying adds V * C parameters;
-2. the sum of two paths, checked: an untied model whose lm_head equals the
-   token table computes the tied model's loss, and its two gradients add up to
-   the tied model's one gradient (to float64 rounding);
+2. the sum of two paths, checked on another, smaller model: the tiny model
+   with random O(1) weights that ``numforge gradcheck`` checks (V = 13,
+   C = 8, float64). An untied one whose lm_head equals the token table
+   computes the tied one's loss, and its two gradients add up to the tied
+   model's one gradient (to float64 rounding);
 3. both trained the same steps on the same batches (bytes of this Python's
    documentation): their validation losses. Measured with 300 steps
    (OPENBLAS_NUM_THREADS=1, seeds 0, 1, 2 of ``train_tiny``): tied 2.57, 2.74,
@@ -19,20 +21,22 @@ The demo shows:
    the input and output roles of a row can differ, and the untied model may
    learn them apart. (The quick mode's 60 steps are too few to compare.)
 
-Run:  python demos/exp_untied.py   (NUMFORGE_DEMO_QUICK=1: fewer steps)
+Run:  python demos/exp_untied.py   (--quick or NUMFORGE_DEMO_QUICK=1: fewer steps)
 """
 
 # %%
-import os
 
 import numpy as np
+from _demo import command_line
 from _experiment import train_tiny
 
 from numforge.gradcheck.model import randomized_model, tiny_batch
 from numforge.model import GPTConfig
 from numforge.model.gpt import parameter_shapes
 
-STEPS = 60 if os.environ.get("NUMFORGE_DEMO_QUICK") == "1" else 300
+ARGS = command_line(__doc__, quick=True)
+
+STEPS = 60 if ARGS.quick else 300
 SHAPE = dict(vocab_size=256, max_seq_len=32, d_model=48, num_heads=4, num_layers=2)
 
 # %% [markdown]
@@ -52,6 +56,8 @@ tied = randomized_model({})
 untied = randomized_model({"tie_weights": False})
 untied.load_params({**tied.params, "lm_head.weight": tied.params["token_embedding"].copy()})
 ids, targets = tiny_batch(tied.config.vocab_size)
+V, C = tied.config.vocab_size, tied.config.d_model
+print(f"another model: numforge gradcheck's tiny one (V = {V}, C = {C}, random O(1) weights, float64)")
 loss_tied, cache_tied = tied.forward(ids, targets)
 loss_untied, cache_untied = untied.forward(ids, targets)
 grads_tied, grads_untied = tied.backward(cache_tied), untied.backward(cache_untied)

@@ -10,16 +10,15 @@ version keeps one row statistic per query and works on one tile at a time.
 """
 
 # %%
-import sys
 import tracemalloc
 
 import numpy as np
+from _demo import command_line
 
 from numforge.ops.attention import attention_backward, attention_forward
 from numforge.ops.flash_attention import flash_attention_backward, flash_attention_forward
 
-# the sequence length: the first argument when it is a number (a notebook kernel passes other arguments)
-T = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 1024
+T = command_line(__doc__, ("T", int, 1024, "the sequence length")).T
 
 
 def run_with_peak(forward, backward, q, k, v, dout):

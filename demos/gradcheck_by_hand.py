@@ -11,9 +11,12 @@ Run:  python demos/gradcheck_by_hand.py
 
 # %%
 import numpy as np
+from _demo import command_line
 
 from numforge.gradcheck import check_op, format_results
 from numforge.ops.layernorm import layer_norm_backward, layer_norm_forward
+
+command_line(__doc__)  # -h prints the docstring above
 
 rng = np.random.default_rng(0)
 x = rng.standard_normal((2, 3, 5))  # (B, T, C), float64

@@ -7,7 +7,9 @@ See demos/derivations/adamw.md and grad_clipping.md. The demo:
    (not decayed), and prints the largest difference;
 2. shows what bias correction does on the first step: every coordinate moves
    by lr (times the sign of its gradient) whatever the gradient's size; without
-   the correction it would move by lr (1 - beta1) / sqrt(1 - beta2) = 3.16 lr;
+   the correction it would move by lr (1 - beta1) / sqrt(1 - beta2): 3.16 lr at
+   this demo's beta2 = 0.999 (PyTorch's default), 0.45 lr at the 0.95 numforge
+   trains with (too large, or too small);
 3. shows why the decay is decoupled: a weight with no loss gradient shrinks by
    the factor (1 - lr wd); weight decay added to the gradient instead would be
    normalized by Adam into a step of lr, whatever wd is;
@@ -21,8 +23,11 @@ Run:  python demos/optimizer_by_hand.py
 import math
 
 import numpy as np
+from _demo import command_line
 
 from numforge.optim import AdamW, clip_grad_norm
+
+command_line(__doc__)  # -h prints the docstring above
 
 LR, BETA1, BETA2, EPS, WD = 0.1, 0.9, 0.999, 1e-8, 0.01
 rng = np.random.default_rng(0)
@@ -63,7 +68,10 @@ print(f"max |numforge - by hand| after {len(steps)} AdamW steps: {difference:.1e
 ratio = np.abs(first_step["bias"]) / LR
 print(f"first step, |change of each bias coordinate| / lr: {ratio.min():.6f} .. {ratio.max():.6f}")
 print(f"  (the gradients were {np.abs(steps[0]['bias']).round(2).tolist()}: their size does not matter)")
-print(f"  without bias correction: (1 - beta1) / sqrt(1 - beta2) = {(1 - BETA1) / math.sqrt(1 - BETA2):.2f} lr")
+for beta2, whose in ((BETA2, "this demo's, PyTorch's default"), (0.95, "numforge's in training")):
+    uncorrected = (1 - BETA1) / math.sqrt(1 - beta2)  # lr times this, without bias correction
+    print(f"  without bias correction: (1 - beta1) / sqrt(1 - beta2) = {uncorrected:.2f} lr", end="")
+    print(f" at beta2 = {beta2} ({whose})")
 
 # %% [markdown]
 # ## 3. Decoupled decay against decay added to the gradient

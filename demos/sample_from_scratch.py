@@ -13,19 +13,20 @@ Run:  python demos/sample_from_scratch.py      (one to two minutes on one CPU co
 """
 
 # %%
-import os
-import sys
 import tempfile
 import time
 
 import numpy as np
+from _demo import command_line
 
 from numforge.backend import asarray, to_numpy
 from numforge.data import load_or_train_tokenizer
 from numforge.generate import generate, generate_ids, next_token_probs
 from numforge.training import TrainSettings, new_run, train
 
-QUICK = "--quick" in sys.argv[1:] or os.environ.get("NUMFORGE_DEMO_QUICK") == "1"
+ARGS = command_line(__doc__, quick=True)
+
+QUICK = ARGS.quick
 STEPS = 30 if QUICK else 300
 MODEL_SHAPE = {"num_layers": 1 if QUICK else 3, "d_model": 32 if QUICK else 96, "num_heads": 4, "activation": "gelu"}
 

@@ -14,12 +14,15 @@ steps and prints the loss falling.
 import math
 
 import numpy as np
+from _demo import command_line
 
 from numforge.backend import asarray
 from numforge.gradcheck import check_gradients, format_results
 from numforge.model import GPT, GPTConfig
 from numforge.model.reference import reference_forward
 from numforge.optim import AdamW, clip_grad_norm, warmup_cosine_lr
+
+command_line(__doc__)  # -h prints the docstring above
 
 CONFIG = GPTConfig(vocab_size=10, max_seq_len=9, d_model=16, num_heads=2, num_layers=2)
 STEPS = 60

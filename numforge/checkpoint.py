@@ -57,7 +57,7 @@ import numpy as np
 
 from .atomic import atomic_directory, remove_directory, write_text_atomic
 from .backend import asarray, to_numpy
-from .hf import load_pretrained
+from .hf import load_pretrained, pretrained_config
 from .model import GPT, POSITIONS, GPTConfig, parameter_shapes
 from .resources import DISK_FULL, check_fits
 from .tokenizer import BPETokenizer
@@ -313,7 +313,7 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
         if directory is None:
             raise FileNotFoundError(
                 f"no checkpoint in {path}: expected {Path(path) / LATEST} or {Path(path) / 'params.npz'} "
-                f"(or, where a model is read, a Hugging Face GPT-2 directory with config.json)"
+                f"(or, where a model is read, a Hugging Face model directory with config.json)"
             )
         try:
             return _load_checkpoint_directory(directory)
@@ -433,7 +433,7 @@ def restore_model(checkpoint: Checkpoint, dtype: str = "float32") -> GPT:
     )
     model = GPT(config, seed=0, dtype=dtype)
     try:
-        model.load_params({name: asarray(a) for name, a in checkpoint.params.items()})
+        model.load_params({name: asarray(a, dtype=model.dtype) for name, a in checkpoint.params.items()})
     except ValueError as err:
         raise CheckpointFileError(
             f"checkpoint {checkpoint.path}: its config.json and params.npz disagree: {err}"
@@ -448,6 +448,14 @@ def _difference(expected: dict, stored: dict) -> str:
         return f"params.npz lacks {missing} and has extra {extra}"
     name = next(n for n in expected if expected[n] != stored[n])
     return f"config.json makes {name!r} {expected[name]}, params.npz holds {stored[name]}"
+
+
+def model_config(path: str | os.PathLike) -> GPTConfig:
+    """The ``GPTConfig`` of what ``load_model`` reads at ``path``: a Hugging Face directory's config.json
+    (no weight read) or a checkpoint's config.json."""
+    if latest_checkpoint_dir(path) is None and (Path(path) / "config.json").is_file():
+        return pretrained_config(path)
+    return checkpoint_config(load_checkpoint(path))
 
 
 def check_finite_params(checkpoint: Checkpoint) -> None:
@@ -465,7 +473,8 @@ def load_model(
     path: str | os.PathLike, dtype: str = "float32", trust_pattern: bool = False
 ) -> tuple[GPT, BPETokenizer]:
     """The model and tokenizer of a run directory, one of its ``ckpt-*`` directories, or a Hugging Face
-    GPT-2 directory (``hf.load_pretrained``), to sample, study or start a run from.
+    directory of GPT-2, Llama, Mistral, Qwen2 or Qwen3 (``hf.load_pretrained``), to sample, study or start a
+    run from.
 
     The one loader the inference commands (``sample``, ``trace``) share. It
     refuses parameters holding NaN or infinity and a tokenizer whose

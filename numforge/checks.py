@@ -43,6 +43,16 @@ def check_positive_int(value: object, name: str) -> int:
     return value
 
 
+def check_index(value: object, count: int, name: str) -> int:
+    """``value`` if it is an int in ``[0, count)`` (``True`` is not), else a ``ValueError`` naming it.
+
+    Example: ``check_index(4, 4, "layer")`` raises "layer must be an integer in [0, 3], got 4".
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < count:
+        raise ValueError(f"{name} must be an integer in [0, {count - 1}], got {value!r}")
+    return value
+
+
 def check_array(a: object, name: str, ndim: int | tuple[int, ...] | None = None):
     """Raise ``TypeError`` unless ``a`` is a NumPy or CuPy array of the expected rank."""
     if not (isinstance(a, np.ndarray) or is_cupy_array(a)):

@@ -10,8 +10,9 @@ Exit status: 0 done; 1 the job ran and failed (a gradient check off, a
 training run that diverged); 2 bad input (a flag, a file, a path), as
 argparse's usage errors; 130 interrupted by Ctrl-C (SIGINT), 143 by SIGTERM
 (``interrupts``: every command stops for SIGTERM as for Ctrl-C; the long jobs
-stop at a safe point). A traceback is printed only with ``--debug`` or
-``NUMFORGE_DEBUG=1``.
+stop at a safe point); 141 the reader of the output went away (``numforge
+params | head``: stdout's pipe closed), quietly, as a program killed by SIGPIPE
+would. A traceback is printed only with ``--debug`` or ``NUMFORGE_DEBUG=1``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from importlib import import_module
 from . import interrupts
 from .allocator import retain_freed_memory
 from .checks import MissingDependencyError, describe_error
-from .commands import EXIT_BAD_INPUT, EXIT_INTERRUPTED
+from .commands import EXIT_BAD_INPUT, EXIT_CLOSED_PIPE, EXIT_INTERRUPTED
 
 COMMANDS = (
     "prepare",
@@ -35,7 +36,9 @@ COMMANDS = (
     "convert",
     "attention",
     "inspect",
+    "studio",
     "gradcheck",
+    "course",
     "params",
     "bench",
 )  # modules in numforge.commands
@@ -67,6 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with interrupts.raising():
             return args.run(args)
+    except BrokenPipeError:
+        if debug:
+            raise
+        _quiet_stdout()  # Python flushes stdout again at exit: let that write go nowhere, not to a second error
+        return EXIT_CLOSED_PIPE
     except KeyboardInterrupt as interruption:  # interrupts.Interrupted, or Ctrl-C before the handlers were set
         if debug:
             raise
@@ -77,6 +85,15 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"numforge {args.command}: {describe_error(error)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at the null device (its pipe is closed; what is left in its buffer is dropped)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (stdout replaced, as under a test's capture)
+        pass
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ Each step turns the logits of the last position into a next token:
                        next ~ softmax(z over the kept tokens)
 
 The KV cache keeps every layer's keys and values, so a new token costs one
-position instead of the whole prefix. The model's learned positions stop at
+position instead of the whole prefix; it is allocated for the positions this
+call can reach (the prompt and the new tokens, at most ``max_seq_len``), not
+for the whole context (131,072 positions for Llama 3.2). The model's learned positions stop at
 ``max_seq_len``: once the text is longer, each step re-encodes the last
 ``max_seq_len`` tokens from scratch (a sliding window; the cache cannot slide
 because every kept token's position changes). With and without the cache
@@ -23,23 +25,25 @@ NumPy and CuPy up to floating-point differences in the logits.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from .backend import asarray, to_numpy
 from .checks import check_positive_int
-from .tokenizer import EOT
+
+RUN_SAMPLE = dict(prompt="", max_new_tokens=60, temperature=0.8, seed=0)  # the sample a run ends with
 
 
 class Generation(NamedTuple):
-    """What ``generate`` returns: the new text and ids (prompt excluded)."""
+    """What ``generate`` returns: the new text and ids (prompt excluded); ``end_id``, the end id it stopped at."""
 
     text: str
     ids: list[int]
     prompt_ids: list[int]
     stopped_at_end_of_text: bool
+    end_id: int | None = None
 
 
 def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
@@ -76,6 +80,12 @@ def next_token_probs(
     return probs
 
 
+def allowed_logits(logits: np.ndarray, allowed: np.ndarray | None) -> np.ndarray:
+    """``(V,) -> (V,)``: the logits of ids outside ``allowed`` (a boolean mask; None: every id) set to -inf,
+    so they can never be drawn (a model's vocabulary may be padded beyond its tokenizer's)."""
+    return logits if allowed is None else np.where(allowed, logits, -np.inf)
+
+
 def sample_next(
     logits: np.ndarray,
     rng: np.random.Generator,
@@ -99,11 +109,11 @@ def generate_ids(
     top_k: int | None = None,
     top_p: float | None = None,
     seed: int | None = None,
-    stop_id: int | None = None,
+    stop_ids: Collection[int] = (),
     use_kv_cache: bool = True,
     allowed: np.ndarray | None = None,
 ) -> Iterator[int]:
-    """Yield up to ``max_new_tokens`` new ids after ``prompt_ids``, stopping after ``stop_id``.
+    """Yield up to ``max_new_tokens`` new ids after ``prompt_ids``, stopping after any of ``stop_ids``.
 
     ``prompt_ids`` must be non-empty and at most ``max_seq_len`` long
     (``generate`` crops a longer prompt). Without the cache every step runs
@@ -118,23 +128,22 @@ def generate_ids(
     if not 1 <= len(ids) <= context:
         raise ValueError(f"prompt_ids must hold 1 to max_seq_len = {context} ids, got {len(ids)}")
     rng = np.random.default_rng(seed)
+    stop_ids = frozenset(int(i) for i in stop_ids)
     kv_cache = None
     for _ in range(max_new_tokens):
         if not use_kv_cache or len(ids) > context:  # no cache, or past the context: re-encode the window
             feed, cache = ids[-context:], None
         elif kv_cache is None:  # first step: the whole prompt fills the cache
-            kv_cache = model.new_kv_cache(1)
+            kv_cache = model.new_kv_cache(1, max_len=min(context, len(ids) + max_new_tokens))
             feed, cache = ids, kv_cache
         else:  # one new position
             feed, cache = ids[-1:], kv_cache
         logits = model.logits(asarray(np.asarray(feed)[None, :]), last_only=True, kv_cache=cache)  # (1,T) -> (1,V)
-        row = to_numpy(logits).reshape(-1)  # (1,V) -> (V,)
-        if allowed is not None:
-            row = np.where(allowed, row, -np.inf)  # (V,): ids outside the tokenizer can never be drawn
+        row = allowed_logits(to_numpy(logits).reshape(-1), allowed)  # (1,V) -> (V,)
         token = sample_next(row, rng, temperature, top_k, top_p)
         ids.append(token)
         yield token
-        if token == stop_id:
+        if token in stop_ids:
             return
 
 
@@ -167,21 +176,23 @@ def generate(
 ) -> Generation:
     """Continue ``prompt``; ``on_text`` receives the new text piece by piece as it is decoded.
 
-    The prompt is encoded with special tokens allowed (so it may contain
-    ``<|endoftext|>``); an empty prompt starts from ``<|endoftext|>``. A prompt
-    longer than the model's context is cropped from the left and
-    ``on_notice`` is told so. Generation stops at ``<|endoftext|>``, which is
-    not part of the returned text. Only ids the tokenizer can decode are
-    sampled (a model's vocabulary may be padded beyond the tokenizer's).
+    The prompt is encoded as ``transformers``' ``tokenizer(prompt)`` encodes it (``encode_prompt``: a Llama 3
+    directory's BOS first; special tokens cut out as themselves, so it may contain ``<|endoftext|>``); an
+    empty prompt starts from the BOS, else the first end id (numforge's own tokenizers: ``<|endoftext|>``).
+    A prompt longer than the model's context is cropped from the left and ``on_notice`` is told so.
+    Generation stops at any of the tokenizer's ``eos_ids`` (a Hugging Face directory's ``eos_token_id``,
+    one or several; numforge's own: ``<|endoftext|>``), which is not part of the returned text. Only ids
+    the tokenizer can decode are sampled (a model's vocabulary may be padded beyond the tokenizer's).
     """
     if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-    stop_id = tokenizer.special_tokens.get(EOT)
-    prompt_ids = tokenizer.encode(prompt, allowed_special="all")
+    stop_ids = tokenizer.eos_ids
+    prompt_ids = tokenizer.encode_prompt(prompt)
     if not prompt_ids:
-        if stop_id is None:
-            raise ValueError(f"the prompt is empty and the tokenizer has no {EOT} token to start from")
-        prompt_ids = [stop_id]
+        start = tokenizer.bos_id if tokenizer.bos_id is not None else next(iter(stop_ids), None)
+        if start is None:
+            raise ValueError("the prompt is empty and the tokenizer has no BOS or end token to start from")
+        prompt_ids = [start]
     context = model.config.max_seq_len
     if len(prompt_ids) > context:
         if on_notice is not None:
@@ -191,7 +202,7 @@ def generate(
             )
         prompt_ids = prompt_ids[-context:]
     decoder = tokenizer.incremental_decoder()
-    pieces, new_ids, stopped = [], [], False
+    pieces, new_ids, stopped = [], [], None
     for token in generate_ids(
         model,
         prompt_ids,
@@ -200,12 +211,12 @@ def generate(
         top_k=top_k,
         top_p=top_p,
         seed=seed,
-        stop_id=stop_id,
+        stop_ids=stop_ids,
         use_kv_cache=use_kv_cache,
         allowed=decodable_ids(tokenizer, model.config.vocab_size),
     ):
-        if token == stop_id:
-            stopped = True
+        if token in stop_ids:
+            stopped = token
             break
         new_ids.append(token)
         pieces.append(decoder.decode([token]))
@@ -214,4 +225,4 @@ def generate(
     pieces.append(decoder.flush())
     if on_text is not None and pieces[-1]:
         on_text(pieces[-1])
-    return Generation("".join(pieces), new_ids, list(prompt_ids), stopped)
+    return Generation("".join(pieces), new_ids, list(prompt_ids), stopped is not None, stopped)

@@ -9,7 +9,8 @@ cleaned up after a crash before the next process can take it.
   written); it fails at once if a live process holds it.
 - ``DirectoryLock(directory, what)``: a lock file ``.lock`` in a directory that
   records its holder (process id, host, start time); a second taker is refused
-  at once with ``InUse``: "run DIR is in use by process N (started ...)".
+  at once with ``InUse``: "run DIR is in use by process N (started ...)", or
+  with ``wait=True`` waits until the holder is done (a signal ends the wait).
 
 Worker processes forked while a lock is held would share it (a fork copies
 the open files), and keep it after their parent is killed: each forked child
@@ -50,12 +51,13 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_close_inherited)
 
 
-def _try_lock(fd: int) -> bool | None:
-    """Take the exclusive lock of ``fd`` without waiting: True taken, False held by another, None cannot lock here."""
+def _try_lock(fd: int, wait: bool = False) -> bool | None:
+    """Take the exclusive lock of ``fd`` (without waiting, unless ``wait``): True taken, False held by another,
+    None cannot lock here."""
     if fcntl is None:
         return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
     except BlockingIOError:
         return False
@@ -115,17 +117,20 @@ class DirectoryLock:
     removes the file (and the directories this lock created, if they are
     still empty). A holder killed outright leaves the file, unlocked: the next
     taker takes it over. A taker that finds the lock held raises ``InUse`` at
-    once, without waiting.
+    once, or with ``wait`` waits for it.
     """
 
-    def __init__(self, directory: str | os.PathLike, what: str = "directory"):
+    def __init__(self, directory: str | os.PathLike, what: str = "directory", wait: bool = False):
         self.directory, self.path = Path(directory), Path(directory) / LOCK_FILE
-        self.created = [p for p in (self.directory, *self.directory.parents) if not p.exists()]  # deepest first
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.fd = None
-        for _ in range(10):  # a holder that ends removes the file: lock the file that is there now
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-            taken = _try_lock(fd)
+        self.created, self.fd = [], None  # the directories created here, deepest first
+        for _ in range(10):  # a holder that ends removes the file (and the directories it made): lock what is there now
+            self.created += [p for p in (self.directory, *self.directory.parents) if not p.exists()]
+            self.directory.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            except FileNotFoundError:  # its directory was removed meanwhile
+                continue
+            taken = _try_lock(fd, wait)
             if taken is False:
                 holder = _read_holder(self.path)
                 os.close(fd)

@@ -1,7 +1,7 @@
 """AdamW, global-norm gradient clipping and the warmup + cosine learning-rate schedule.
 
-AdamW (Loshchilov & Hutter), for each parameter ``p`` with gradient ``g``
-at step ``t = 1, 2, ...``::
+Update rule of AdamW (Loshchilov & Hutter), for each parameter ``p`` with
+gradient ``g`` at step ``t = 1, 2, ...``::
 
     p  <- p - lr * weight_decay * p          decoupled decay, matrices only
     m  <- beta1 * m + (1 - beta1) * g        first moment

@@ -65,18 +65,19 @@ def reseal(checkpoint_dir):
 WORDS = "the cat sat on a mat while one dog ran to the old red barn and back".split()
 
 
-def make_tiny_run(root, seed=5, steps=4):
-    """A finished run in ``root/run`` (a 1-layer, d_model 8 model, 4 steps on 3 KB of words), its corpus
-    ``root/corpus.txt`` and its caches in ``root/cache``: every file a run writes, in a fraction of a second."""
+def make_tiny_run(root, seed=5, steps=4, seq_len=8, words=600):
+    """A finished run in ``root/run`` (a 1-layer, d_model 8 model of context ``seq_len``, 4 steps on 3 KB of
+    words), its corpus ``root/corpus.txt`` and its caches in ``root/cache``: every file a run writes, in a
+    fraction of a second."""
     from numforge.data import load_or_train_tokenizer
     from numforge.training import TrainSettings, new_run, train
 
     corpus = root / "corpus.txt"
     rng = np.random.default_rng(seed)
-    corpus.write_text(" ".join(WORDS[i] for i in rng.integers(0, len(WORDS), 600)), encoding="utf-8")
+    corpus.write_text(" ".join(WORDS[i] for i in rng.integers(0, len(WORDS), words)), encoding="utf-8")
     tokenizer = load_or_train_tokenizer(corpus, 270, cache_dir=root / "cache", say=lambda _: None)
     settings = TrainSettings(
-        max_steps=steps, batch_size=2, seq_len=8, warmup_steps=1, schedule_steps=8, eval_every=2,
+        max_steps=steps, batch_size=2, seq_len=seq_len, warmup_steps=1, schedule_steps=8, eval_every=2,
         eval_batches=1, save_every=2, seed=seed,
     )  # fmt: skip
     model = {"num_layers": 1, "d_model": 8, "num_heads": 2}

@@ -7,7 +7,10 @@ The documents are ``demos/course.md`` and ``demos/derivations/*.md``. In them:
   temporary directory per document (so ``numforge train --out runs/x`` feeds a
   later ``numforge sample --checkpoint runs/x``), with ``NUMFORGE_CACHE`` in a
   temporary directory, demos in quick mode (``NUMFORGE_DEMO_QUICK=1``) and one
-  BLAS thread. ``numforge ...`` runs as ``python -m numforge ...``; an argument
+  BLAS thread. ``numforge ...`` runs as ``python -m numforge ...``; each
+  command but ``python -c`` in a process forked from one that imported numforge
+  once (``tests/forked_commands.py``, where forking is safe: most of a
+  command's start is the imports), else started afresh; an argument
   that starts with ``demos/`` or ``numforge/`` names the repository's file.
   Each must exit 0.
 - An HTML comment ``<!-- check: exit=1 -->`` just before a bash block sets
@@ -21,13 +24,17 @@ The documents are ``demos/course.md`` and ``demos/derivations/*.md``. In them:
   scientific notation (``2.06e-10``) for any such number (the last digits of a
   rounding error differ between machines).
 - A ```` ```python ```` block whose first line is ``# numforge/PATH.py::NAME``
-  quotes code: each of its lines appears in the source of that function
-  (``Class.method`` for a method), so a derivation's "this is the line" stays true.
+  quotes code: the source of that function (``Class.method`` for a method),
+  verbatim and contiguous, line after line (indentation aside); a line ``# ...``
+  marks a gap, and the runs it separates come in the source's order. So a quote
+  can never drop the line that makes it right (a ``/= width`` between two lines
+  it shows), and a derivation's "this is the line" stays true.
 - Every ``numforge/PATH.py::NAME`` reference names a file that exists and a
   function or class of that name in it; every relative link resolves.
 """
 
 import ast
+import json
 import os
 import pathlib
 import re
@@ -91,11 +98,55 @@ def environment(tmp_path: pathlib.Path) -> dict:
     return env
 
 
-def run_command(command: str, env: dict, cwd: pathlib.Path) -> subprocess.CompletedProcess:
+class Commands:
+    """Runs the documents' commands through ``tests/forked_commands.py`` (each in a process of its own, forked from
+    one that imported numforge), where it can: ``python -m MODULE`` and ``python SCRIPT``; ``python -c`` (any other
+    interpreter option), and every command where it cannot fork, as processes started afresh."""
+
+    def __init__(self, env: dict, outputs: pathlib.Path):
+        self.outputs, self.count = outputs, 0
+        server = ROOT / "tests" / "forked_commands.py"
+        self.server = subprocess.Popen(
+            [sys.executable, str(server)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
+        hello = json.loads(self.server.stdout.readline() or '{"ready": false}')
+        if not hello["ready"]:
+            self.close()
+            self.server = None
+
+    def run(self, command: str, env: dict, cwd: pathlib.Path) -> subprocess.CompletedProcess:
+        words = argv(command)
+        if self.server is None or (words[1].startswith("-") and words[1] != "-m"):  # python -c, python -X ...
+            return subprocess.run(words, capture_output=True, text=True, env=env, cwd=cwd, timeout=TIMEOUT)
+        self.count += 1
+        out, err = (self.outputs / f"{self.count}.{stream}" for stream in ("stdout", "stderr"))
+        request = dict(argv=words[1:], cwd=str(cwd), env=env, stdout=str(out), stderr=str(err), timeout=TIMEOUT)
+        self.server.stdin.write(json.dumps(request) + "\n")
+        self.server.stdin.flush()
+        reply = self.server.stdout.readline()
+        assert reply, f"tests/forked_commands.py ended while running {command!r}"
+        returncode = json.loads(reply)["returncode"]
+        return subprocess.CompletedProcess(words, returncode, out.read_text(), err.read_text())
+
+    def close(self) -> None:
+        self.server.stdin.close()
+        self.server.wait()
+
+
+@pytest.fixture(scope="session")
+def commands(tmp_path_factory):
+    outputs = tmp_path_factory.mktemp("command_outputs")
+    runner = Commands(environment(outputs), outputs)
+    yield runner
+    if runner.server is not None:
+        runner.close()
+
+
+def run_command(commands: Commands, command: str, env: dict, cwd: pathlib.Path) -> subprocess.CompletedProcess:
     pure = command.startswith("numforge gradcheck ") and "--impl" not in command and "--write" not in command
     if pure and command in _PURE_RESULTS:
         return _PURE_RESULTS[command]
-    result = subprocess.run(argv(command), capture_output=True, text=True, env=env, cwd=cwd, timeout=TIMEOUT)
+    result = commands.run(command, env, cwd)
     if pure:
         _PURE_RESULTS[command] = result
     return result
@@ -140,11 +191,11 @@ def test_every_derivation_and_the_course_exist():
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=doc_id)
-def test_quoted_commands_run_and_print_what_the_document_says(doc, tmp_path):
+def test_quoted_commands_run_and_print_what_the_document_says(doc, tmp_path, commands):
     env, ran = environment(tmp_path), 0
     for block in bash_blocks(doc.read_text(encoding="utf-8")):
         for i, command in enumerate(block.commands):
-            result = run_command(command, env, tmp_path)
+            result = run_command(commands, command, env, tmp_path)
             output = result.stdout + result.stderr
             assert result.returncode == block.exit_status, f"{command!r} exited {result.returncode}:\n{output}"
             if i == len(block.commands) - 1:
@@ -169,6 +220,34 @@ def function_source(path: pathlib.Path, name: str) -> str | None:
     return ast.get_source_segment(source, scope)
 
 
+GAP = "# ..."
+
+
+def quote_problem(quoted: list[str], source: str) -> str | None:
+    """Why ``quoted`` (lines, ``# ...`` marking each gap) is not the source verbatim, run by run in order; or None."""
+    lines = [line.strip() for line in source.splitlines()]
+    runs, run = [], []
+    for line in quoted:
+        if line.strip() == GAP:
+            runs.append(run)
+            run = []
+        else:
+            run.append(line.strip())
+    runs.append(run)
+    at = 0
+    for run in (r for r in runs if r):
+        found = next((i for i in range(at, len(lines) - len(run) + 1) if lines[i : i + len(run)] == run), None)
+        if found is None:  # say where the run stops being the source
+            for size in range(len(run), 0, -1):
+                starts = [i for i in range(at, len(lines) - size + 1) if lines[i : i + size] == run[:size]]
+                if starts:
+                    after = lines[starts[0] + size] if starts[0] + size < len(lines) else "(the end)"
+                    return f"after {run[size - 1]!r} the source goes on with {after!r}, the quote with {run[size]!r}"
+            return f"{run[0]!r} is not in the source (after the quote's previous run)"
+        at = found + len(run)
+    return None
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=doc_id)
 def test_code_references_and_quotes_are_true(doc):
     text = doc.read_text(encoding="utf-8")
@@ -180,9 +259,46 @@ def test_code_references_and_quotes_are_true(doc):
         reference = REFERENCE.fullmatch(lines[0].lstrip("# ").strip()) if match["lang"] == "python" else None
         if reference is None:
             continue
-        source = " ".join(function_source(ROOT / reference[1], reference[2]).split())
-        for line in lines[1:]:
-            assert " ".join(line.split()) in source, f"{doc_id(doc)} quotes {line.strip()!r} from {lines[0]}"
+        problem = quote_problem(lines[1:], function_source(ROOT / reference[1], reference[2]))
+        assert problem is None, f"{doc_id(doc)} quotes {lines[0]} with a gap not marked '{GAP}': {problem}"
+
+
+def test_quotes_are_checked_for_contiguity_not_only_presence():
+    source = "def f(x):\n    a = x\n    a /= 2\n    b = a\n    return b\n"
+    assert quote_problem(["a = x", "a /= 2", "b = a"], source) is None
+    assert quote_problem(["a = x", "# ...", "b = a"], source) is None  # a marked gap
+    assert "goes on with 'a /= 2', the quote with 'b = a'" in quote_problem(["a = x", "b = a"], source)
+    assert quote_problem(["b = a", "# ...", "a = x"], source) is not None  # runs out of order
+    assert quote_problem(["c = 1"], source) is not None
+
+
+def test_every_python_block_of_the_derivations_quotes_the_code():
+    """Every ```python block names the function it quotes, so the contiguity test reaches it."""
+    for doc in DOCS:
+        for match in BLOCK.finditer(doc.read_text(encoding="utf-8")):
+            if match["lang"] == "python":
+                first = match["body"].splitlines()[0]
+                assert REFERENCE.fullmatch(first.lstrip("# ").strip()), (
+                    f"{doc_id(doc)}: a python block quoting {first!r}"
+                )
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=doc_id)
+def test_every_exercise_named_is_one_and_every_derivation_ends_with_questions(doc):
+    from numforge.gradcheck import all_cases
+    from numforge.gradcheck.exercise import exercise_names
+
+    text = doc.read_text(encoding="utf-8")
+    for name in re.findall(r"--write-exercise ([a-z_]+)", text):
+        assert name in exercise_names(), f"{doc_id(doc)} names the exercise {name!r}; there are {exercise_names()}"
+    cases = {case.name for case in all_cases()}
+    for quoted, bare in re.findall(r"--show (?:'([^']+)'|([a-z][\w.\[\]<>]*))", text):  # CASE: a placeholder
+        assert (quoted or bare) in cases, f"{doc_id(doc)} shows the case {quoted or bare!r}, which does not exist"
+    if doc.parent.name == "derivations" and doc.name != "README.md":
+        questions = text.split("\n## Questions\n", 1)
+        assert len(questions) == 2 and "--write-exercise" in questions[1], (
+            f"{doc_id(doc)}: no questions, or no exercise"
+        )
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=doc_id)

@@ -4,11 +4,14 @@
 needs a test below (``_*.py`` are helpers, not demos).
 """
 
+import ast
 import os
 import pathlib
 import re
 import subprocess
 import sys
+
+import pytest
 
 DEMOS = pathlib.Path(__file__).resolve().parent.parent / "demos"
 
@@ -38,8 +41,17 @@ def test_every_demo_is_in_cell_format():
             assert "\n# %%\n" in path.read_text(), f"{path.name} has no `# %%` cell marker"
 
 
+@pytest.mark.parametrize("name", sorted(p.name for p in DEMOS.glob("*.py") if not p.name.startswith("_")))
+def test_every_demo_answers_help_with_its_docstring_and_runs_nothing(name):
+    result = subprocess.run([sys.executable, str(DEMOS / name), "-h"], capture_output=True, text=True, timeout=120)
+    first_line = ast.get_docstring(ast.parse((DEMOS / name).read_text())).splitlines()[0]
+    assert result.returncode == 0 and result.stdout.startswith("usage: ") and first_line in result.stdout
+    assert len(result.stdout.splitlines()) < 60  # the help, not the demo's output
+
+
 def test_bpe_step_by_step_learns_the_wikipedia_merges():
     out = run_demo("bpe_step_by_step.py")
+    assert "sequence: 11 -> 9 tokens (counted 4 times: overlapping pairs count twice, replaced 2)" in out
     assert "merges: [(97, 97), (97, 98), (256, 257)]" in out
     assert "[258, 100, 258, 97, 99]" in out
     assert "the fast trainer learns the same merges: True" in out
@@ -109,6 +121,7 @@ def test_no_position_experiment_order_stops_mattering_for_one_layer_only():
 def test_untied_experiment_counts_parameters_and_adds_the_two_paths():
     out = run_demo("exp_untied.py")
     counts = [int(n) for n in re.findall(r"(\d+) parameters, V\*C = 12288", out)]
+    assert "another model: numforge gradcheck's tiny one (V = 13, C = 8" in out  # the two paths, on its own model
     assert counts[1] - counts[0] == 12288
     assert numbers_after("max |tied gradient - (input side + output side)| =", out)[0] < 1e-12
     assert len(re.findall(r"validation \d+\.\d+", out)) == 2

@@ -77,14 +77,15 @@ class LogitsSpy:
     """Wraps a model and records the length of every ``logits`` call."""
 
     def __init__(self, model):
-        self.model, self.config, self.lengths = model, model.config, []
+        self.model, self.config, self.lengths, self.cache_lengths = model, model.config, [], []
 
     def logits(self, ids, **kwargs):
         self.lengths.append(int(ids.shape[1]))
         return self.model.logits(ids, **kwargs)
 
-    def new_kv_cache(self, batch_size):
-        return self.model.new_kv_cache(batch_size)
+    def new_kv_cache(self, batch_size, max_len=None):
+        self.cache_lengths.append(max_len)
+        return self.model.new_kv_cache(batch_size, max_len)
 
 
 @pytest.mark.parametrize("prompt", [[5], [7, 8, 9], list(range(10, 18))])
@@ -99,6 +100,17 @@ def test_greedy_tokens_identical_with_and_without_kv_cache(prompt):
     assert with_cache.lengths[: n_cached + 1] == [len(prompt)] + [1] * n_cached
     assert with_cache.lengths[n_cached + 1 :] == [8] * (14 - n_cached - 1)  # the sliding window
     assert without_cache.lengths == [min(len(prompt) + i, 8) for i in range(14)]
+    assert with_cache.cache_lengths == [8]  # the prompt and 14 new tokens would need more than the context
+
+
+def test_the_kv_cache_holds_what_the_call_can_reach():
+    model = tiny_model()  # a context of 8
+    short = LogitsSpy(model)
+    assert list(generate_ids(short, [5, 6], 3, temperature=0.0)) == list(generate_ids(model, [5, 6], 3, temperature=0))
+    assert short.cache_lengths == [5]  # 2 + 3 positions, not the model's 8
+    assert model.new_kv_cache(1, max_len=5).keys[0].shape[2] == 5
+    with pytest.raises(ValueError, match="max_len 9 exceeds max_seq_len 8"):
+        model.new_kv_cache(1, max_len=9)
 
 
 def test_sampled_tokens_identical_with_and_without_kv_cache_for_a_seed():
@@ -113,8 +125,10 @@ def test_sampled_tokens_identical_with_and_without_kv_cache_for_a_seed():
 def test_generation_stops_after_the_stop_token():
     model = tiny_model()
     free = list(generate_ids(model, [1, 2], 6, temperature=0.0))
-    stopped = list(generate_ids(model, [1, 2], 6, temperature=0.0, stop_id=free[2]))
+    stopped = list(generate_ids(model, [1, 2], 6, temperature=0.0, stop_ids=[free[2]]))
     assert stopped == free[: free.index(free[2]) + 1]
+    either = list(generate_ids(model, [1, 2], 6, temperature=0.0, stop_ids=(free[3], free[1])))
+    assert either == free[: min(free.index(free[1]), free.index(free[3])) + 1]
 
 
 def test_prompt_must_fit_the_context():
@@ -147,7 +161,7 @@ class ScriptedModel:
         self.calls += 1
         return row
 
-    def new_kv_cache(self, batch_size):
+    def new_kv_cache(self, batch_size, max_len=None):
         return None
 
 

@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 import pytest
-from hf_dirs import write_gpt2_dir
+from hf_dirs import llama_fields, write_gpt2_dir, write_llama_dir
 
 from numforge import backend, checkpoint, cli
 from numforge.checkpoint import load_model
@@ -17,9 +17,12 @@ pytest.importorskip("safetensors")
 WORDS = "the cat sat on a mat while one dog ran to the old red barn and back".split()
 
 
-@pytest.fixture
-def hf_dir(tmp_path):
-    return write_gpt2_dir(tmp_path / "gpt2")[0]
+@pytest.fixture(params=["gpt2", "llama", "qwen3"])
+def hf_dir(tmp_path, request):
+    """GPT-2, Llama (GQA) and Qwen3 (QK-norm, head_dim 6 of a 16-wide model) directories of the same size."""
+    if request.param == "gpt2":
+        return write_gpt2_dir(tmp_path / "gpt2")[0]
+    return write_llama_dir(tmp_path / request.param, llama_fields(request.param))[0]
 
 
 @pytest.fixture
@@ -44,12 +47,21 @@ def test_sample_and_trace_read_a_hugging_face_directory(hf_dir, capsys):
     greedy = []
     for _ in range(8):  # greedy by hand, without the KV cache: the argmax of the last position's logits
         ids = tokenizer.encode("The") + greedy
-        greedy.append(int(np.argmax(backend.to_numpy(model.logits(backend.asarray(np.array([ids]))))[0, -1])))
+        logits = backend.to_numpy(model.logits(backend.asarray(np.array([ids]))))[0, -1]
+        greedy.append(int(np.argmax(logits[: tokenizer.vocab_size])))  # the ids past it are padding, never sampled
     end = tokenizer.special_tokens["<|endoftext|>"]
     expected = tokenizer.decode(greedy[: greedy.index(end)] if end in greedy else greedy)
     assert printed == "The" + expected + "\n"
-    assert cli.main(["trace", "--checkpoint", str(hf_dir), "--prompt", "Hello"]) == 0
-    assert "predictions at each position" in capsys.readouterr().out
+    assert cli.main(["trace", "--checkpoint", str(hf_dir), "--prompt", "Hello", "--backward", "--lens"]) == 0
+    out = capsys.readouterr().out
+    assert "predictions at each position" in out and "logit lens" in out and "backward pass" in out
+    assert cli.main(["attention", "--checkpoint", str(hf_dir), "--prompt", "Hello there", "--layer", "1"]) == 0
+    assert "layer 1" in capsys.readouterr().out
+    page = hf_dir.parent / "page.html"
+    assert cli.main(["inspect", "--checkpoint", str(hf_dir), "--prompt", "Hello", "--out", str(page)]) == 0
+    assert page.stat().st_size > 0
+    assert cli.main(["params", "--checkpoint", str(hf_dir)]) == 0
+    assert f"total {model.num_params():,}" in " ".join(capsys.readouterr().out.split())
 
 
 def test_convert_both_ways_keeps_the_model(hf_dir, tmp_path, capsys):
@@ -117,6 +129,6 @@ def test_a_command_without_safetensors_says_how_to_install(hf_dir, capsys, monke
 def test_not_a_model_directory_is_named(tmp_path, capsys):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
     assert cli.main(["sample", "--checkpoint", str(tmp_path), "--prompt", "x"]) == 2
-    assert "config.json: model_type is 'bert'; numforge loads only 'gpt2'" in capsys.readouterr().err
+    assert "config.json: model_type is 'bert'; numforge loads 'gpt2', 'llama'," in capsys.readouterr().err
     assert cli.main(["sample", "--checkpoint", str(tmp_path / "nothing"), "--prompt", "x"]) == 2
     assert "no checkpoint in" in capsys.readouterr().err

@@ -1,21 +1,22 @@
 """numforge.study.report and `numforge inspect`: one self-contained page whose data are the trace's numbers."""
 
+import base64
 import json
 import re
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
 from helpers import STUDY_PROMPT, STUDY_TEXT, tiny_model, tiny_run
 
 from numforge.cli import main
+from numforge.model.config import ARCHS
 from numforge.study.attention import model_attention_weights
 from numforge.study.backward import backward_stages
+from numforge.study.page import render_page
 from numforge.study.predictions import logit_lens, position_predictions
-from numforge.study.prompt import run_prompt
-from numforge.study.report import inspect_data, render_page
-from numforge.study.trace import forward_stages
+from numforge.study.prompt import run_prompt, shown_token
+from numforge.study.report import inspect_data
+from numforge.study.trace import at_position, forward_stages
 from numforge.tokenizer import BPETokenizer
 
 
@@ -29,40 +30,73 @@ def embedded_data(page: str) -> dict:
     return json.loads(found.group(1))
 
 
-def test_the_embedded_data_are_the_traces_numbers(tokenizer):
-    model = tiny_model(tokenizer)
+@pytest.mark.parametrize("options", [{}, {**ARCHS["llama"], "num_kv_heads": 1}], ids=["gpt2", "llama-mqa"])
+def test_the_embedded_data_are_the_traces_numbers(tokenizer, options):
+    model = tiny_model(tokenizer, **options)
     page = render_page(inspect_data(model, tokenizer, STUDY_PROMPT))
     data = embedded_data(page)
+    answers = data["answers"]
     prompt = run_prompt(model, tokenizer, STUDY_PROMPT)
-    assert [(t["id"], t["text"]) for t in data["tokens"]] == list(zip(prompt.ids, prompt.tokens))
-    assert data["loss"] == prompt.loss
+    trace = answers["trace"]
+    assert [(t["id"], t["text"], t["shown"]) for t in trace["tokens"]] == list(
+        zip(prompt.ids, prompt.tokens, prompt.shown)
+    )
+    assert trace["loss"] == prompt.loss
     stages = forward_stages(model, prompt)
-    assert [(s["name"], s["mean"], s["std"], s["source"]) for s in data["forward"]] == [
+    assert [(s["name"], s["mean"], s["std"], s["source"]) for s in trace["forward"]] == [
         (s.name, s.mean, s.std, s.source) for s in stages
     ]
     T = len(prompt.ids)
-    for layer, weights in zip(data["attention"]["weights"], model_attention_weights(prompt.cache)):
-        for head, matrix in enumerate(layer):
-            for i in range(T):
-                assert matrix[i][i + 1 :] == [None] * (T - 1 - i)  # the masked upper triangle
-                assert matrix[i][: i + 1] == weights[0, head, i, : i + 1].tolist()
-    assert [(p["target"], p["loss"], [q[:1] + q[2:] for q in p["top"]]) for p in data["predictions"]] == [
-        (p.target, p.loss, [list(x) for x in p.top]) for p in position_predictions(prompt)
+    for t in range(T):  # each stage's norm at every position, rounded
+        for at, stage in zip(answers["at"][t]["forward"], stages):
+            np.testing.assert_allclose(at, [np.linalg.norm(at_position(stage.array, t, T))], rtol=5e-4)
+    for at, stage in zip([s["at"] for s in trace["forward"]], stages):  # the last position: its first values too
+        part = at_position(stage.array, T - 1, T)
+        np.testing.assert_allclose(at, [np.linalg.norm(part), *part.ravel()[:4]], rtol=5e-4, atol=1e-12)
+    for layer, weights in zip(answers["attention"], model_attention_weights(prompt.cache)):
+        assert len(layer["weights"]) == 2  # heads 0 and 1; the tokens and predictions only with layer 0
+        for head, b64 in enumerate(layer["weights"]):
+            sent = np.frombuffer(base64.b64decode(b64), dtype="<f2").astype(np.float64)  # no masked triangle
+            np.testing.assert_allclose(sent, weights[0, head][np.tril_indices(T)], rtol=2**-11, atol=6e-8)
+    assert [(p["target"], p["loss"], [q[0] for q in p["top"]]) for p in trace["predictions"]] == [
+        (p.target, None if p.loss is None else float(f"{p.loss:.6g}"), [i for i, _ in p.top])
+        for p in position_predictions(prompt)
     ]
-    assert [[[q[0] for q in top] for top in r["top"]] for r in data["lens"]] == [
+    assert [[[q[0] for q in top] for top in row] for row in answers["lens"]["top"]] == [
         [[i for i, _ in top] for top in r.top] for r in logit_lens(model, prompt)
     ]
     grad_stages, _ = backward_stages(model, prompt)
-    assert [(s["name"], s["norm"], [p[2] for p in s["params"]]) for s in data["backward"]] == [
+    assert [(s["name"], s["norm"], [p[2] for p in s["params"]]) for s in trace["backward"]] == [
         (s.name, s.norm, [norm for _, _, norm in s.params]) for s in grad_stages
     ]
+    assert answers["next"]["chosen"]["id"] == trace["predictions"][-1]["top"][0][0]  # greedy = the top prediction
+    labels = trace["labels"]
+    assert all(labels[str(i)] == shown_token(tokenizer, i) for i in map(int, labels))
 
 
-def test_the_page_needs_nothing_from_outside(tokenizer):
-    page = render_page(inspect_data(tiny_model(tokenizer), tokenizer, "the </script>"))
-    assert not re.search(r"(https?:|//[a-z]|\bsrc=|<link|@import|url\()", page)
-    assert page.count("</script>") == 2  # the prompt's own "</script>" is escaped inside the data
-    assert embedded_data(page)["prompt"] == "the </script>"
+@pytest.mark.parametrize("prompt", ["the </script> cat", "the <!--<script> cat", 'the "&<> cat', "世界 🙂"])
+def test_no_prompt_can_end_the_data_script_and_nothing_comes_from_outside(tokenizer, prompt):
+    page = render_page(inspect_data(tiny_model(tokenizer), tokenizer, prompt))
+    assert not re.search(r"(https?:|//[a-z]|\bsrc=|@import|url\()", page)
+    assert re.findall(r"<link[^>]*>", page) == ['<link rel="icon" href="data:,">']  # no favicon request
+    assert page.count("</script>") == 2 and page.count("<script") == 2  # the data and the page's one script
+    assert "<!--" not in page.split("<body>", 1)[1]  # the prompt's own "<!--" is escaped inside the data
+    data = embedded_data(page)
+    assert data["prompt"] == prompt and data["answers"]["tokenize"]["chunks"][0]["text"] in prompt
+    assert prompt.split()[-1] in page or not prompt.isascii()  # written as it is, not ASCII-escaped
+    assert "世界" in page or "世界" not in prompt
+    policy = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page).group(1)
+    assert policy.startswith("default-src 'none'; script-src 'sha256-") and "'unsafe-inline'" not in policy
+
+
+def test_a_prompt_of_the_whole_context_stays_small(tokenizer):
+    model = tiny_model(tokenizer, max_seq_len=256, num_layers=3, num_heads=4)
+    text = tokenizer.decode(tokenizer.encode(STUDY_TEXT * 4)[:256])
+    page = render_page(inspect_data(model, tokenizer, text))
+    T, heads = len(tokenizer.encode(text)), 3 * 4
+    assert T == 256
+    weights = heads * T * (T + 1) // 2 * 2 * 4 / 3  # float16, base64: the bulk of the page
+    assert len(page.encode()) < weights + 600_000, len(page.encode())
 
 
 def test_cli_writes_the_page(tmp_path, capsys):
@@ -70,25 +104,7 @@ def test_cli_writes_the_page(tmp_path, capsys):
     out = tmp_path / "report.html"
     assert main(["inspect", "--checkpoint", str(run), "--prompt", STUDY_PROMPT, "--out", str(out)]) == 0
     data = embedded_data(out.read_text(encoding="utf-8"))
-    assert len(data["attention"]["weights"]) == 1 and len(data["attention"]["weights"][0]) == 2  # 1 layer, 2 heads
+    attention = data["answers"]["attention"]
+    assert len(attention) == 1 and len(attention[0]["weights"]) == 2  # 1 layer, 2 heads
     with pytest.raises(SystemExit, match="2"):  # argparse: --out is required
         main(["inspect", "--checkpoint", str(run), "--prompt", STUDY_PROMPT])
-
-
-def test_chromium_opens_it_with_no_script_error(tmp_path, tokenizer):
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.skip("no headless Chromium here (Debian: apt-get install chromium)")
-    page = tmp_path / "report.html"
-    page.write_text(render_page(inspect_data(tiny_model(tokenizer), tokenizer, STUDY_PROMPT)), encoding="utf-8")
-    flags = [browser, "--headless", "--disable-gpu", "--no-sandbox", "--enable-logging=stderr", "--v=0"]
-    dom = subprocess.run(flags + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
-    console = [line for line in dom.stderr.splitlines() if ":CONSOLE" in line]
-    assert console == [], console  # an uncaught error or a console message would be logged here
-    assert 'data-drawn="4"' in dom.stdout  # the script ran to its end: 2 layers x 2 heads drawn
-    shot = tmp_path / "shot.png"
-    subprocess.run(
-        flags + [f"--screenshot={shot}", "--window-size=1200,1600", page.as_uri()], capture_output=True, timeout=120
-    )
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert np.frombuffer(shot.read_bytes(), dtype=np.uint8).size > 10_000  # a page, not an empty image

@@ -112,7 +112,7 @@ def test_imports_point_down():
 def test_the_readme_map_names_every_module_and_nothing_else():
     readme = (ROOT.parent / "README.md").read_text(encoding="utf-8")
     tree = readme.split("<!-- map -->", 1)[1].split("```", 2)[1]
-    listed = set(re.findall(r"^ +([a-z_]+/) ", tree, flags=re.MULTILINE)) | set(re.findall(r"([a-z_]+\.py)", tree))
+    listed = set(re.findall(r"^ +([a-z_]+/) ", tree, flags=re.MULTILINE)) | set(re.findall(r"([a-z0-9_]+\.py)", tree))
     on_disk = {p.name + "/" for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     for package in [ROOT] + [p for p in ROOT.rglob("*") if p.is_dir() and (p / "__init__.py").exists()]:
         on_disk |= {p.name for p in package.glob("*.py") if p.name != "__init__.py"}

@@ -76,8 +76,8 @@ def test_format_matrix_blanks_the_mask_and_sums_rows():
     weights = np.array([[1.0, 0.0], [0.25, 0.75]])
     text = format_matrix(weights, ["a", "b"], np.triu(np.ones((2, 2), dtype=bool), k=1))
     header, _, first, second = text.splitlines()  # the header, its rule, two rows
-    assert "row sum" in header and "0.000" not in first and first.split() == ["'a'", "1.000", "1.0000"]
-    assert second.split() == ["'b'", "0.250", "0.750", "1.0000"]
+    assert "row sum" in header and "0.000" not in first and first.split() == ["a", "1.000", "1.0000"]
+    assert second.split() == ["b", "0.250", "0.750", "1.0000"]
     assert "row sum" not in format_matrix(weights, ["a", "b"])
 
 

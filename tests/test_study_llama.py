@@ -80,7 +80,8 @@ def test_the_commands_on_a_llama_run(tmp_path, capsys):
     page = tmp_path / "report.html"
     assert main(["inspect", "--checkpoint", str(run), "--prompt", STUDY_PROMPT, "--out", str(page)]) == 0
     data = json.loads(re.search(r'<script type="application/json" id="data">(.*?)</script>', page.read_text(), re.S)[1])
-    assert any(stage["name"] == "layer 0 q after rope" for stage in data["forward"])
+    forward = data["answers"]["trace"]["forward"]
+    assert any(stage["name"] == "layer 0 q after rope" and stage["equation"] for stage in forward)
     capsys.readouterr()
     assert main(["params", "--checkpoint", str(run)]) == 0
     out = capsys.readouterr().out

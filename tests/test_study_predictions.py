@@ -91,3 +91,13 @@ def test_formats(tokenizer):
     assert f"{np.mean([r.loss for r in rows[:-1]]):.6f}" in text
     lens = format_lens(logit_lens(model, prompt), prompt, tokenizer)
     assert "layer 1 after MLP" in lens and "last position" in lens
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_top_k_is_the_stable_sorts_first_k_ties_and_all(seed):
+    rng = np.random.default_rng(seed)
+    row = np.log(rng.dirichlet(np.ones(300)))
+    row[rng.choice(300, 6, replace=False)] = np.sort(row)[-3]  # six ties from the 3rd place on: k = 4 cuts them
+    for k in (1, 3, 4, 10, 300, 400):
+        oracle = np.argsort(-row, kind="stable")[:k]  # the plain way: sort everything
+        assert [i for i, _ in predictions.top_k(row, k)] == list(oracle)

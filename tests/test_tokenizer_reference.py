@@ -60,11 +60,14 @@ def test_special_strings_are_cut_out_before_training():
     assert split_on_specials("a<|x|>b", ()) == ["a<|x|>b"]
 
 
-def test_step_by_step_demo_runs(capsys):
+def test_step_by_step_demo_runs(capsys, monkeypatch):
     import runpy
     from pathlib import Path
 
-    runpy.run_path(str(Path(__file__).parent.parent / "demos" / "bpe_step_by_step.py"), run_name="__main__")
+    demos = Path(__file__).parent.parent / "demos"
+    monkeypatch.syspath_prepend(str(demos))  # as when run as a script: its folder's helpers import (_demo.py)
+    monkeypatch.setattr("sys.argv", ["bpe_step_by_step.py"])
+    runpy.run_path(str(demos / "bpe_step_by_step.py"), run_name="__main__")
     out = capsys.readouterr().out
     assert "tie at 2 between [(97, 98), (256, 97)]: the smallest pair wins" in out
     assert "encode('aaabdaaabac') = [258, 100, 258, 97, 99]" in out

@@ -6,7 +6,7 @@ from helpers import STUDY_PROMPT, STUDY_TEXT, tiny_model, tiny_run
 
 from numforge.backend import to_numpy
 from numforge.cli import main
-from numforge.study.prompt import run_prompt, token_label
+from numforge.study.prompt import run_prompt, shown_token, token_label
 from numforge.study.trace import format_stages, format_tokens, forward_stages
 from numforge.tokenizer import BPETokenizer
 
@@ -90,6 +90,9 @@ def test_a_piece_of_a_character_is_shown_as_its_bytes(tokenizer):
     ids = tokenizer.encode("世")  # not in the training text: three byte tokens
     assert [token_label(tokenizer, i) for i in ids] == ["<e4>", "<b8>", "<96>"]
     assert token_label(tokenizer, tokenizer.encode(" cat")[0]) == tokenizer.decode(tokenizer.encode(" cat")[:1])
+    assert [shown_token(tokenizer, i) for i in ids] == ["<e4>", "<b8>", "<96>"]  # hex, spaces untouched
+    assert [shown_token(tokenizer, i) for i in tokenizer.encode("a\n\t")] == ["a", "\\n", "\\t"]
+    assert shown_token(tokenizer, tokenizer.vocab_size + 3) == "(no token)"
 
 
 def test_format_has_a_line_per_stage_with_its_source(tokenizer):
@@ -101,7 +104,8 @@ def test_format_has_a_line_per_stage_with_its_source(tokenizer):
         assert any(stage.name in line and line.rstrip().endswith(stage.source) for line in text.splitlines())
     tokens = format_tokens(prompt)
     rows = [line.split(maxsplit=2) for line in tokens.splitlines()[2:]]
-    assert rows == [[str(t), str(i), repr(s)] for t, (i, s) in enumerate(zip(prompt.ids, prompt.tokens))]
+    assert rows == [[str(t), str(i), s] for t, (i, s) in enumerate(zip(prompt.ids, prompt.shown))]
+    assert prompt.shown == tuple(shown_token(tokenizer, i) for i in prompt.ids) and "\u00b7sat" in prompt.shown
 
 
 def test_cli_on_a_tiny_checkpoint_and_without_one(tmp_path, capsys):

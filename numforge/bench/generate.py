@@ -1,21 +1,26 @@
-"""``numforge bench generate``: greedy decoding with the KV cache at GPT-2 124M's shape, vs ``transformers``.
+"""``numforge bench generate``: greedy decoding with the KV cache at a real model's shape, vs ``transformers``.
 
-The model is built here with random weights (12 layers, d_model 768, 12
-heads, 1024 positions, 50257 tokens; nothing is downloaded). A random
-128-token prompt is decoded greedily for 128 new tokens. Each side is timed
+The model is built here with random weights (nothing is downloaded), at one of two shapes (``--arch``):
+
+    gpt2   GPT-2 124M: 12 layers, d_model 768, 12 heads, 1024 positions, 50257 tokens, tied
+    llama  SmolLM2-135M: 30 layers, d_model 576, 9 heads of 64 sharing 3 key/value heads, SwiGLU of
+           1536, RMSNorm, rotary positions (theta 100,000), 8192 positions, 49152 tokens, tied
+
+A random 128-token prompt is decoded greedily for 128 new tokens. Each side is timed
 twice per round, for 1 new token (the prefill: the prompt through the model,
 filling the cache) and for all 128, the rounds alternating between numforge
 and ``transformers``' ``generate(do_sample=False)`` on the same weights (when
-torch and transformers are installed), so that a busy machine slows both
-alike; the best round is kept. Decoding speed is the 127 tokens after the
-first over the time they add. BLAS runs on one thread on both sides
+torch and transformers are installed; ``GPT2LMHeadModel`` or ``LlamaForCausalLM``
+built from the config ``numforge convert`` would write), so that a busy machine
+slows both alike; the best round is kept. Decoding speed is the 127 tokens after
+the first over the time they add. BLAS runs on one thread on both sides
 (threadpoolctl; without it, set ``OPENBLAS_NUM_THREADS=1`` before starting).
 
 The KV cache's size is stated, measured on the cache the model allocates:
-``2 L H_kv T_max D`` float32 numbers. ``--kv-heads N`` gives numforge's model
-grouped-query attention (``N`` key/value heads for the 12 query heads): its
-cache is ``N / 12`` of full attention's (GPT-2 has no such option, so
-``transformers`` then sits out).
+``2 L H_kv D`` float32 numbers per position, for the positions ``generate``
+allocates (the prompt and the new tokens) and for the whole context.
+``--kv-heads N`` sets the key/value heads (grouped-query attention): the cache is
+``N / H`` of full attention's. transformers' GPT-2 has no such option and then sits out.
 """
 
 from __future__ import annotations
@@ -28,46 +33,57 @@ import numpy as np
 
 from ..backend import array_module, to_numpy
 from ..generate import generate_ids
-from ..hf.weights import PREFIX, hf_name
+from ..hf.config import config_to_hf
+from ..hf.weights import hf_tensors
 from ..model import GPT, GPTConfig
+from ..model.config import ARCHS
 from .measure import MIB, optional_torch, peak_extra_bytes, positive_int, where_it_runs
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}  # the CPU clock: what a busy machine disturbs less
-GPT2_124M = dict(vocab_size=50257, max_seq_len=1024, d_model=768, num_heads=12, num_layers=12)
+SHAPES = {
+    "gpt2": ("GPT-2 124M", dict(vocab_size=50257, max_seq_len=1024, d_model=768, num_heads=12, num_layers=12)),
+    "llama": (
+        "SmolLM2-135M",
+        {**ARCHS["llama"], **dict(vocab_size=49152, max_seq_len=8192, d_model=576, num_heads=9, num_kv_heads=3,
+                                  num_layers=30, d_ff=1536, rope_theta=100000.0, tie_weights=True)},
+    ),
+}  # fmt: skip
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--arch", choices=tuple(SHAPES), default="gpt2", help="GPT-2 124M's shape, or SmolLM2-135M's (default gpt2)"
+    )
     parser.add_argument("--prompt-tokens", type=positive_int, default=128, help="prompt length (default 128)")
     parser.add_argument("--new-tokens", type=positive_int, default=128, help="tokens to generate (default 128)")
     parser.add_argument("--repeats", type=positive_int, default=3, help="rounds, alternating sides; best kept")
-    parser.add_argument("--layers", type=positive_int, default=12, help="fewer layers for a quick run (default 12)")
+    parser.add_argument("--layers", type=positive_int, help="fewer layers for a quick run (default: the shape's)")
     parser.add_argument(
-        "--kv-heads", type=positive_int, help="key/value heads, dividing 12: grouped-query attention (default 12)"
+        "--kv-heads", type=positive_int, help="key/value heads, dividing the heads (default: the shape's: 12, 3)"
     )
     parser.add_argument("--no-transformers", action="store_true", help="skip transformers even if installed")
     parser.add_argument("--profile", action="store_true", help="profile numforge's decoding: where the time goes")
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.prompt_tokens + args.new_tokens > GPT2_124M["max_seq_len"]:
-        raise ValueError(f"--prompt-tokens + --new-tokens must be at most {GPT2_124M['max_seq_len']}")
+    name, shape = SHAPES[args.arch]
+    if args.prompt_tokens + args.new_tokens > shape["max_seq_len"]:
+        raise ValueError(f"--prompt-tokens + --new-tokens must be at most {shape['max_seq_len']}")
     threads = _one_blas_thread()
     print(where_it_runs(None if args.no_transformers else optional_torch()))
-    config = GPTConfig(**{**GPT2_124M, "num_layers": args.layers, "num_kv_heads": args.kv_heads})
+    overrides = {"num_layers": args.layers, "num_kv_heads": args.kv_heads}
+    config = GPTConfig(**{**shape, **{k: v for k, v in overrides.items() if v is not None}})
     model = GPT(config, seed=0)
     prompt = np.random.default_rng(0).integers(0, config.vocab_size, size=args.prompt_tokens).tolist()
     print(
-        f"GPT-2 shape: {config.num_layers} layers, d_model {config.d_model}, {config.num_heads} heads "
-        f"({config.num_kv_heads} key/value heads), "
-        f"vocabulary {config.vocab_size}; {model.num_params():,} parameters (random, seed 0), float32; "
-        f"prompt {args.prompt_tokens} tokens, {args.new_tokens} new, greedy, KV cache; BLAS threads: {threads}; "
-        f"load average {os.getloadavg()[0]:.1f}"
+        f"{name} shape: {config.num_layers} layers, d_model {config.d_model}, {config.num_heads} heads of "
+        f"{config.head_dim} ({config.num_kv_heads} key/value heads), {config.activation}, {config.norm}, "
+        f"{config.position} positions, vocabulary {config.vocab_size}; {model.num_params():,} parameters (random, "
+        f"seed 0), float32; prompt {args.prompt_tokens} tokens, {args.new_tokens} new, greedy, KV cache; "
+        f"BLAS threads: {threads}"
     )
     sides = {"numforge": lambda n: list(generate_ids(model, prompt, n, temperature=0))}
-    full_attention = config.num_kv_heads == config.num_heads
-    if not full_attention and not args.no_transformers:
-        print("(GPT-2 has no grouped-query attention: numforge alone)")
-    hf = None if args.no_transformers or not full_attention else _transformers_side(model, prompt)
+    hf = None if args.no_transformers else _transformers_side(model, prompt)
     if hf is not None:
         sides["transformers"] = hf
     # per side, clock ("wall" or "cpu") and count (1 or all): the best seconds over the rounds
@@ -100,17 +116,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"same greedy tokens: {'all ' + str(args.new_tokens) if same is None else f'the first {same}'}")
     weights = sum(int(p.nbytes) for p in model.params.values())
     peak = peak_extra_bytes(lambda: list(generate_ids(model, prompt, args.new_tokens, temperature=0)), array_module())
-    cache = kv_cache_bytes(model)
+    positions = args.prompt_tokens + args.new_tokens
+    cache = kv_cache_bytes(model, positions)
     print(
         f"numforge memory: weights {weights / MIB:.0f} MiB; peak above them while generating "
-        f"{peak / MIB:.0f} MiB (KV cache {cache / MIB:.0f} MiB of it)"
+        f"{peak / MIB:.0f} MiB (KV cache {cache / MIB:.1f} MiB of it)"
     )
-    H, H_kv, D, L, T = config.num_heads, config.num_kv_heads, config.head_dim, config.num_layers, config.max_seq_len
-    print(
-        f"KV cache: 2 x {L} layers x {H_kv} key/value heads x {T} positions x {D} x 4 bytes = {cache / MIB:.1f} MiB, "
-        f"{cache // T:,} bytes per token"
-        + ("" if full_attention else f"; {H_kv}/{H} of full attention's {cache * H // H_kv / MIB:.1f} MiB")
-    )
+    print(kv_cache_line(model, positions))
     if args.profile:
         from .train import profile
 
@@ -118,11 +130,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def kv_cache_bytes(model: GPT) -> int:
-    """The bytes of the cache ``model`` decodes one sequence with: keys and values, every layer,
-    ``2 L H_kv T_max D`` numbers, measured on the arrays ``new_kv_cache`` allocates."""
-    cache = model.new_kv_cache(1)
+def kv_cache_bytes(model: GPT, positions: int | None = None) -> int:
+    """The bytes of the cache ``model`` decodes one sequence of up to ``positions`` (default: its context) with:
+    keys and values, every layer, ``2 L H_kv T D`` numbers, measured on the arrays ``new_kv_cache`` allocates."""
+    cache = model.new_kv_cache(1, positions)
     return sum(int(a.nbytes) for a in cache.keys + cache.values)
+
+
+def kv_cache_line(model: GPT, positions: int) -> str:
+    """What the KV cache holds: per position, for the ``positions`` decoded, for the context; H_kv / H of full."""
+    c = model.config
+    per_position = kv_cache_bytes(model, 1)
+    size = kv_cache_bytes(model, positions)
+    text = (
+        f"KV cache: 2 x {c.num_layers} layers x {c.num_kv_heads} key/value heads x {c.head_dim} x 4 bytes = "
+        f"{per_position:,} bytes per position; {size / MIB:.1f} MiB for the {positions} positions decoded (what "
+        f"generate allocates), {kv_cache_bytes(model) / MIB:.1f} MiB for the whole context of {c.max_seq_len}"
+    )
+    if c.num_kv_heads != c.num_heads:
+        text += f"; {c.num_kv_heads}/{c.num_heads} of full attention's {per_position * c.num_heads // c.num_kv_heads:,}"
+    return text
 
 
 def _one_blas_thread() -> str:
@@ -142,21 +169,23 @@ def _one_blas_thread() -> str:
 
 
 def _transformers_side(model: GPT, prompt: list[int]):
-    """``decode(n) -> ids``: transformers' greedy generate on ``model``'s weights, or None if not installed."""
+    """``decode(n) -> ids``: transformers' greedy generate on ``model``'s weights, built from the config.json
+    ``numforge convert`` writes; None (and why, printed) if transformers is not installed or cannot express it."""
+    try:
+        hf_config, layout = config_to_hf(model.config, {"bos_token_id": None, "eos_token_id": None})
+    except ValueError as error:
+        print(f"(transformers sits out: {error})")
+        return None
     try:
         import torch
-        from transformers import GPT2Config, GPT2LMHeadModel
+        import transformers
     except ImportError:
         print("(torch + transformers not importable: numforge alone)")
         return None
-    c = model.config
-    config = GPT2Config(
-        vocab_size=c.vocab_size, n_positions=c.max_seq_len, n_embd=c.d_model, n_head=c.num_heads,
-        n_layer=c.num_layers, activation_function="gelu_new", layer_norm_epsilon=c.norm_eps,
-        bos_token_id=None, eos_token_id=None, pad_token_id=None,
-    )  # fmt: skip
-    hf = GPT2LMHeadModel(config).eval()
-    state = {PREFIX + hf_name(name): torch.from_numpy(to_numpy(p).copy()) for name, p in model.params.items()}
+    config = transformers.AutoConfig.for_model(**hf_config, pad_token_id=None)
+    hf = transformers.AutoModelForCausalLM.from_config(config).eval()
+    params = {name: to_numpy(p) for name, p in model.params.items()}
+    state = {name: torch.from_numpy(array) for name, array in hf_tensors(params, layout).items()}
     missing, unexpected = hf.load_state_dict(state, strict=False)
     if unexpected or [name for name in missing if name != "lm_head.weight"]:
         raise ValueError(f"the transformers model's names differ: missing {missing}, unexpected {unexpected}")

@@ -67,9 +67,9 @@ def run(args: argparse.Namespace) -> int:
         for head in heads:
             matrix = scores[0, head] if args.scores else weights[layer][0, head]  # (T,T)
             print(f"\nlayer {layer}, head {head}: {what} (rows: queries, columns: keys)")
-            print(format_matrix(matrix, list(prompt.tokens), None if args.scores else masked))
+            print(format_matrix(matrix, list(prompt.shown), None if args.scores else masked))
             matrices[layer, head] = matrix if args.scores else np.where(masked, np.nan, matrix)
     if args.out:
-        plot_attention_grid(args.out, matrices, list(prompt.tokens), f"{what}: {args.prompt!r}")
+        plot_attention_grid(args.out, matrices, list(prompt.shown), f"{what}: {args.prompt!r}")
         print(f"\ndrew {len(matrices)} heatmaps to {args.out}")
     return 0

@@ -1,11 +1,15 @@
-"""``numforge convert SRC DST``: a numforge run or checkpoint <-> a Hugging Face GPT-2 directory.
+"""``numforge convert SRC DST``: a numforge run or checkpoint <-> a Hugging Face directory (GPT-2 or the Llama family).
 
 The direction follows from SRC: a Hugging Face directory (a config.json, no
 numforge checkpoint) becomes a numforge run directory DST whose one checkpoint,
 step 0, holds the model and its tokenizer (fresh AdamW moments; start
 training from it with ``numforge train --init-from DST``); anything else is
 read as a numforge run or checkpoint and written as a Hugging Face directory
-that ``transformers`` opens. DST must not exist; it appears whole or not at all.
+that ``transformers`` opens: GPT-2's if GPT-2 can express the model, else
+``LlamaForCausalLM`` (RMSNorm, rotary positions, SwiGLU, no biases; grouped-query
+attention), ``Qwen2ForCausalLM`` (q/k/v biases) or ``Qwen3ForCausalLM`` (QK-norm
+before the rotation); any other is refused by name before anything is written.
+DST must not exist; it appears whole or not at all.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from ..checkpoint import latest_checkpoint_dir, load_model, save_checkpoint
 from ..hf import save_pretrained
 from ..optim import AdamW
 
-HELP = "convert a numforge run or checkpoint to a Hugging Face GPT-2 directory, or back"
+HELP = "convert a numforge run or checkpoint to a Hugging Face directory (GPT-2, Llama, Qwen2, Qwen3), or back"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,19 +1,23 @@
-"""``numforge gradcheck``: float64 gradient checks of every op (and the model), as a table.
+"""``numforge gradcheck``: float64 gradient checks of every op, a block and the whole model, as a table.
 
-``--impl FILE`` grades a learner's own backward functions (any of the ops'
-``*_backward``, same signatures) in numforge's place; ``--write-exercise OP
---out FILE`` writes the exercise to start from (``gradcheck/exercise.py``).
+``--write-exercise NAME --out FILE [--hints 0|1|2]`` writes an exercise: a real
+file with the answer removed (``gradcheck/exercise.py``); ``--impl FILE``
+grades the learner's functions in numforge's place and says what is wrong with
+each wrong gradient (``gradcheck/grade.py``); ``--show CASE`` prints a case's
+gradients beside the finite-difference ones; ``--progress`` is ``numforge course``.
 """
 
 from __future__ import annotations
 
 import argparse
-import fnmatch
 from pathlib import Path
 
 from ..atomic import write_text_atomic
-from ..gradcheck import DEFAULT_TOL, all_cases, format_results
-from ..gradcheck.exercise import exercise_ops, exercise_source, learner_backwards
+from ..gradcheck import all_cases
+from ..gradcheck.exercise import exercise_names, exercise_source, get_exercise, load_learner
+from ..gradcheck.grade import Outcome, grade, learner_cases, matching, passed, report, run_case
+from ..gradcheck.scaffold import HINT_LEVELS
+from ..gradcheck.show import show
 from . import EXIT_FAILED
 
 HELP = "check every hand-written backward against finite differences (float64), or grade your own"
@@ -30,80 +34,80 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--list", action="store_true", help="list the case names and exit")
     mode.add_argument(
-        "--impl",
-        metavar="FILE",
-        help="grade the *_backward functions FILE defines (e.g. layer_norm_backward(dy, cache)) in numforge's place",
+        "--write-exercise",
+        metavar="NAME",
+        choices=exercise_names(),
+        help=f"write an exercise to --out: the file with its answer removed; NAME: {', '.join(exercise_names())}",
     )
     mode.add_argument(
-        "--write-exercise",
-        metavar="OP",
-        choices=exercise_ops(),
-        help=f"write numforge/ops/OP.py with its backward bodies removed to --out; OP: {', '.join(exercise_ops())}",
+        "--show", metavar="CASE", help="print the gradients of one case beside the finite-difference ones"
+    )
+    mode.add_argument(
+        "--progress", action="store_true", help="which exercises in this directory pass (numforge course)"
+    )
+    parser.add_argument(
+        "--impl",
+        metavar="FILE",
+        help="grade the functions FILE defines (e.g. layer_norm_backward(dy, cache)) in numforge's place",
     )
     parser.add_argument("--out", metavar="FILE", help="where --write-exercise writes (never over an existing file)")
+    parser.add_argument(
+        "--hints",
+        type=int,
+        choices=HINT_LEVELS,
+        default=0,
+        help="with --write-exercise: 0 signatures and shapes (default), 1 also the chain-rule steps, 2 the formulas",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     if args.write_exercise:
-        return _write_exercise(args.write_exercise, args.out)
-    if args.out:
-        raise ValueError("--out goes with --write-exercise")
-    # an exact name first: case names hold brackets, which a shell pattern reads as a character class
-    cases = [c for c in all_cases() if c.name == args.only] or [
-        c for c in all_cases() if fnmatch.fnmatchcase(c.name, args.only)
-    ]
-    learner = {}
+        return _write_exercise(args.write_exercise, args.out, args.hints)
+    if args.out or args.hints:
+        raise ValueError("--out and --hints go with --write-exercise")
+    if args.show:
+        return _show(args.show, args.impl)
     if args.impl:
-        learner = learner_backwards(args.impl, {c.backward for c in all_cases() if c.backward})
-        cases = [c for c in cases if c.backward in learner]
+        if args.list:
+            print("\n".join(c.name for c in learner_cases(load_learner(args.impl), args.only)))
+            return 0
+        outcomes = grade(args.impl, args.only)
+        print(report(outcomes))
+        return 0 if passed(outcomes) else EXIT_FAILED
+    cases = matching(all_cases(), args.only)
     if args.list:
         print("\n".join(c.name for c in cases))
         return 0
     if not cases:
-        what = f" of {sorted(learner)}" if learner else ""
-        raise ValueError(f"no gradient-check case{what} matches {args.only!r} (see: numforge gradcheck --list)")
-    results, not_run = [], []
-    for case in cases:
-        if not learner:
-            results.extend(case.run())
-            continue
-        try:
-            results.extend(case.run(learner[case.backward]))
-        except NotImplementedError:
-            not_run.append(f"{case.name}: {case.backward} is not written yet (it raises NotImplementedError)")
-        except Exception as error:  # the learner's code: report the error, grade the other cases
-            not_run.append(f"{case.name}: {case.backward} failed: {type(error).__name__}: {error}")
-    return _report(results, not_run)
+        raise ValueError(f"no gradient-check case matches {args.only!r} (see: numforge gradcheck --list)")
+    outcomes = [Outcome(case, case.run()) for case in cases]
+    print(report(outcomes))
+    return 0 if all(r.passed for o in outcomes for r in o.rows) else EXIT_FAILED
 
 
-def _report(results: list, not_run: list[str]) -> int:
-    if results:
-        print(format_results(results))
-    failed = [r for r in results if not r.passed]
-    for r in failed:
-        versus = "" if r.vs_reference is None else f", {r.vs_reference:.2e} from numforge's backward"
-        print(
-            f"wrong: {r.op}, the gradient of {r.argument!r}: relative error {r.max_rel_error:.2e} "
-            f"against finite differences{versus}"
-        )
-    for line in not_run:
-        print(f"not checked: {line}")
-    if results:
-        worst = max(r.max_rel_error for r in results)
-        print(
-            f"\n{len(results) - len(failed)}/{len(results)} gradients within {DEFAULT_TOL:g} "
-            f"(worst relative error {worst:.2e})"
-            + (f"; {len(not_run)} case{'s' * (len(not_run) != 1)} not checked" if not_run else "")
-        )
-    return EXIT_FAILED if failed or not_run else 0
+def _show(name: str, impl: str | None) -> int:
+    cases = [c for c in (learner_cases(load_learner(impl)) if impl else all_cases()) if c.name == name]
+    if not cases:
+        raise ValueError(f"no case {name!r}{' for ' + impl if impl else ''} (see: numforge gradcheck --list)")
+    case = cases[0]
+    if impl is None:
+        print(show(case, case.run(), "numforge's backward"))
+        return 0
+    outcome = run_case(case, load_learner(impl), impl)
+    if outcome.problem:
+        raise ValueError(f"{case.name}: {outcome.problem}")
+    print(show(case, outcome.rows, "yours"))
+    return 0 if outcome.label == "right" else EXIT_FAILED
 
 
-def _write_exercise(op: str, out: str | None) -> int:
+def _write_exercise(name: str, out: str | None, hints: int) -> int:
     if not out:
         raise ValueError("--write-exercise needs --out FILE, the exercise file to write")
     if Path(out).exists():
         raise ValueError(f"{out} exists; choose another --out (an exercise never overwrites a file)")
-    write_text_atomic(out, exercise_source(op, file_name=out))
-    print(f"wrote {out}: numforge/ops/{op}.py with its backward bodies removed")
-    print(f"write them, then run: numforge gradcheck --impl {out}")
+    exercise = get_exercise(name)
+    write_text_atomic(out, exercise_source(name, file_name=out, hints=hints))
+    print(f"wrote {out}: {exercise.source_name} with the answer removed (hints {hints})")
+    print(f"write {', '.join(exercise.graded)}")
+    print(f"then run: numforge gradcheck --impl {out}")
     return 0

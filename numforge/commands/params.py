@@ -1,6 +1,6 @@
 """``numforge params``: where a GPT's parameters and training FLOPs go, component by component.
 
-The model is a checkpoint's (``--checkpoint DIR``) or the one ``numforge
+The model is a checkpoint's or a Hugging Face directory's (``--checkpoint DIR``) or the one ``numforge
 train`` would build from the same flags (``--layers``, ``--no-tie``, ...,
 ``--vocab-size``, ``--seq-len``). The counts come from ``model/flops.py``.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..checkpoint import checkpoint_config, load_checkpoint
+from ..checkpoint import model_config
 from ..checks import int_at_least, path_flag
 from ..data import DEFAULT_VOCAB_SIZE
 from ..model import POSITIONS, GPTConfig
@@ -25,7 +25,10 @@ HELP = "count a GPT's parameters and training FLOPs per component (a checkpoint'
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--checkpoint", metavar="DIR", type=path_flag, help="a run directory or checkpoint: count its model"
+        "--checkpoint",
+        metavar="DIR",
+        type=path_flag,
+        help="a run directory or checkpoint, or a Hugging Face model directory (its config.json): count its model",
     )
     model = parser.add_argument_group("or the model numforge train would build from these flags")
     add_model_flags(model)
@@ -47,7 +50,7 @@ def _config(args: argparse.Namespace) -> GPTConfig:
     if given:
         flags = ", ".join("--" + dest.replace("_", "-") for dest in given)
         raise ValueError(f"{flags} cannot be given with --checkpoint: the checkpoint's config says what its model is")
-    return checkpoint_config(load_checkpoint(args.checkpoint))
+    return model_config(args.checkpoint)
 
 
 def breakdown(config: GPTConfig) -> str:

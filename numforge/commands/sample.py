@@ -1,4 +1,7 @@
-"""``numforge sample``: continue a prompt with a trained checkpoint (or a Hugging Face GPT-2), streaming the text."""
+"""``numforge sample``: continue a prompt with a trained checkpoint or a Hugging Face directory, streaming the text.
+
+The prompt is encoded as ``transformers``' ``tokenizer(prompt)`` encodes it (a Llama 3 directory's BOS
+first) and sampling stops at the directory's end ids (``generate``)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,6 @@ import sys
 from ..checkpoint import load_model
 from ..checks import float_between, int_at_least, path_flag, text_flag
 from ..generate import generate
-from ..tokenizer import EOT
 
 HELP = "generate text from a checkpoint (greedy at --temperature 0; top-k, top-p; KV cache)"
 
@@ -19,8 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         type=path_flag,
         required=True,
-        help="a run directory written by numforge train (or one of its ckpt-* directories), "
-        "or a Hugging Face GPT-2 directory (config.json, model.safetensors, tokenizer files)",
+        help="a run directory written by numforge train (or one of its ckpt-* directories), or a Hugging Face "
+        "directory of GPT-2, Llama, Mistral, Qwen2, Qwen3 (config.json, model.safetensors, tokenizer files)",
     )
     parser.add_argument("--prompt", type=text_flag, default="", help="text to continue (default: start a new document)")
     parser.add_argument(
@@ -63,5 +65,5 @@ def run(args: argparse.Namespace) -> int:
     )
     print()
     if result.stopped_at_end_of_text:
-        print(f"[{len(result.ids)} tokens, stopped at {EOT}]", file=sys.stderr)
+        print(f"[{len(result.ids)} tokens, stopped at {tokenizer.decode([result.end_id])}]", file=sys.stderr)
     return 0

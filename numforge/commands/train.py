@@ -13,7 +13,7 @@ from pathlib import Path
 from .. import interrupts
 from ..checks import float_between, int_at_least, path_flag
 from ..data import DEFAULT_CORPUS, DEFAULT_VOCAB_SIZE, default_cache_dir, load_or_train_tokenizer, open_prepared
-from ..generate import generate
+from ..generate import RUN_SAMPLE, generate
 from ..model import GPTConfig
 from ..resources import check_input_file, check_output_dir
 from ..training import LOSS_CSV, LOSS_PNG, RESUMABLE, TrainingDiverged, TrainSettings, new_run, resume_run, train
@@ -94,7 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SRC",
         type=path_flag,
         help="start a new run from a pretrained model (fine-tuning): a numforge run or checkpoint, or a "
-        "Hugging Face GPT-2 directory; its tokenizer and shape are kept",
+        "Hugging Face directory (GPT-2, Llama, Mistral, Qwen2, Qwen3); its tokenizer and shape are kept",
     )
     run.add_argument(
         "--max-steps", type=int_at_least(0), help=f"train until this many updates (default {defaults.max_steps})"
@@ -158,7 +158,7 @@ def _given(args: argparse.Namespace, names) -> dict:
     return {name: getattr(args, name) for name in names if getattr(args, name) is not None}
 
 
-def _start(args: argparse.Namespace, say, held: contextlib.ExitStack | None = None):
+def start_run(args: argparse.Namespace, say, held: contextlib.ExitStack | None = None):
     """A new run or a resumed one, from the flags. Paths and memory are checked before any work.
 
     With ``held`` (rank 0), the run directory is taken for this process first (``hold_run``), into ``held``.
@@ -198,15 +198,7 @@ def _start(args: argparse.Namespace, say, held: contextlib.ExitStack | None = No
     check_new_run_dir(out)
     if args.tokenizer is not None:
         check_input_file(args.tokenizer, "--tokenizer")
-    vocab_size = DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size
-    with _flag_names():
-        settings = _given(args, SETTINGS_FLAGS)
-        settings.setdefault("schedule_steps", max(settings.get("max_steps", 0), TrainSettings.schedule_steps))
-        settings["min_lr"] = settings.get("lr", TrainSettings.lr) / 10
-        settings = TrainSettings(**settings)
-        options = model_options(args)
-        # the model and its memory, checked before the corpus is read (with --tokenizer: its size is checked again)
-        check_run_fits(GPTConfig(vocab_size=vocab_size, max_seq_len=settings.seq_len, **options), settings)
+    settings, options = new_run_settings(args)
     if args.tokens is not None:
         clashing = [f for f in ("data", "tokenizer", "vocab_size", "init_from") if getattr(args, f) is not None]
         if clashing:
@@ -217,10 +209,33 @@ def _start(args: argparse.Namespace, say, held: contextlib.ExitStack | None = No
     source = source_from(args, args.data)
     if args.init_from is not None:
         return _fine_tune(args, out, settings, source)
-    tokenizer = load_or_train_tokenizer(
-        source, vocab_size, args.tokenizer, args.cache_dir, say=say, trust_pattern=args.trust_pattern
+    return new_run(out, settings, options, new_run_tokenizer(args, say), data=source, cache_dir=args.cache_dir)
+
+
+def new_run_settings(args: argparse.Namespace) -> tuple[TrainSettings, dict]:
+    """A new run's settings and model options (``GPTConfig`` fields) from the flags, each default where no flag
+    is given; the model and its memory are checked before the corpus is read (with --tokenizer: its size is
+    checked again)."""
+    with _flag_names():
+        settings = _given(args, SETTINGS_FLAGS)
+        settings.setdefault("schedule_steps", max(settings.get("max_steps", 0), TrainSettings.schedule_steps))
+        settings["min_lr"] = settings.get("lr", TrainSettings.lr) / 10
+        settings = TrainSettings(**settings)
+        options = model_options(args)
+        check_run_fits(GPTConfig(vocab_size=_vocab_size(args), max_seq_len=settings.seq_len, **options), settings)
+    return settings, options
+
+
+def new_run_tokenizer(args: argparse.Namespace, say):
+    """A new run's tokenizer on its text: ``--tokenizer``, else a BPE of ``--vocab-size`` (trained once, cached)."""
+    source = source_from(args, args.data)
+    return load_or_train_tokenizer(
+        source, _vocab_size(args), args.tokenizer, args.cache_dir, say=say, trust_pattern=args.trust_pattern
     )
-    return new_run(out, settings, options, tokenizer, data=source, cache_dir=args.cache_dir)
+
+
+def _vocab_size(args: argparse.Namespace) -> int:
+    return DEFAULT_VOCAB_SIZE if args.vocab_size is None else args.vocab_size
 
 
 # the settings' and config's field names as the flags that set them, for messages
@@ -255,9 +270,9 @@ def _fine_tune(args: argparse.Namespace, out, settings: TrainSettings, source):
 
 
 def _start_on(world, args: argparse.Namespace, say, held: contextlib.ExitStack):
-    """``_start`` (rank 0 takes the run directory into ``held``), then check that the batch splits over the ranks
+    """``start_run`` (rank 0 takes the run directory into ``held``), then check that the batch splits over the ranks
     and micro-batches (before any step)."""
-    session = _start(args, say, held if world.is_root else None)
+    session = start_run(args, say, held if world.is_root else None)
     micro_batch_size(session.settings.batch_size, world.size, session.settings.grad_accum)
     return session
 
@@ -329,9 +344,9 @@ def _train(args: argparse.Namespace, session, world, threads: int, say, report, 
         return 128 + session.stopped_by  # 130 Ctrl-C, 143 SIGTERM
     if not world.is_root:
         return 0
-    sample = generate(model, session.tokenizer, "", 60, temperature=0.8, seed=0)
+    sample = generate(model, session.tokenizer, **RUN_SAMPLE)
     report(
-        f"a sample (temperature 0.8):\n{sample.text}\n"
+        f"a sample (temperature {RUN_SAMPLE['temperature']}):\n{sample.text}\n"
         f'more with: numforge sample --checkpoint {session.run_dir} --prompt "The"'
     )
     return 0

@@ -17,6 +17,17 @@ from .. import backend
 from ..ops.attention import attention_backward, attention_forward
 from ..ops.flash_attention import flash_attention_backward, flash_attention_forward
 from .cases import Case, op_case
+from .diagnose import Invariant
+
+AXES = {"q": "B H Tq D", "k": "B H_kv Tk D", "v": "B H_kv Tk Dv"}  # H_kv = H but in the gqa, mqa cases
+KEYS_INVARIANT = Invariant(
+    "k",
+    "dk sums to 0 over the keys (of each batch row and head), because each row of dS sums to 0",
+    "the rowsum term of dS = P * (dP - rowsum(P * dP)) (one vector added to every key adds one constant to a "
+    "query's scores, which the softmax does not see)",
+    lambda inputs, dk: dk,
+    axis=2,
+)
 
 
 def _qkv(B: int, H: int, Tq: int, Tk: int, D: int, Dv: int, seed: int, kv_heads: int | None = None) -> dict:
@@ -42,7 +53,8 @@ def _case(name: str, shape: tuple, seed: int, masked: bool = False, kv_heads: in
     backward = flash_attention_backward if tiled else attention_backward
     B, H, Tq, Tk, D, Dv = shape
     options = (lambda: {**kwargs, "mask": _mask(B, Tq, Tk, seed)}) if masked else kwargs
-    return op_case(name, forward, backward, lambda: _qkv(*shape, seed=seed, kv_heads=kv_heads), options, seed=seed)
+    inputs = lambda: _qkv(*shape, seed=seed, kv_heads=kv_heads)
+    return op_case(name, forward, backward, inputs, options, seed=seed, axes=AXES, invariants=(KEYS_INVARIANT,))
 
 
 # shape: (B, H, Tq, Tk, D, Dv)

@@ -28,7 +28,7 @@ Public: the tests, ``numforge gradcheck`` and the demos all use it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -46,6 +46,10 @@ class GradResult:
 
     ``vs_reference`` is the relative difference from a reference backward
     (numforge's own, when a learner's backward is graded), else None.
+    ``problem`` says why a gradient could not be compared (its shape);
+    ``notes`` what the grader found out about a wrong one (``diagnose.py``),
+    from the arrays kept beside: ``analytic`` (the whole gradient),
+    ``numeric`` (at the flat indices ``coords``) and ``reference``.
     """
 
     op: str
@@ -55,10 +59,31 @@ class GradResult:
     coords_checked: int
     tol: float
     vs_reference: float | None = None
+    problem: str | None = None
+    notes: tuple[str, ...] = ()
+    against: str = "finite differences"
+    quantity: str = "gradient"  # what is compared: a gradient, or (AdamW) a parameter's update
+    analytic: object = field(default=None, compare=False, repr=False)
+    numeric: object = field(default=None, compare=False, repr=False)
+    coords: object = field(default=None, compare=False, repr=False)
+    reference: object = field(default=None, compare=False, repr=False)
 
     @property
     def passed(self) -> bool:
-        return bool(self.max_rel_error <= self.tol and (self.vs_reference is None or self.vs_reference <= self.tol))
+        close = self.max_rel_error <= self.tol and (self.vs_reference is None or self.vs_reference <= self.tol)
+        return bool(self.problem is None and close)
+
+
+@dataclass(frozen=True)
+class MatchResult:
+    """One row of an exact comparison (nothing to differentiate): a learner's function against numforge's on one
+    input; ``detail`` says where they first differ."""
+
+    op: str
+    argument: str
+    passed: bool
+    detail: str = ""
+    notes: tuple[str, ...] = ()
 
 
 def relative_error(analytic, numeric) -> float:
@@ -125,20 +150,24 @@ def check_gradients(
     arrays in ``inputs`` (which are perturbed in place). Returns one
     ``GradResult`` per name in ``analytic``; with ``reference`` (name ->
     gradient), each row also says how far ``analytic`` is from it, over every element.
+    A gradient of the wrong shape is a failed row whose ``problem`` says so.
     """
     rng = np.random.default_rng(seed)
     results = []
     for name, grad in analytic.items():
         x = inputs[name]
-        if tuple(grad.shape) != tuple(x.shape):
-            raise ValueError(
-                f"{op}: gradient of {name!r} has shape {tuple(grad.shape)}, but the input has shape {tuple(x.shape)}"
-            )
         coords = _sample_coords(x.size, max_coords, rng)
         numeric = numeric_gradient(objective, x, coords, eps)
-        picked = to_numpy(grad).reshape(-1)[coords]
-        versus = None if reference is None else relative_error(grad, reference[name])
-        results.append(GradResult(op, name, tuple(x.shape), relative_error(picked, numeric), len(coords), tol, versus))
+        expected = None if reference is None else to_numpy(reference[name])
+        grad = to_numpy(grad)
+        kept = {"analytic": grad, "numeric": numeric, "coords": coords, "reference": expected}
+        if tuple(grad.shape) != tuple(x.shape):
+            problem = f"its shape is {grad.shape}, the input's {tuple(x.shape)}"
+            results.append(GradResult(op, name, tuple(x.shape), float("inf"), 0, tol, problem=problem, **kept))
+            continue
+        versus = None if expected is None else relative_error(grad, expected)
+        error = relative_error(grad.reshape(-1)[coords], numeric)
+        results.append(GradResult(op, name, tuple(x.shape), error, len(coords), tol, versus, **kept))
     return results
 
 
@@ -155,6 +184,7 @@ def check_op(
     max_coords: int | None = None,
     seed: int = 0,
     reference: Callable | None = None,
+    cache_forward: Callable | None = None,
 ) -> list[GradResult]:
     """Gradient-check an op that follows the numforge contract.
 
@@ -169,6 +199,8 @@ def check_op(
 
     With ``reference`` (another backward, numforge's own when a learner's is
     graded), each row also gives the difference from the reference's gradient.
+    With ``cache_forward`` (a learner's forward that computes the gradients itself), the cache ``backward``
+    reads comes from it; its output must equal ``forward``'s, which the finite differences evaluate.
     A backward that changes ``dy`` or an input in place is a ``ValueError``.
     """
     kwargs = dict(kwargs or {})
@@ -181,6 +213,10 @@ def check_op(
 
     slots = [i for i, v in enumerate(values) if v is None or _is_float_array(v)]
     expected = {} if reference is None else _by_name(op, reference(dy, cache), names, values, slots)
+    if cache_forward is not None:
+        y_mine, cache = cache_forward(*values, **kwargs)
+        if np.shape(y_mine) != np.shape(y) or relative_error(y_mine, y) > tol:
+            raise ValueError(f"{op}: {cache_forward.__name__} returns {y_mine!r}, where numforge's forward gives {y!r}")
     before = {name: v.copy() for name, v in [("dy", dy), *inputs.items()] if hasattr(v, "copy")}
     by_name = _by_name(op, backward(dy, cache), names, values, slots)
     for name, v in [("dy", dy), *inputs.items()]:

@@ -5,6 +5,11 @@ The objective is the model's own loss, so the analytic gradients are exactly
 ``model.forward`` (float64). The parameters are redrawn at O(1) scale (random
 biases, norm weights away from 1) so that no gradient path is hidden behind
 a zero bias or a tiny weight; one target is the ignore index.
+
+With a learner's module (the exercise ``gpt``), the model is the learner's own
+``GPT`` class (its ``backward`` written by the learner, the rest a copy of
+numforge's), graded against finite differences of numforge's model and
+against the textbook model, ``model/reference.py``.
 """
 
 from __future__ import annotations
@@ -14,10 +19,12 @@ import numpy as np
 from ..backend import asarray, default_rng
 from ..model import GPT, POSITIONS, GPTConfig
 from ..model.config import ARCHS
+from ..model.reference import reference_backward, reference_forward
 from ..ops.activations import ACTIVATIONS
 from ..ops.norms import NORMS
-from .cases import Case
+from .cases import option_cases
 from .check import GradResult, check_gradients
+from .diagnose import diagnosed
 
 TINY = dict(vocab_size=13, max_seq_len=8, d_model=8, num_heads=2, num_layers=2, d_ff=12)
 BATCH, SEQ = 2, 7
@@ -77,9 +84,10 @@ OPTIONS = {  # every entry of each registry (norms, positions, activations), the
 }
 
 
-def randomized_model(options: dict, seed: int = 0) -> GPT:
-    """A float64 tiny GPT whose every parameter is a random O(1)-scale array."""
-    model = GPT(GPTConfig(**{**TINY, **options}), seed=seed, dtype="float64")
+def randomized_model(options: dict, seed: int = 0, model_class: type = GPT) -> GPT:
+    """A float64 tiny GPT (of ``model_class``: a learner's copy of the class) whose every parameter is a random
+    O(1)-scale array."""
+    model = model_class(GPTConfig(**{**TINY, **options}), seed=seed, dtype="float64")
     rng = np.random.default_rng(seed + 100)
     values = {}
     for name, p in model.params.items():
@@ -102,17 +110,46 @@ def tiny_batch(vocab_size: int, seed: int = 0):
     return asarray(ids), asarray(targets)
 
 
-def check_model(option: str) -> list[GradResult]:
-    """Gradient-check every parameter of the tiny model with ``OPTIONS[option]``."""
-    model = randomized_model(OPTIONS[option])
+def check_model(option: str, learner=None) -> list[GradResult]:
+    """Gradient-check every parameter of the tiny model with ``OPTIONS[option]`` (the learner's ``GPT``, if given)."""
+    truth = randomized_model(OPTIONS[option])
+    model = truth if learner is None else randomized_model(OPTIONS[option], model_class=learner.GPT)
     ids, targets = tiny_batch(model.config.vocab_size)
 
     def loss() -> float:
-        return float(model.forward(ids, targets, rng=default_rng(DROPOUT_SEED))[0])
+        return float(truth.forward(ids, targets, rng=default_rng(DROPOUT_SEED))[0])
 
     _, cache = model.forward(ids, targets, rng=default_rng(DROPOUT_SEED))
     grads = model.backward(cache)
-    return check_gradients(f"model[{option}]", loss, model.params, grads, max_coords=MAX_COORDS)
+    name = f"model[{option}]"
+    if learner is None:
+        return check_gradients(name, loss, truth.params, grads, max_coords=MAX_COORDS)
+    if not isinstance(grads, dict) or set(grads) != set(truth.params):
+        names = sorted(grads) if isinstance(grads, dict) else type(grads).__name__
+        raise ValueError(f"GPT.backward must return a dict with the names of params {list(truth.params)}, got {names}")
+    _, _, reference_cache = reference_forward(truth.params, truth.config, ids, targets, rng=default_rng(DROPOUT_SEED))
+    reference = reference_backward(truth.params, truth.config, reference_cache)
+    results = check_gradients(name, loss, truth.params, grads, max_coords=MAX_COORDS, reference=reference)
+    return [diagnosed(r, truth.params) for r in results]
 
 
-CASES = [Case(f"model[{option}]", lambda option=option: check_model(option)) for option in OPTIONS]
+def describe(function: str) -> str:
+    model = randomized_model(OPTIONS["gelu"])
+    shapes = ", ".join(f"{name} {'x'.join(map(str, p.shape))}" for name, p in model.params.items())
+    return (
+        "The gradient of the loss for every parameter: a dict with the names, shapes and dtype of self.params (in "
+        "its order), from the ModelCache that forward returns. A table used twice (the tied token embedding) has "
+        "one gradient: the sum of what each use sends back.\n\n"
+        f"In the check 'model[gelu]': {shapes}."
+    )
+
+
+CASES = option_cases(
+    "model",
+    OPTIONS,
+    check_model,
+    module=GPT.__module__,
+    learner=("GPT.backward",),
+    forwards=("GPT.forward",),
+    describe=describe,
+)

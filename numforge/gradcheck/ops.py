@@ -27,6 +27,7 @@ from ..ops.rmsnorm import rms_norm_backward, rms_norm_forward
 from ..ops.rope import rope_backward, rope_forward, rope_table
 from .cases import Case, op_case
 from .check import check_op
+from .diagnose import Invariant, RepeatedIds
 
 B, T, C, F, V = 2, 3, 5, 4, 7
 H, D = 3, 8  # heads and head width of the rotary and QK-norm cases (D even: D/2 rotated pairs)
@@ -36,6 +37,50 @@ LLAMA3_SCALING = {
     "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
     "original_max_position_embeddings": 64,
 }  # fmt: skip
+
+
+def _xhat(x):
+    """The normalized rows of x (eps as in the cases: the default 1e-5)."""
+    centred = x - x.mean(axis=-1, keepdims=True)
+    return centred / np.sqrt((centred * centred).mean(axis=-1, keepdims=True) + 1e-5)
+
+
+LAYER_NORM_INVARIANTS = (
+    Invariant(
+        "x",
+        "each row of dx sums to 0",
+        "the mean path's term (mean(x) reaches every xhat: a constant added to a row of x leaves xhat as it is)",
+        lambda inputs, dx: dx,
+    ),
+    Invariant(
+        "x",
+        "each row of dx is orthogonal to xhat (up to eps / (var + eps))",
+        "the variance path's term (var(x) reaches every xhat: scaling a row's deviations leaves xhat as it is)",
+        lambda inputs, dx: dx * _xhat(inputs["x"]),
+        tol=1e-3,  # eps / (var + eps) <= 1e-3 for rows of variance 0.01 and up
+    ),
+)
+RMS_NORM_INVARIANT = Invariant(
+    "x",
+    "each row of dx is orthogonal to xhat (up to eps / (mean(x^2) + eps))",
+    "the term through rstd(x) (scaling a row of x leaves xhat as it is)",
+    lambda inputs, dx: dx * inputs["x"] / np.sqrt((inputs["x"] ** 2).mean(axis=-1, keepdims=True) + 1e-6),
+    tol=1e-3,
+)
+LOGITS_INVARIANT = Invariant(
+    "logits",
+    "each row of dlogits sums to 0",
+    "the softmax's own gradient (softmax minus one-hot: a constant added to a row of logits leaves the loss as it is)",
+    lambda inputs, dlogits: dlogits,
+)
+TABLE_INVARIANT = Invariant(
+    "table",
+    "the rows of dtable add up to the zero vector",
+    "the softmax's own gradient (a vector u added to every row of the table adds h.u to all the logits of a row, "
+    "which leaves the loss as it is)",
+    lambda inputs, dtable: dtable,
+    axis=0,
+)
 
 
 def _randn(*shape, seed: int = 0):
@@ -129,28 +174,45 @@ def _dropout(training: bool) -> Case:
         return dropout_forward(x, 0.3, default_rng(7), training=training)
 
     name = "dropout" + ("" if training else "[eval]")
-    return op_case(name, forward, dropout_backward, lambda: {"x": _randn(B, T, C)})
+    return op_case(name, forward, dropout_backward, lambda: {"x": _randn(B, T, C)}, forward_name="dropout_forward")
 
 
 def _cross_entropy(ignored: int) -> Case:
     name = "cross_entropy" + ("[all ignored]" if ignored == B * T else "")
     inputs = lambda: {"logits": _randn(B, T, V), "targets": _targets(B, T, ignored=ignored)}
-    return op_case(name, cross_entropy_forward, cross_entropy_backward, inputs)
+    return op_case(name, cross_entropy_forward, cross_entropy_backward, inputs, invariants=(LOGITS_INVARIANT,))
 
 
-def _tied_cross_entropy(name: str, forward, backward) -> Case:
+def _tied_cross_entropy(name: str, forward, backward, fused: bool) -> Case:
     inputs = lambda: {"h": _randn(B, T, C), "table": _randn(V, C, seed=1), "targets": _targets(B, T)}
-    return op_case(name, forward, backward, inputs, {"chunk_rows": 4})  # N = 6 rows: one full chunk and a partial
+    options = {"chunk_rows": 4}  # N = 6 rows: one full chunk and a partial
+    return op_case(name, forward, backward, inputs, options, fused=fused, invariants=(TABLE_INVARIANT,))
 
 
 CASES = [
     op_case("linear", linear_forward, linear_backward, lambda: _linear_inputs(bias=True)),
     op_case("linear[no bias]", linear_forward, linear_backward, lambda: _linear_inputs(bias=False)),
-    op_case("embedding", embedding_forward, embedding_backward, _embedding_inputs),
-    op_case("layer_norm", layer_norm_forward, layer_norm_backward, lambda: _layer_norm_inputs(bias=True)),
-    op_case("layer_norm[no bias]", layer_norm_forward, layer_norm_backward, lambda: _layer_norm_inputs(bias=False)),
-    op_case("rms_norm", rms_norm_forward, rms_norm_backward, lambda: _rms_norm_inputs(weight=True)),
-    op_case("rms_norm[no weight]", rms_norm_forward, rms_norm_backward, lambda: _rms_norm_inputs(weight=False)),
+    op_case("embedding", embedding_forward, embedding_backward, _embedding_inputs, invariants=(RepeatedIds(),)),
+    *[
+        op_case(
+            name,
+            layer_norm_forward,
+            layer_norm_backward,
+            lambda bias=bias: _layer_norm_inputs(bias),
+            invariants=LAYER_NORM_INVARIANTS,
+        )
+        for name, bias in (("layer_norm", True), ("layer_norm[no bias]", False))
+    ],  # fmt: skip
+    *[
+        op_case(
+            name,
+            rms_norm_forward,
+            rms_norm_backward,
+            lambda weight=weight: _rms_norm_inputs(weight),
+            invariants=(RMS_NORM_INVARIANT,),
+        )
+        for name, weight in (("rms_norm", True), ("rms_norm[no weight]", False))
+    ],  # fmt: skip
     _rope("rope", (B, T, D), start=0),
     _rope("rope[4-D, start 5]", (B, H, 5, D), start=5),
     _rope("rope[linear]", (B, H, 5, D), start=3, scaling={"rope_type": "linear", "factor": 4.0}),
@@ -167,6 +229,8 @@ CASES = [
     _dropout(training=False),
     _cross_entropy(ignored=1),
     _cross_entropy(ignored=B * T),
-    _tied_cross_entropy("tied_cross_entropy", tied_cross_entropy_forward, tied_cross_entropy_backward),
-    _tied_cross_entropy("tied_cross_entropy_and_grads", tied_cross_entropy_with_grads, scale_tied_cross_entropy_grads),
+    _tied_cross_entropy("tied_cross_entropy", tied_cross_entropy_forward, tied_cross_entropy_backward, fused=False),
+    _tied_cross_entropy(
+        "tied_cross_entropy_and_grads", tied_cross_entropy_with_grads, scale_tied_cross_entropy_grads, fused=True
+    ),
 ]

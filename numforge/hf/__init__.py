@@ -1,9 +1,9 @@
-"""Hugging Face GPT-2 model directories in and out: ``load_pretrained`` and ``save_pretrained``.
+"""Hugging Face model directories in and out (GPT-2, Llama, Mistral, Qwen2, Qwen3): load_pretrained, save_pretrained.
 
 A directory as ``transformers`` saves it (the ``snapshots/<hash>`` folder of
-a downloaded ``gpt2`` is one)::
+a downloaded ``gpt2`` or ``SmolLM2-135M`` is one)::
 
-    config.json                      model_type "gpt2" and the shape      config.py
+    config.json                      model_type and the shape             config.py: gpt2.py, llama.py
     model.safetensors                the tensors (or shards listed in      weights.py
       (model.safetensors.index.json)   model.safetensors.index.json)
     tokenizer.json                   and/or vocab.json + merges.txt       numforge.tokenizer.hf_json, .interop
@@ -16,6 +16,6 @@ with a note on converting it to safetensors. ``GPT`` and ``BPETokenizer``
 know nothing of this format; this package maps it onto them.
 """
 
-from .directory import load_pretrained, save_pretrained
+from .directory import load_pretrained, pretrained_config, save_pretrained
 
-__all__ = ["load_pretrained", "save_pretrained"]
+__all__ = ["load_pretrained", "pretrained_config", "save_pretrained"]

@@ -1,121 +1,71 @@
-"""A Hugging Face GPT-2 ``config.json`` <-> ``GPTConfig``, refusing what numforge cannot run exactly.
+"""The architectures numforge reads and writes, by ``model_type``: config.json <-> ``GPTConfig`` and each one's tensors.
 
-The fields that shape the network, and numforge's names for them::
+::
 
-    vocab_size            vocab_size
-    n_positions           max_seq_len
-    n_embd, n_head        d_model, num_heads
-    n_layer               num_layers
-    n_inner               d_ff (null: 4 * n_embd)
-    activation_function   gelu_new, gelu_pytorch_tanh, gelu_fast -> GELU (tanh form); gelu -> GELU (exact);
-                          relu -> ReLU
-    layer_norm_epsilon    norm_eps
-    tie_word_embeddings   tie_weights (default true)
+    gpt2                              GPT-2                       gpt2.py
+    llama, mistral, qwen2, qwen3      Llama, Mistral, Qwen2, Qwen3  llama.py (SmolLM2, TinyLlama: llama)
 
-GPT-2 always has LayerNorm with weight and bias, biases in every layer, learned
-positions, one key/value head per query head of width ``n_embd / n_head``, no
-QK-norm and unscaled embeddings: a model with anything else is refused on
-export, naming the field. Fields
-that would change the arithmetic unless they have GPT-2's usual value
-(``scale_attn_weights``, ``scale_attn_by_inverse_layer_idx``,
-``add_cross_attention``, another ``model_type``, an activation numforge
-lacks) are a ``ValueError`` naming the field and its value; every other
-field (dropouts, token ids, ``task_specific_params``, ...) is ignored, since
-inference and fine-tuning here do not depend on it.
+Reading dispatches on ``model_type``; any other (``bert``, a mixture of experts like ``mixtral``)
+and a quantized model (``quantization_config``) are a ``ValueError`` naming the field. Writing
+tries GPT-2, then the Llama family (``llama.family_of``): a model neither can express is a
+``ValueError`` naming, for each, the first option it cannot express.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 from ..model import GPTConfig
-from ..model.config import BIAS_SWITCHES
+from . import gpt2, llama
+from .weights import Layout
 
-# activation_function -> (numforge activation, gelu_approximate)
-ACTIVATIONS_IN = {
-    "gelu_new": ("gelu", "tanh"),
-    "gelu_pytorch_tanh": ("gelu", "tanh"),
-    "gelu_fast": ("gelu", "tanh"),  # the same tanh formula, written with other constants
-    "gelu": ("gelu", "none"),
-    "relu": ("relu", "tanh"),
+
+class Architecture(NamedTuple):
+    config_from_hf: Callable[[dict, str], GPTConfig]  # (config.json's dict, its name for errors) -> GPTConfig
+    layout: Callable[[GPTConfig], Layout]  # where each parameter lies in the files
+
+
+ARCHITECTURES = {
+    "gpt2": Architecture(gpt2.config_from_hf, gpt2.layout),
+    **{model_type: Architecture(llama.config_from_hf, llama.layout) for model_type in llama.FAMILIES},
 }
-# fields that must hold GPT-2's usual value (absent means that value)
-MUST_BE = {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "add_cross_attention": False}
-REQUIRED = ("vocab_size", "n_positions", "n_embd", "n_head", "n_layer")
+EXPORTERS = (gpt2.config_to_hf, llama.config_to_hf)  # (GPTConfig, special ids) -> config.json, the first that can
 
 
-def config_from_hf(d: dict, source: str) -> GPTConfig:
-    """The ``GPTConfig`` of a Hugging Face GPT-2 config dict; ``source`` names it in errors."""
+def config_from_hf(d: dict, source: str) -> tuple[GPTConfig, Layout]:
+    """The ``GPTConfig`` of a Hugging Face config.json dict and where its tensors lie; ``source`` names it."""
     if not isinstance(d, dict):
         raise ValueError(f"{source}: expected a JSON object, got {type(d).__name__}")
-    if d.get("model_type") != "gpt2":
-        raise ValueError(f"{source}: model_type is {d.get('model_type')!r}; numforge loads only 'gpt2'")
-    for field, value in MUST_BE.items():
-        if d.get(field, value) != value:
-            raise ValueError(f"{source}: {field} is {d[field]!r}; numforge runs GPT-2 only with {value!r}")
-    missing = [field for field in REQUIRED if field not in d]
-    if missing:
-        raise ValueError(f"{source}: missing fields {missing}")
-    activation = d.get("activation_function", "gelu_new")
-    if activation not in ACTIVATIONS_IN:
-        raise ValueError(f"{source}: activation_function is {activation!r}; numforge supports {sorted(ACTIVATIONS_IN)}")
-    name, approximate = ACTIVATIONS_IN[activation]
-    try:
-        return GPTConfig(
-            vocab_size=d["vocab_size"],
-            max_seq_len=d["n_positions"],
-            d_model=d["n_embd"],
-            num_heads=d["n_head"],
-            num_layers=d["n_layer"],
-            d_ff=4 * d["n_embd"] if d.get("n_inner") is None else d["n_inner"],
-            activation=name,
-            gelu_approximate=approximate,
-            tie_weights=d.get("tie_word_embeddings", True),
-            norm_eps=d.get("layer_norm_epsilon", 1e-5),
+    model_type = d.get("model_type")
+    if model_type in llama.MOE_MODEL_TYPES:
+        raise ValueError(
+            f"{source}: model_type is {model_type!r}, a mixture of experts; numforge runs dense models: "
+            f"{', '.join(map(repr, ARCHITECTURES))}"
         )
-    except (ValueError, TypeError) as error:
-        raise ValueError(f"{source}: {error}") from None
+    if model_type not in ARCHITECTURES:
+        raise ValueError(
+            f"{source}: model_type is {model_type!r}; numforge loads {', '.join(map(repr, ARCHITECTURES))}"
+        )
+    if d.get("quantization_config") is not None:
+        method = d["quantization_config"].get("quant_method") if isinstance(d["quantization_config"], dict) else None
+        raise ValueError(
+            f"{source}: quantization_config is set (quant_method {method!r}): the weights are quantized; numforge "
+            "reads float32, float16 and bfloat16 weights"
+        )
+    architecture = ARCHITECTURES[model_type]
+    config = architecture.config_from_hf(d, source)
+    return config, architecture.layout(config)
 
 
-def check_expressible(config: GPTConfig) -> None:
-    """``ValueError`` naming the first option a GPT-2 checkpoint cannot express."""
-    unsupported = {
-        "activation": (config.activation, config.activation in ("gelu", "relu")),
-        "norm": (config.norm, config.norm == "layernorm"),
-        "norm_weight": (config.norm_weight, config.norm_weight),
-        "position": (config.position, config.position == "learned"),
-        "num_kv_heads": (config.num_kv_heads, config.num_kv_heads == config.num_heads),
-        "head_dim": (config.head_dim, config.head_dim * config.num_heads == config.d_model),
-        "qk_norm": (config.qk_norm, not config.qk_norm),
-        "use_bias": (config.use_bias, config.use_bias),
-        **{switch: (getattr(config, switch), config.has_bias(switch)) for switch in BIAS_SWITCHES},
-        "scale_embeddings": (config.scale_embeddings, not config.scale_embeddings),
-    }
-    for option, (value, fine) in unsupported.items():
-        if not fine:
-            raise ValueError(f"GPT-2 cannot express {option}={value!r}: this model cannot be saved for transformers")
-
-
-def config_to_hf(config: GPTConfig, special_ids: dict) -> dict:
-    """The Hugging Face config.json of a GPT-2-expressible ``config``; ``special_ids`` may name ``eos``/``bos``."""
-    check_expressible(config)
-    activation = "relu"
-    if config.activation == "gelu":
-        activation = {"none": "gelu", "tanh": "gelu_new"}[config.gelu_approximate]
-    return {
-        "architectures": ["GPT2LMHeadModel"],
-        "model_type": "gpt2",
-        "vocab_size": config.vocab_size,
-        "n_positions": config.max_seq_len,
-        "n_embd": config.d_model,
-        "n_head": config.num_heads,
-        "n_layer": config.num_layers,
-        "n_inner": config.d_ff,
-        "activation_function": activation,
-        "layer_norm_epsilon": config.norm_eps,
-        "tie_word_embeddings": config.tie_weights,
-        # numforge drops the embeddings and each branch's output, never attention probabilities
-        "embd_pdrop": config.drop_prob,
-        "resid_pdrop": config.drop_prob,
-        "attn_pdrop": 0.0,
-        "initializer_range": 0.02,
-        **special_ids,
-    }
+def config_to_hf(config: GPTConfig, special_ids: dict) -> tuple[dict, Layout]:
+    """config.json for ``config`` (GPT-2 if it can express it, else the Llama family) and where its tensors go."""
+    refusals = []
+    for exporter in EXPORTERS:
+        try:
+            hf_config = exporter(config, special_ids)
+        except ValueError as error:
+            refusals.append(str(error))
+            continue
+        return hf_config, ARCHITECTURES[hf_config["model_type"]].layout(config)
+    raise ValueError(f"this model cannot be saved for transformers: {'; '.join(refusals)}")

@@ -1,14 +1,16 @@
-"""``load_pretrained`` and ``save_pretrained``: a Hugging Face GPT-2 directory <-> ``(GPT, BPETokenizer)``.
+"""``load_pretrained`` and ``save_pretrained``: a Hugging Face model directory <-> ``(GPT, BPETokenizer)``.
 
-Loading: config.json -> ``GPTConfig``; the tokenizer files -> ``BPETokenizer``
-with the file's ids; the safetensors headers are checked against the config
-(every name, shape, dtype) before any data is read; the data is cast to the
-requested dtype. The model's vocabulary may be larger than the tokenizer's
-(nanoGPT pads 50257 to 50304); ``generate`` never samples the extra ids.
+Loading: config.json -> ``GPTConfig`` (``config.py``: GPT-2, Llama, Mistral, Qwen2, Qwen3); the
+tokenizer files -> ``BPETokenizer`` with the file's ids, BOS and end ids; the safetensors headers are
+checked against the config (every name, shape, dtype) and the memory needed against the machine's
+before any data is read; the data is cast to the requested dtype. The model's vocabulary may be
+larger than the tokenizer's (nanoGPT pads 50257 to 50304); ``generate`` never samples the extra ids.
 
 Saving writes everything into a temporary directory beside the target and
 renames it into place at the end, so a failed export leaves nothing behind;
-a model GPT-2 cannot express is refused before anything is written.
+a model no architecture can express is refused before anything is written.
+A GPT-2 directory gets GPT-2's tokenizer files (vocab.json + merges.txt too);
+a Llama-family one tokenizer.json and a generation_config.json with the BOS and end ids.
 """
 
 from __future__ import annotations
@@ -19,15 +21,16 @@ from pathlib import Path
 
 from ..atomic import atomic_directory
 from ..backend import asarray, resolve_dtype, to_numpy
-from ..model import GPT, parameter_shapes
+from ..model import GPT, POSITIONS, GPTConfig, parameter_shapes
 from ..resources import check_fits
 from ..tokenizer import EOT, BPETokenizer
 from ..tokenizer._files import read_json
 from ..tokenizer.hf_dir import load_tokenizer as load_tokenizer_path
 from ..tokenizer.hf_json import export_tokenizer_json
 from ..tokenizer.interop import export_gpt2
-from .config import check_expressible, config_from_hf, config_to_hf
-from .weights import gather, read_tensors, write_tensors
+from .config import config_from_hf, config_to_hf
+from .llama import as_exported
+from .weights import Layout, gather, read_params, write_tensors
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -35,7 +38,7 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 
 
 def load_pretrained(path, dtype="float32", trust_pattern: bool = False) -> tuple[GPT, BPETokenizer]:
-    """The GPT and tokenizer of a Hugging Face GPT-2 directory, parameters in ``dtype`` on the backend.
+    """The GPT and tokenizer of a Hugging Face model directory, parameters in ``dtype`` on the backend.
 
     A tokenizer.json that splits text by a regex numforge does not know is
     refused unless ``trust_pattern`` (see ``BPETokenizer.from_dict``).
@@ -45,9 +48,7 @@ def load_pretrained(path, dtype="float32", trust_pattern: bool = False) -> tuple
     ``ImportError``) when safetensors is not installed.
     """
     path = Path(path)
-    if not (path / "config.json").is_file():
-        raise ValueError(f"{path}: no config.json; expected a Hugging Face model directory")
-    config = config_from_hf(read_json(path / "config.json"), str(path / "config.json"))
+    config, layout = _read_config(path)
     files = weight_files(path)
     tokenizer = load_tokenizer(path, trust_pattern)
     if tokenizer.vocab_size > config.vocab_size:
@@ -56,14 +57,26 @@ def load_pretrained(path, dtype="float32", trust_pattern: bool = False) -> tuple
             f"{config.vocab_size}"
         )
     shapes = parameter_shapes(config)
-    found = gather(files, shapes, config.tie_weights)  # every name and shape checked, no data read yet
+    found = gather(files, layout, config.tie_weights)  # every name and shape checked, no data read yet
     # the arrays read, and the model's own (its float64 initial values are drawn first, then replaced)
     size = sum(math.prod(shape) for shape in shapes.values())
-    check_fits((8 + 2 * resolve_dtype(dtype).itemsize) * size, f"loading {path}")
-    arrays = read_tensors(found, resolve_dtype(dtype))
+    tables = sum(math.prod(shape) for shape in POSITIONS[config.position].table_shapes(config).values())
+    check_fits((8 + 2 * resolve_dtype(dtype).itemsize) * size + 3 * 8 * tables, f"loading {path}")
+    arrays = read_params(found, layout, resolve_dtype(dtype))
     model = GPT(config, seed=0, dtype=dtype)
     model.load_params({name: asarray(array) for name, array in arrays.items()})
     return model, tokenizer
+
+
+def pretrained_config(path) -> GPTConfig:
+    """The ``GPTConfig`` of a Hugging Face model directory, from its config.json alone (no weight is read)."""
+    return _read_config(Path(path))[0]
+
+
+def _read_config(path: Path) -> tuple[GPTConfig, Layout]:
+    if not (path / "config.json").is_file():
+        raise ValueError(f"{path}: no config.json; expected a Hugging Face model directory")
+    return config_from_hf(read_json(path / "config.json"), str(path / "config.json"))
 
 
 def weight_files(path: Path) -> list[Path]:
@@ -98,49 +111,75 @@ def load_tokenizer(path: Path, trust_pattern: bool = False) -> BPETokenizer:
 
 
 def save_pretrained(model: GPT, tokenizer: BPETokenizer, path) -> None:
-    """Write ``model`` and ``tokenizer`` as a Hugging Face GPT-2 directory at ``path``, which must not exist.
+    """Write ``model`` and ``tokenizer`` as a Hugging Face directory at ``path``, which must not exist: GPT-2's
+    if GPT-2 can express the model, else the Llama family's member that can (Llama, Qwen2 with q/k/v biases,
+    Qwen3 with QK-norm: ``llama.family_of``; a Qwen2 whose tokenizer transformers would rebuild differently is
+    written as the Llama it equals: ``llama.as_exported``).
 
     ``transformers.AutoModelForCausalLM.from_pretrained(path)`` and
-    ``AutoTokenizer.from_pretrained(path)`` open it. A model GPT-2 cannot
-    express (SwiGLU, sinusoidal positions, no biases, scaled embeddings) is a
-    ``ValueError`` naming the option, raised before anything is written.
+    ``AutoTokenizer.from_pretrained(path)`` open it. A model none can express
+    (LayerNorm with rotary positions, GELU with RMSNorm, QK-norm after the rotation,
+    scaled embeddings, ...) is a ``ValueError`` naming the options, raised before anything is written.
     """
     if not isinstance(model, GPT) or not isinstance(tokenizer, BPETokenizer):
         raise TypeError(
             f"save_pretrained needs a GPT and a BPETokenizer, got {type(model).__name__}, {type(tokenizer).__name__}"
         )
     config = model.config
-    check_expressible(config)
     if tokenizer.vocab_size > config.vocab_size:
         raise ValueError(
             f"the tokenizer has ids up to {tokenizer.vocab_size - 1}, beyond the model's vocab_size {config.vocab_size}"
         )
-    end = tokenizer.special_tokens.get(EOT)
-    ids = {} if end is None else {"bos_token_id": end, "eos_token_id": end}
-    hf_config = config_to_hf(config, ids) | {"dtype": str(model.dtype)}
+    ids = _special_ids(tokenizer)
     params = {name: to_numpy(array) for name, array in model.params.items()}
+    config, params = as_exported(config, params, tokenizer)
+    hf_config, layout = config_to_hf(config, ids)
+    hf_config["dtype"] = str(model.dtype)
+    gpt2 = hf_config["model_type"] == "gpt2"
+    files = _tokenizer_configs(tokenizer, config.max_seq_len, gpt2)
+    if not gpt2:  # where generate starts and stops (transformers reads it; numforge too, as eos_ids)
+        files["generation_config.json"] = ids
     with atomic_directory(path) as temp:
         (temp / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n", encoding="utf-8")
-        write_tensors(temp / SINGLE_FILE, params, config.tie_weights)
-        export_gpt2(tokenizer, temp / "vocab.json", temp / "merges.txt")
+        write_tensors(temp / SINGLE_FILE, params, layout)
+        if gpt2:
+            export_gpt2(tokenizer, temp / "vocab.json", temp / "merges.txt")
         export_tokenizer_json(tokenizer, temp / "tokenizer.json")
-        for name, data in _tokenizer_configs(tokenizer, config.max_seq_len).items():
+        for name, data in files.items():
             (temp / name).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def _tokenizer_configs(tokenizer: BPETokenizer, max_seq_len: int) -> dict[str, dict]:
-    """tokenizer_config.json and special_tokens_map.json: ``<|endoftext|>`` (if any) is bos, eos and unk, as in
-    GPT-2; every special token is marked special."""
-    end = EOT if EOT in tokenizer.special_tokens else None
-    roles = {"bos_token": end, "eos_token": end, "unk_token": end}
-    others = [name for name in tokenizer.special_tokens if name != EOT]
+def _special_ids(tokenizer: BPETokenizer) -> dict:
+    """``bos_token_id`` and ``eos_token_id`` (one id, or a list): a Hugging Face tokenizer's BOS and end ids, or
+    for numforge's own ``<|endoftext|>`` for both, as in GPT-2 (an empty prompt starts from it)."""
+    start = tokenizer.bos_id if tokenizer.prompt is not None else tokenizer.special_tokens.get(EOT)
+    ends = list(tokenizer.eos_ids)
+    ids = {} if start is None else {"bos_token_id": start}
+    return ids | ({"eos_token_id": ends[0] if len(ends) == 1 else ends} if ends else {})
+
+
+def _tokenizer_configs(tokenizer: BPETokenizer, max_seq_len: int, gpt2: bool) -> dict[str, dict]:
+    """tokenizer_config.json and special_tokens_map.json: the BOS and first end token by name (GPT-2:
+    ``<|endoftext|>`` also the unk token); every special and added token in ``added_tokens_decoder``."""
+    named = {**tokenizer.special_tokens, **tokenizer.added_tokens}
+    names = {i: name for name, i in named.items()}
+    ids = _special_ids(tokenizer)
+    end = ids.get("eos_token_id")
+    roles = {
+        "bos_token": names.get(ids.get("bos_token_id")),
+        "eos_token": names.get(end[0] if isinstance(end, list) else end),
+    }
+    # GPT-2: <|endoftext|> also unknown; else none, which Qwen2Tokenizer would otherwise make <|endoftext|> (a new
+    # token where the tokenizer lacks it)
+    roles |= {"unk_token": roles["eos_token"]} if gpt2 else {"unk_token": None, "pad_token": None}
+    others = [name for name in tokenizer.special_tokens if name not in roles.values()]
     decoder = {
-        str(i): {"content": name, "lstrip": False, "normalized": False, "rstrip": False}
-        | {"single_word": False, "special": True}
-        for name, i in sorted(tokenizer.special_tokens.items(), key=lambda item: item[1])
+        str(i): {"content": name, "lstrip": False, "normalized": name in tokenizer.normalized_tokens, "rstrip": False}
+        | {"single_word": False, "special": name in tokenizer.special_tokens}
+        for name, i in sorted(named.items(), key=lambda item: item[1])
     }
     config = {
-        "tokenizer_class": "GPT2Tokenizer",
+        "tokenizer_class": "GPT2Tokenizer" if gpt2 else "PreTrainedTokenizerFast",
         "model_max_length": max_seq_len,
         "add_prefix_space": False,
         "added_tokens_decoder": decoder,

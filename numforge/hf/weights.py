@@ -1,15 +1,15 @@
-"""GPT-2's tensors <-> numforge's parameters: names, shapes, dtypes, safetensors files.
+"""Hugging Face tensors <-> numforge's parameters: where each parameter lies, safetensors files in and out.
 
-GPT-2's names (``GPT2LMHeadModel`` prefixes all but ``lm_head`` with ``transformer.``)::
+Each architecture (``gpt2.py``, ``llama.py``) says where every numforge parameter lies in its
+files: a ``Stored`` of one tensor or of several side by side. GPT-2 stores ``attn.c_attn`` as one
+``(C, 3C)`` tensor, as numforge does; Llama stores ``q_proj``, ``k_proj``, ``v_proj`` apart, each
+as ``nn.Linear``'s ``(out, in)``, so numforge's fused ``(C, (H + 2 H_kv) D)`` ``attn.qkv_proj.weight``
+is their concatenation along ``out``, transposed::
 
-    wte.weight (V,C)  wpe.weight (T_max,C)                 token_embedding, position_embedding
-    h.{i}.ln_1  h.{i}.attn.c_attn  h.{i}.attn.c_proj       layers.{i}.pre_attn_norm, attn.qkv_proj, attn.out_proj
-    h.{i}.ln_2  h.{i}.mlp.c_fc  h.{i}.mlp.c_proj           layers.{i}.pre_mlp_norm, mlp.up_proj, mlp.down_proj
-    ln_f  lm_head.weight (V,C)                             final_norm, lm_head.weight (untied only)
+    q_proj (H D, C), k_proj (H_kv D, C), v_proj (H_kv D, C)  --concatenate-->  ((H + 2 H_kv) D, C)
+    --transpose-->  (C, (H + 2 H_kv) D)
 
-GPT-2's ``Conv1D`` stores a weight as ``(in, out)``, as ``y = x W + b`` here
-does, so no tensor is transposed. The ``attn.bias`` / ``attn.masked_bias``
-buffers of older files (the causal mask) are not parameters and are skipped.
+Writing splits and transposes back, so both ways are exact (no arithmetic, only copies).
 
 A safetensors file is 8 bytes (little-endian header length), a JSON header
 ``{name: {"dtype", "shape", "data_offsets": [start, end]}}``, then the raw
@@ -23,31 +23,45 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from ..checks import MissingDependencyError
 
-LAYER_NAMES = {  # numforge's name inside layers.{i}. -> GPT-2's inside h.{i}.
-    "pre_attn_norm": "ln_1",
-    "attn.qkv_proj": "attn.c_attn",
-    "attn.out_proj": "attn.c_proj",
-    "pre_mlp_norm": "ln_2",
-    "mlp.up_proj": "mlp.c_fc",
-    "mlp.down_proj": "mlp.c_proj",
-}
-TOP_NAMES = {
-    "token_embedding": "wte.weight",
-    "position_embedding": "wpe.weight",
-    "final_norm.weight": "ln_f.weight",
-    "final_norm.bias": "ln_f.bias",
-    "lm_head.weight": "lm_head.weight",
-}
-PREFIX = "transformer."
-BUFFERS = (".attn.bias", ".attn.masked_bias")  # the causal mask of older files, not a parameter
+LM_HEAD = "lm_head.weight"  # the one tensor stored without the architecture's prefix
 DTYPES = ("F64", "F32", "F16", "BF16")  # what is read; BF16 by hand, the others by safetensors
 MAX_HEADER_BYTES = 100 * 2**20
 INSTALL_HINT = 'pip install -e ".[hf]"  (or: pip install safetensors)'
+
+
+class Stored(NamedTuple):
+    """Where one numforge parameter lies: the tensors (names without the prefix) whose concatenation along
+    their first axis it is, their shapes, and whether that concatenation is transposed (``nn.Linear``'s
+    ``(out, in)`` against numforge's ``(C_in, C_out)``)."""
+
+    names: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+    transposed: bool = False
+
+
+class Layout(NamedTuple):
+    """An architecture's files: ``tensors`` (numforge name -> ``Stored``), the ``prefix`` of every
+    tensor but ``lm_head.weight``, the suffixes of stored ``buffers`` that are not parameters, its ``name``."""
+
+    name: str
+    tensors: dict[str, Stored]
+    prefix: str
+    buffers: tuple[str, ...] = ()
+
+
+def linear(names: tuple[str, ...], shape: tuple[int, ...], widths: tuple[int, ...] | None = None) -> Stored:
+    """An ``nn.Linear`` weight ``(C_in, C_out)`` (or bias ``(C_out,)``) stored as ``names``, their output
+    widths ``widths`` (default: one tensor of the whole width): ``(width, C_in)`` weights, ``(width,)`` biases."""
+    widths = (shape[-1],) if widths is None else widths
+    if len(shape) == 1:
+        return Stored(names, tuple((w,) for w in widths))
+    return Stored(names, tuple((w, shape[0]) for w in widths), transposed=True)
 
 
 def safetensors_numpy():
@@ -57,16 +71,6 @@ def safetensors_numpy():
     except ImportError:
         raise MissingDependencyError(f"safetensors files need the safetensors package: {INSTALL_HINT}") from None
     return safetensors.numpy
-
-
-def hf_name(name: str) -> str:
-    """numforge's parameter name -> GPT-2's (without the ``transformer.`` prefix): ``layers.3.attn.qkv_proj.bias``
-    -> ``h.3.attn.c_attn.bias``."""
-    if name in TOP_NAMES:
-        return TOP_NAMES[name]
-    _, i, rest = name.split(".", 2)
-    short, kind = rest.rsplit(".", 1)
-    return f"h.{i}.{LAYER_NAMES[short]}.{kind}"
 
 
 def read_header(path: Path) -> dict:
@@ -85,42 +89,51 @@ def read_header(path: Path) -> dict:
     return header
 
 
-def gather(files: list[Path], shapes: dict[str, tuple], tied: bool) -> dict[str, tuple[Path, str, dict]]:
-    """numforge name -> (file, stored name, header entry) for every parameter in ``shapes``, from the files' headers.
+def gather(files: list[Path], layout: Layout, tied: bool) -> dict[str, tuple[Path, str, dict]]:
+    """Stored name (without the prefix) -> (file, name in the file, header entry) for every tensor the layout
+    needs, from the files' headers alone.
 
-    Names with or without the ``transformer.`` prefix; buffers and (when tied)
-    ``lm_head.weight`` are skipped. A missing, unknown, repeated or misshapen
-    tensor, or an unsupported dtype, is a ``ValueError`` naming it.
+    Names with or without the prefix; buffers and (when tied) ``lm_head.weight`` are skipped. A missing,
+    unknown, repeated or misshapen tensor, or an unsupported dtype, is a ``ValueError`` naming it.
     """
-    ours = {hf_name(name): name for name in shapes}
+    shapes = {name: shape for stored in layout.tensors.values() for name, shape in zip(stored.names, stored.shapes)}
     found = {}
     for path in files:
         for stored, entry in read_header(path).items():
-            bare = stored.removeprefix(PREFIX)
-            if bare.endswith(BUFFERS) or (tied and bare == "lm_head.weight"):
+            bare = stored.removeprefix(layout.prefix)
+            if bare.endswith(layout.buffers) or (tied and bare == LM_HEAD):
                 continue
-            if bare not in ours:
-                raise ValueError(f"{path}: tensor {stored!r} is not a parameter of this GPT-2 config")
-            name = ours[bare]
-            if name in found:
-                raise ValueError(f"{path}: tensor {stored!r} appears twice (also in {found[name][0]})")
+            if bare not in shapes:
+                raise ValueError(f"{path}: tensor {stored!r} is not a parameter of this {layout.name} config")
+            if bare in found:
+                raise ValueError(f"{path}: tensor {stored!r} appears twice (also in {found[bare][0]})")
             if not isinstance(entry, dict) or entry.get("dtype") not in DTYPES:
                 dtype = entry.get("dtype") if isinstance(entry, dict) else entry
                 raise ValueError(f"{path}: tensor {stored!r} has dtype {dtype!r}; numforge reads {sorted(DTYPES)}")
-            if tuple(entry.get("shape", ())) != tuple(shapes[name]):
+            if tuple(entry.get("shape", ())) != tuple(shapes[bare]):
                 raise ValueError(
                     f"{path}: tensor {stored!r} has shape {tuple(entry.get('shape', ()))}, "
-                    f"the config needs {tuple(shapes[name])}"
+                    f"the config needs {tuple(shapes[bare])}"
                 )
-            found[name] = (path, stored, entry)
-    missing = [hf_name(name) for name in shapes if name not in found]
+            found[bare] = (path, stored, entry)
+    missing = [name for name in shapes if name not in found]
     if missing:
         raise ValueError(f"{files[0].parent}: missing tensors {missing[:5]}{' ...' if len(missing) > 5 else ''}")
     return found
 
 
-def read_tensors(found: dict[str, tuple[Path, str, dict]], dtype) -> dict[str, np.ndarray]:
-    """The data of every tensor ``gather`` found, as NumPy arrays of ``dtype``."""
+def read_params(found: dict[str, tuple[Path, str, dict]], layout: Layout, dtype) -> dict[str, np.ndarray]:
+    """numforge name -> NumPy array of ``dtype``: the tensors ``gather`` found, read, cast and assembled."""
+    tensors = _read_tensors(found, dtype)
+    params = {}
+    for name, stored in layout.tensors.items():
+        parts = [tensors.pop(part) for part in stored.names]
+        whole = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)  # ((H + 2 H_kv) D, C) for q|k|v
+        params[name] = whole.T if stored.transposed else whole  # (out, in) -> (in, out): a view
+    return params
+
+
+def _read_tensors(found: dict[str, tuple[Path, str, dict]], dtype) -> dict[str, np.ndarray]:
     safetensors_numpy()  # says how to install safetensors if it is missing
     from safetensors import safe_open
 
@@ -150,10 +163,20 @@ def _read_bfloat16(path: Path, data_start: int, entry: dict) -> np.ndarray:
     return (words.astype(np.uint32) << 16).view(np.float32).reshape(entry["shape"])
 
 
-def write_tensors(path: Path, params: dict[str, np.ndarray], tied: bool) -> None:
-    """Write ``params`` (numforge names) as GPT2LMHeadModel's ``model.safetensors`` at ``path``."""
-    tensors = {
-        (name if name == "lm_head.weight" else PREFIX + hf_name(name)): np.ascontiguousarray(array)
-        for name, array in params.items()
-    }
-    safetensors_numpy().save_file(tensors, str(path), metadata={"format": "pt"})
+def hf_tensors(params: dict[str, np.ndarray], layout: Layout) -> dict[str, np.ndarray]:
+    """The tensors the architecture's files hold, by their full names, from numforge's ``params``:
+    each parameter transposed back and split into its parts (contiguous copies)."""
+    tensors = {}
+    for name, array in params.items():
+        stored = layout.tensors[name]
+        whole = array.T if stored.transposed else array  # (in, out) -> (out, in)
+        bounds = np.cumsum([0] + [shape[0] for shape in stored.shapes])
+        for part, start, stop in zip(stored.names, bounds, bounds[1:]):
+            full = part if part == LM_HEAD else layout.prefix + part
+            tensors[full] = np.ascontiguousarray(whole[start:stop])
+    return tensors
+
+
+def write_tensors(path: Path, params: dict[str, np.ndarray], layout: Layout) -> None:
+    """Write ``params`` (numforge names) as the architecture's ``model.safetensors`` at ``path``."""
+    safetensors_numpy().save_file(hf_tensors(params, layout), str(path), metadata={"format": "pt"})

@@ -272,10 +272,15 @@ class GPT:
         h, _ = norm_forward(x, self.params, "final_norm", self.config)  # (B,[T,]C)
         return h @ self._unembedding().T  # (B,[T,]C) @ (C,V) -> (B,[T,]V)
 
-    def new_kv_cache(self, batch_size: int) -> KVCache:
-        """An empty cache of keys and values for ``batch_size`` sequences of up to ``max_seq_len``."""
+    def new_kv_cache(self, batch_size: int, max_len: int | None = None) -> KVCache:
+        """An empty cache of keys and values for ``batch_size`` sequences of up to ``max_len`` positions
+        (default and at most ``max_seq_len``)."""
         check_positive_int(batch_size, "batch_size")
-        return KVCache(get_xp(*self.params.values()), batch_size, self.config, self.dtype)
+        if max_len is not None:
+            check_positive_int(max_len, "max_len")
+            if max_len > self.config.max_seq_len:
+                raise ValueError(f"max_len {max_len} exceeds max_seq_len {self.config.max_seq_len}")
+        return KVCache(get_xp(*self.params.values()), batch_size, self.config, self.dtype, max_len)
 
     # -------------------------------------------------------------- parameters
 
@@ -319,10 +324,10 @@ class GPT:
             raise TypeError(f"kv_cache must come from new_kv_cache, got {type(kv_cache).__name__}")
         if ids_shape[0] != kv_cache.batch_size:
             raise ValueError(f"token_ids batch {ids_shape[0]} != kv_cache batch {kv_cache.batch_size}")
-        if kv_cache.length + ids_shape[1] > self.config.max_seq_len:
+        if kv_cache.length + ids_shape[1] > kv_cache.max_seq_len:
             raise ValueError(
-                f"kv_cache holds {kv_cache.length} positions; {ids_shape[1]} more would "
-                f"exceed max_seq_len {self.config.max_seq_len}"
+                f"kv_cache holds {kv_cache.length} positions; {ids_shape[1]} more would exceed the "
+                f"{kv_cache.max_seq_len} it was made for (the model's max_seq_len is {self.config.max_seq_len})"
             )
         return kv_cache.length
 

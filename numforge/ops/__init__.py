@@ -8,4 +8,9 @@ stage, the logit lens, the inspector page), which show what a cache holds, by na
 ``exp(S - lse)``), ``LayerNormCache.x``, ``LinearCache.x``, the activations' inputs, ... Renaming or
 repurposing a field is a change of the public interface, made together with its readers (the study
 tests fail otherwise).
+
+Every op file is also an exercise (``numforge gradcheck --write-exercise``, ``gradcheck/exercise.py``)
+as soon as a gradient-check case names its backward; the exercise removes the backward, the helpers
+only it uses, its docstring, and every paragraph or section of the module docstring that begins with
+"Backward": that is where a module docstring states the backward's formulas.
 """

@@ -35,7 +35,7 @@ def relu_forward(x):
 
 def relu_backward(dy, cache: ReluCache):
     """dx = dy * [x > 0]  (the derivative at exactly 0 is taken as 0)."""
-    return dy * cache.positive
+    return dy * cache.positive  # forward: y = x * [x > 0]
 
 
 # ---------------------------------------------------------------- GELU
@@ -152,7 +152,7 @@ def swiglu_forward(gate, up):
 def swiglu_backward(dy, cache: SwigluCache):
     """dgate = dy * up * sigma(g) (1 + g (1 - sigma(g))),   dup = dy * silu(g)."""
     gate, up, s = cache.gate, cache.up, cache.sigmoid_gate
-    # forward: y = g sigma(g) up, and d(g sigma(g))/dg = sigma + g sigma (1 - sigma)
+    # forward: y = g sigma(g) up, so d(g sigma(g))/dg = sigma + g sigma (1 - sigma)
     dsilu = 1.0 - s
     dsilu *= gate
     dsilu += 1.0

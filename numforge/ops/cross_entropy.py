@@ -3,7 +3,8 @@
 For one row of logits z (V,) and target t:  loss_row = logsumexp(z) - z[t].
 The loss is the mean of loss_row over the rows whose target is not
 ``ignore_index``; when every row is ignored the loss is 0 and so are the gradients.
-The gradient of one counted row is (softmax(z) - onehot(t)) * dloss / count.
+
+Backward: the gradient of one counted row is (softmax(z) - onehot(t)) * dloss / count.
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ def cross_entropy_forward(logits, targets, ignore_index: int = -1):
 
 def cross_entropy_backward(dloss, cache: CrossEntropyCache):
     """dlogits = (softmax(z) - onehot(t)) * dloss / count on counted rows, 0 on ignored rows."""
-    coef = _coef(dloss, cache.count)
+    coef = _coef(dloss, cache.count)  # forward: loss = (sum of counted rows' losses) / count
     dlogits = _softmax_minus_onehot(cache.exp_shifted, cache.total, cache.targets, cache.valid, coef)  # new (N, V)
     return dlogits.reshape(cache.logits_shape)  # (N, V) -> (B, T, V)
 
@@ -262,7 +263,7 @@ def tied_cross_entropy_with_grads(h, table, targets, ignore_index: int = -1, chu
 
 def scale_tied_cross_entropy_grads(dloss, cache: TiedCrossEntropyGrads):
     """(dh, dtable) = (dh_of_sum, dtable_of_sum) * dloss / count: new arrays, the cache is left as it is."""
-    coef = _coef(dloss, cache.count)
+    coef = _coef(dloss, cache.count)  # forward: loss = (sum of counted rows' losses) / count
     return (cache.dh_of_sum * coef).reshape(cache.h_shape), cache.dtable_of_sum * coef  # (N, C) -> (B, T, C)
 
 

@@ -45,10 +45,17 @@ large as ``O``). Then, for each tile pair (queries ``I``, keys ``J``)::
     dS    = P * (dP - D_I)
     dQ_I += s dS K_J,  dK_J += s dS^T Q_I
 
+Two subtractions ride inside the products: the backward builds ``[Q_I, -L_I log2 e]``
+and ``[(s log2 e) K_J^T; 1]``, whose product is ``S2 - L2``, and ``[dO_I, -D_I]`` and
+``[V_J^T; 1]``, whose product is ``dP - D``: one more column in each product instead
+of a pass over the tile (without dropout, whose ``Z`` multiplies ``dP`` before ``D``
+is subtracted).
+
 How the code runs it
 --------------------
-The same sums, rewritten three ways that change only rounding (measured in
-``ops/WHY_FAST.md``; derived in ``demos/derivations/flash_attention.md``):
+The same sums, rewritten in ways that change only rounding (measured in
+``ops/WHY_FAST.md``; derived in ``demos/derivations/flash_attention.md``), the
+subtractions inside the backward's products above and two more:
 
 - Key tile first: both passes loop over the key tiles outside and the query
   tiles that see each one inside (``_query_tiles``). Every query row still
@@ -59,11 +66,6 @@ The same sums, rewritten three ways that change only rounding (measured in
 - Base 2: the scores are ``S2 = S log2(e)`` (the factor rides on ``K^T``), so
   every exponential is ``exp2(S2 - m2) = exp(S - m)``, which NumPy runs about
   2.5x faster than ``exp`` in float32. ``L`` stays in natural log.
-- Subtractions inside products: the backward builds ``[Q_I, -L_I log2 e]`` and
-  ``[(s log2 e) K_J^T; 1]``, whose product is ``S2 - L2``, and ``[dO_I, -D_I]``
-  and ``[V_J^T; 1]``, whose product is ``dP - D``: one more column in each
-  product instead of a pass over the tile (without dropout, whose ``Z``
-  multiplies ``dP`` before ``D`` is subtracted).
 
 Dropout
 -------
@@ -72,13 +74,14 @@ With ``dropout_p = p > 0`` the weights are dropped after the softmax,
 up to the factor ``exp(m_final - m) / l`` while the tiles stream by, but
 dropping commutes with a per-row factor, so the forward drops the unnormalized
 tile, ``acc += (P_t * Z_t) V_t``, while ``l`` still sums the undropped
-``P_t`` (the softmax's normalization does not see dropout). Backward:
-``dV += (P Z)^T dO``, ``dP = (dO V^T) * Z``, and ``D = rowsum(dO * O)`` still
-equals ``rowsum(P * dP)`` (``O`` is the dropped output). No mask is stored:
+``P_t`` (the softmax's normalization does not see dropout). No mask is stored:
 ``ops/_attention_dropout.py`` draws each tile's mask from a counter-based
 generator keyed by (seed, batch, query head, mask block), so the backward draws the
 same one again, and plain attention, drawing its whole ``(Tq, Tk)`` mask from
 the same blocks, drops the same weights.
+
+Backward with dropout: ``dV += (P Z)^T dO``, ``dP = (dO V^T) * Z``, and
+``D = rowsum(dO * O)`` still equals ``rowsum(P * dP)`` (``O`` is the dropped output).
 
 Grouped-query attention
 -----------------------
@@ -91,17 +94,20 @@ it stacks the ``G`` query heads of a group row by row, position by position,
 key tile meets the whole group in one product::
 
     S    = [Q_I of G heads, stacked] (s K_J)^T            (nq G, nk)
-    dV_J += P^T dO_I   and   dK_J += s dS^T Q_I           inner size nq G
 
-The products of the backward sum over the group inside themselves: ``dK_J``
-of the shared head is the sum of the ``G`` heads' ``s dS^T Q_I``, the
-gradient of a variable used ``G`` times (``demos/derivations/gqa.md``). The
-running statistics, ``out`` and ``L`` follow the stacked rows; a causal tile
+The running statistics, ``out`` and ``L`` follow the stacked rows; a causal tile
 masks a stacked row by its position, and the dropout mask of a row is still
 drawn for its own query head. The stacking copies ``q`` (and ``dO``, ``L``,
 ``D`` in the backward) once, and ``o``, ``dq`` back, per part; with ``G = 1``
 (``H_kv = H``) it is the heads themselves, no copy, and every step is the
 multi-head kernel's.
+
+Backward with grouped-query attention: the products of the backward sum over
+the group inside themselves, ``dK_J`` of the shared head being the sum of the
+``G`` heads' ``s dS^T Q_I``, the gradient of a variable used ``G`` times
+(``demos/derivations/gqa.md``)::
+
+    dV_J += P^T dO_I   and   dK_J += s dS^T Q_I           inner size nq G
 
 Causal masking (bottom-right aligned: query ``i`` sees keys ``j <= i + Tk - Tq``)
 skips every key tile that lies wholly above the diagonal (about half the work

@@ -82,13 +82,14 @@ def max_difference(weights: list[np.ndarray], oracle: list[np.ndarray]) -> float
 
 
 def format_matrix(matrix: np.ndarray, labels: list[str], masked: np.ndarray | None = None) -> str:
-    """One ``(T,T)`` matrix, rows = queries, columns = keys. With ``masked`` ``(T,T)`` (the weights):
-    masked entries blank and each row's sum at the end; without (the scores): every entry."""
+    """One ``(T,T)`` matrix, rows = queries, columns = keys, labelled with the tokens as ``shown_token``
+    writes them (``prompt.shown``). With ``masked`` ``(T,T)`` (the weights): masked entries blank and each
+    row's sum at the end; without (the scores): every entry."""
     hidden = np.zeros(matrix.shape, dtype=bool) if masked is None else masked
     rows = []
     for i, label in enumerate(labels):
         cells = tuple("" if hidden[i, j] else f"{matrix[i, j]:.3f}" for j in range(matrix.shape[1]))
         total = () if masked is None else (f"{float(matrix[i][~hidden[i]].sum()):.4f}",)
-        rows.append((repr(label)[:16], *cells, *total))
-    header = ("query \\ key", *(repr(label)[:8] for label in labels), *(() if masked is None else ("row sum",)))
+        rows.append((label[:16], *cells, *total))
+    header = ("query \\ key", *(label[:8] for label in labels), *(() if masked is None else ("row sum",)))
     return format_table(header, rows, align=("left",) + ("right",) * (len(header) - 1))

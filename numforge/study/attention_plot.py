@@ -8,7 +8,8 @@ from ..atomic import atomic_path
 
 
 def plot_attention_grid(path, matrices: dict, labels: list[str], title: str) -> None:
-    """Draw ``{(layer, head): (T,T) array}`` as a grid of heatmaps to the PNG ``path``, atomically.
+    """Draw ``{(layer, head): (T,T) array}`` as a grid of heatmaps to the PNG ``path``, atomically;
+    ``labels`` are the tokens as ``shown_token`` writes them (``prompt.shown``).
 
     Rows are queries, columns keys; NaN entries (the causal mask's upper
     triangle) are left blank. Every panel shares one color scale.
@@ -28,15 +29,14 @@ def plot_attention_grid(path, matrices: dict, labels: list[str], title: str) -> 
     size = max(2.2, 0.32 * T + 1.2)  # inches per panel
     figsize = (size * len(heads), size * len(layers) + 0.6)  # + room for the title and the key labels
     fig, axes = plt.subplots(len(layers), len(heads), figsize=figsize, squeeze=False, layout="constrained")
-    names = [repr(text)[1:-1].replace(" ", "\u00b7") for text in labels]  # no quotes; spaces as middle dots
     image = None
     for r, layer in enumerate(layers):
         for c, head in enumerate(heads):
             ax = axes[r][c]
             image = ax.imshow(np.ma.masked_invalid(matrices[layer, head]), cmap="viridis", vmin=low, vmax=high)
             ax.set_title(f"layer {layer}, head {head}", fontsize=9)
-            ax.set_xticks(range(T), names, rotation=90, fontsize=7)
-            ax.set_yticks(range(T), names, fontsize=7)
+            ax.set_xticks(range(T), labels, rotation=90, fontsize=7)
+            ax.set_yticks(range(T), labels, fontsize=7)
             if r == len(layers) - 1:
                 ax.set_xlabel("key", fontsize=8)
             if c == 0:

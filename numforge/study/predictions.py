@@ -31,7 +31,7 @@ import numpy as np
 from ..backend import to_numpy
 from ..model.layers import norm_forward
 from ..table import format_table
-from .prompt import token_label
+from .prompt import shown_token
 
 CHUNK_ROWS = 64  # rows unembedded at once: (64, V) float64 is 26 MB for GPT-2's V = 50257
 
@@ -55,17 +55,29 @@ class LensRow(NamedTuple):
     top: tuple[tuple[tuple[int, float], ...], ...]  # (T,) positions, each (id, probability) most probable first
 
 
+def unembed_logits(rows, table) -> np.ndarray:
+    """The logits ``rows @ table^T`` (in the model's dtype), as float64 NumPy: ``(n,C) @ (C,V) -> (n,V)``."""
+    return to_numpy(rows @ table.T).astype(np.float64)
+
+
 def unembed_log_probs(rows, table):
     """Yield ``(start, log_probs)``: float64 log-softmax of ``rows @ table^T``, ``CHUNK_ROWS`` rows at a time."""
     for start in range(0, rows.shape[0], CHUNK_ROWS):
-        logits = to_numpy(rows[start : start + CHUNK_ROWS] @ table.T).astype(np.float64)  # (n,C) @ (C,V) -> (n,V)
+        logits = unembed_logits(rows[start : start + CHUNK_ROWS], table)  # (n,C) @ (C,V) -> (n,V)
         top = logits.max(axis=1, keepdims=True)  # (n,1)
         yield start, logits - (top + np.log(np.exp(logits - top).sum(axis=1, keepdims=True)))  # (n,V)
 
 
 def top_k(log_probs, k: int) -> tuple[tuple[int, float], ...]:
-    """The ``k`` most probable ``(id, probability)`` of one row ``(V,)``, most probable first (ties: lower id)."""
-    best = np.argsort(-log_probs, kind="stable")[:k]
+    """The ``k`` most probable ``(id, probability)`` of one row ``(V,)``, most probable first (ties: lower id).
+
+    The order of ``np.argsort(-log_probs, kind="stable")[:k]`` (the oracle in the tests), found without sorting
+    the whole row: a partition finds the k-th largest value, and only the ids at or above it are sorted.
+    """
+    k = min(k, log_probs.size)
+    kth = np.partition(log_probs, log_probs.size - k)[log_probs.size - k]  # the k-th largest value
+    candidates = np.flatnonzero(log_probs >= kth)  # ascending ids: the k best and every tie of the k-th
+    best = candidates[np.argsort(-log_probs[candidates], kind="stable")[:k]]
     return tuple((int(i), float(np.exp(log_probs[i]))) for i in best)
 
 
@@ -120,7 +132,7 @@ def logit_lens(model, prompt, k: int = 3) -> list[LensRow]:
 
 
 def _cell(tokenizer, token_id: int, width: int) -> str:
-    text = repr(token_label(tokenizer, token_id))
+    text = shown_token(tokenizer, token_id)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 

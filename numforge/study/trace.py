@@ -145,6 +145,22 @@ def _qkv_stages(layer: str, at: str, attention) -> list[Stage]:
     return stages
 
 
+def at_position(array, position: int, T: int) -> np.ndarray | None:
+    """The part of a stage's array (forward or backward) at ``position`` of a one-sequence pass, float64 NumPy:
+    ``(1,T,X) -> (X,)``, rows ``(T,X) -> (X,)`` (``N = B*T`` with ``B = 1``), ``(1,H,T,D) -> (H,D)``;
+    None for an array with no position axis (the loss)."""
+    shape = tuple(array.shape)
+    if len(shape) == 4 and shape[0] == 1 and shape[2] == T:
+        part = array[0, :, position]  # (1,H,T,D) -> (H,D)
+    elif len(shape) == 3 and shape[:2] == (1, T):
+        part = array[0, position]  # (1,T,X) -> (X,)
+    elif len(shape) == 2 and shape[0] == T:
+        part = array[position]  # (T,X) -> (X,)
+    else:
+        return None
+    return to_numpy(part).astype(np.float64)
+
+
 def _pre_activations(activation_cache):
     """``(name, field, array)`` of the MLP's pre-activation arrays that the activation cache holds."""
     fields = activation_cache._fields
@@ -159,8 +175,8 @@ def _pre_activations(activation_cache):
 
 
 def format_tokens(prompt) -> str:
-    """The prompt's tokens: position, id, text."""
-    rows = [(str(t), str(i), repr(text)) for t, (i, text) in enumerate(zip(prompt.ids, prompt.tokens))]
+    """The prompt's tokens: position, id, the token as ``shown_token`` writes it."""
+    rows = [(str(t), str(i), shown) for t, (i, shown) in enumerate(zip(prompt.ids, prompt.shown))]
     return format_table(("position", "id", "token"), rows, align=("right", "right", "left"))
 
 

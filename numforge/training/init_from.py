@@ -1,7 +1,7 @@
 """``numforge train --init-from SRC``: a new run that starts from a pretrained model (fine-tuning).
 
 SRC is anything ``checkpoint.load_model`` reads: a numforge run or checkpoint,
-or a Hugging Face GPT-2 directory. The run takes SRC's weights, shape and
+or a Hugging Face directory (GPT-2, Llama, Mistral, Qwen2, Qwen3). The run takes SRC's weights, shape and
 tokenizer; AdamW, the schedule and the batches start fresh. Shape flags may
 be given only if they agree with SRC; ``--dropout`` and ``--attention`` set
 the new run's. The sequence length is by default the smaller of the usual

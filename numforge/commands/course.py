@@ -1,0 +1,28 @@
+"""``numforge course``: the course's exercises and which of them the files in a directory pass.
+
+Each exercise file (``numforge gradcheck --write-exercise NAME --out FILE``)
+is graded as ``numforge gradcheck --impl FILE`` grades it; exercises with no
+file are listed with the command that starts them (``gradcheck/progress.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..checks import path_flag
+from ..gradcheck.progress import format_progress, progress
+from . import EXIT_FAILED
+
+HELP = "which exercises of the course the exercise files in a directory pass"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dir", metavar="DIR", type=path_flag, default=".", help="where the exercise files are (default: here)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    rows = progress(args.dir)
+    print(format_progress(rows))
+    return 0 if all(row.done for row in rows) else EXIT_FAILED

@@ -1,0 +1,359 @@
+"""The Llama family: Llama, Mistral, Qwen2 and Qwen3 ``config.json`` <-> ``GPTConfig``, and where their tensors lie.
+
+SmolLM2 and TinyLlama are ``llama``; Llama 3.2 is ``llama`` with ``rope_scaling`` ``llama3``. Every
+model of the family has RMSNorm (a weight, no bias), rotary positions in Llama's ``rotate_half``
+layout, SwiGLU (``hidden_act: silu``) and unscaled embeddings. The fields, the same in all four::
+
+    vocab_size, hidden_size, intermediate_size     vocab_size, d_model, d_ff
+    num_hidden_layers, num_attention_heads         num_layers, num_heads
+    num_key_value_heads, head_dim                  num_kv_heads, head_dim (grouped-query attention)
+    max_position_embeddings, rms_norm_eps          max_seq_len, norm_eps
+    rope_parameters (transformers 5), or           rope_theta, rope_scaling: default (None), linear, llama3
+      rope_theta + rope_scaling (older files)
+    tie_word_embeddings                            tie_weights
+
+and what differs by ``model_type`` (``FAMILIES``): Llama's ``attention_bias`` (q, k, v, o) and
+``mlp_bias``; Mistral's ``sliding_window`` (null, or not shorter than ``max_position_embeddings``:
+then no query ever reaches past it); Qwen2's q/k/v biases (always; none on o_proj) and
+``use_sliding_window``; Qwen3's ``attention_bias``, its ``q_norm``/``k_norm`` over each head before
+the rotation (``qk_norm``, ``"before_rope"``), its ``head_dim`` (128 when absent). A field missing
+from a file takes the value the family's transformers class gives it.
+
+Refused by name, from config.json alone (before any weight is read): another ``hidden_act``,
+another rope type (``yarn``, ``dynamic``, ``longrope``, ...), a ``partial_rotary_factor`` below 1, a
+sliding window shorter than the context, mixture-of-experts fields (``num_local_experts``,
+``num_experts``). Other fields (dropouts, token ids, ``initializer_range``, ``use_cache``, ...) do
+not change what the model computes and are ignored, as the transformers classes ignore fields they
+do not read.
+
+Tensors (``*ForCausalLM`` prefixes all but ``lm_head`` with ``model.``), ``nn.Linear`` weights as
+``(out, in)``, transposed to numforge's ``(in, out)``; q, k and v side by side in ``attn.qkv_proj``::
+
+    embed_tokens.weight (V,C)                              token_embedding
+    layers.{i}.input_layernorm.weight                      layers.{i}.pre_attn_norm.weight
+    layers.{i}.self_attn.{q,k,v}_proj.weight|bias          layers.{i}.attn.qkv_proj.weight|bias
+    layers.{i}.self_attn.o_proj.weight|bias                layers.{i}.attn.out_proj.weight|bias
+    layers.{i}.self_attn.{q,k}_norm.weight (D,)            layers.{i}.attn.{q,k}_norm.weight
+    layers.{i}.post_attention_layernorm.weight             layers.{i}.pre_mlp_norm.weight
+    layers.{i}.mlp.{gate,up,down}_proj.weight|bias         layers.{i}.mlp.{gate,up,down}_proj.weight|bias
+    norm.weight, lm_head.weight (V,C)                      final_norm.weight, lm_head.weight (untied only)
+
+Older files may hold each layer's ``rotary_emb.inv_freq`` buffer: not a parameter, skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import numpy as np
+
+from ..model import GPTConfig, parameter_shapes
+from ..tokenizer import BPETokenizer
+from ..tokenizer.pipeline import Pipeline
+from ..tokenizer.pretokenize import QWEN2_SPLIT_PATTERN
+from .weights import Layout, Stored, linear
+
+REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+ROPE_TYPES = ("default", "linear", "llama3")
+MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")  # Mixtral's, Qwen-MoE's, DeepSeek's
+MOE_MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "olmoe", "phimoe")
+
+
+class Family(NamedTuple):
+    """What one ``model_type``'s transformers class builds beyond the shared fields."""
+
+    architecture: str  # the *ForCausalLM class
+    bias_fields: dict[str, tuple[str, ...]]  # config.json field -> the GPTConfig bias switches it sets
+    fixed_biases: dict[str, bool]  # GPTConfig bias switch -> what the class always has
+    qk_norm: bool  # q_norm, k_norm before the rotation
+    window: str | None  # how sliding_window applies: "always", "use_sliding_window", or None (never read)
+    defaults: dict  # config.json field -> the class's value when the file lacks it
+
+
+SHARED_DEFAULTS = {
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False,
+    "hidden_act": "silu",
+    "num_key_value_heads": None,  # None: num_attention_heads
+    "head_dim": None,  # None: hidden_size / num_attention_heads
+}
+FAMILIES = {
+    "llama": Family(
+        "LlamaForCausalLM",
+        {"attention_bias": ("qkv_bias", "out_bias"), "mlp_bias": ("mlp_bias",)},
+        {},
+        qk_norm=False,
+        window=None,
+        defaults={"max_position_embeddings": 2048},
+    ),
+    "mistral": Family(
+        "MistralForCausalLM",
+        {},
+        {"qkv_bias": False, "out_bias": False, "mlp_bias": False},
+        qk_norm=False,
+        window="always",
+        defaults={"max_position_embeddings": 131072, "num_key_value_heads": 8, "sliding_window": 4096},
+    ),
+    "qwen2": Family(
+        "Qwen2ForCausalLM",
+        {},
+        {"qkv_bias": True, "out_bias": False, "mlp_bias": False},
+        qk_norm=False,
+        window="use_sliding_window",
+        defaults={"max_position_embeddings": 32768, "num_key_value_heads": 32, "sliding_window": 4096},
+    ),
+    "qwen3": Family(
+        "Qwen3ForCausalLM",
+        {"attention_bias": ("qkv_bias", "out_bias")},
+        {"mlp_bias": False},
+        qk_norm=True,
+        window="use_sliding_window",
+        defaults={"max_position_embeddings": 32768, "num_key_value_heads": 32, "head_dim": 128, "sliding_window": 4096},
+    ),
+}
+FAMILY_NAMES = "Llama, Mistral, Qwen2 and Qwen3"
+
+
+def config_from_hf(d: dict, source: str) -> GPTConfig:
+    """The ``GPTConfig`` of a Llama-family config dict (``model_type`` a key of ``FAMILIES``); ``source``
+    names it in errors."""
+    family = FAMILIES[d["model_type"]]
+    d = {**SHARED_DEFAULTS, **family.defaults, **d}
+    missing = [field for field in REQUIRED if field not in d]
+    if missing:
+        raise ValueError(f"{source}: missing fields {missing}")
+    for field in MOE_FIELDS:
+        if d.get(field) not in (None, 0):
+            raise ValueError(
+                f"{source}: {field} is {d[field]!r}: a mixture of experts, which numforge does not run (dense "
+                "models only)"
+            )
+    if d["hidden_act"] != "silu":
+        raise ValueError(f"{source}: hidden_act is {d['hidden_act']!r}; numforge runs this family only with 'silu'")
+    context = d["max_position_embeddings"]
+    _check_window(d, family, source, context)
+    theta, scaling = rope_from_hf(d, source, context)
+    biases = dict(family.fixed_biases)
+    for field, switches in family.bias_fields.items():
+        biases.update(dict.fromkeys(switches, d.get(field, False)))
+    everywhere = all(value is True for value in biases.values())
+    # numforge's own spelling: use_bias for biases everywhere, else no biases but the switches set
+    switches = {} if everywhere else {switch: None if value is False else value for switch, value in biases.items()}
+    try:
+        return GPTConfig(
+            vocab_size=d["vocab_size"],
+            max_seq_len=context,
+            d_model=d["hidden_size"],
+            num_heads=d["num_attention_heads"],
+            num_layers=d["num_hidden_layers"],
+            d_ff=d["intermediate_size"],
+            activation="swiglu",
+            norm="rmsnorm",
+            norm_eps=d["rms_norm_eps"],
+            position="rope",
+            rope_theta=theta,
+            rope_scaling=scaling,
+            num_kv_heads=d["num_key_value_heads"],
+            head_dim=d["head_dim"],
+            qk_norm=family.qk_norm,
+            use_bias=everywhere,
+            tie_weights=d["tie_word_embeddings"],
+            **switches,
+        )
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"{source}: {error}") from None
+
+
+def _check_window(d: dict, family: Family, source: str, context: int) -> None:
+    """A sliding window must not be shorter than the context: query t sees the keys t - W < s <= t, all of them
+    when t < W. Qwen's applies only with ``use_sliding_window``, to the layers ``layer_types`` says slide
+    (by default those from ``max_window_layers`` on)."""
+    if family.window is None:
+        return
+    window = d["sliding_window"]
+    if family.window == "use_sliding_window":
+        if not d.get("use_sliding_window", False):
+            return
+        layers = d.get("layer_types") or [
+            "sliding_attention" if i >= d.get("max_window_layers", 28) else "full_attention"
+            for i in range(d["num_hidden_layers"])
+        ]
+        if "sliding_attention" not in layers:
+            return
+    if window is not None and window < context:
+        raise ValueError(
+            f"{source}: sliding_window is {window}, shorter than the context (max_position_embeddings {context}); "
+            f"numforge attends to the whole context. To run this model exactly on up to {window} tokens, set "
+            f"max_position_embeddings to {window} in a copy of config.json"
+        )
+
+
+def rope_from_hf(d: dict, source: str, context: int) -> tuple[float, dict | None]:
+    """``(rope_theta, rope_scaling)`` as numforge's config takes them, read as transformers 5 reads them: the
+    older ``rope_scaling`` when set, else ``rope_parameters``; ``rope_theta`` inside it, else beside it, else
+    10,000; rope type ``default`` is no scaling; llama3's ``original_max_position_embeddings`` defaults to the
+    context."""
+    field = "rope_scaling" if d.get("rope_scaling") else "rope_parameters"
+    params = d.get(field) or {}
+    if not isinstance(params, dict) or any(isinstance(value, dict) for value in params.values()):
+        raise ValueError(f"{source}: {field} must be one object of rope settings, got {params!r}")
+    params = dict(params)
+    theta = params.pop("rope_theta", d.get("rope_theta", 10000.0))
+    partial = params.pop("partial_rotary_factor", d.get("partial_rotary_factor", 1.0))
+    if partial != 1.0:
+        raise ValueError(f"{source}: partial_rotary_factor is {partial!r}; numforge rotates every feature (1.0)")
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind not in ROPE_TYPES:
+        raise ValueError(f"{source}: {field}'s rope_type is {kind!r}; numforge runs {', '.join(map(repr, ROPE_TYPES))}")
+    if kind == "default":
+        extra = sorted(set(params) - {"rope_type", "type"})
+        if extra:
+            raise ValueError(f"{source}: {field} of rope_type 'default' has fields {extra}, which it does not take")
+        return theta, None
+    if kind == "llama3":
+        params["original_max_position_embeddings"] = d.get(
+            "original_max_position_embeddings", params.get("original_max_position_embeddings", context)
+        )
+    return theta, params
+
+
+def family_of(config: GPTConfig) -> str:
+    """The ``model_type`` that expresses ``config`` exactly (``llama``, ``qwen2`` or ``qwen3``), or a
+    ``ValueError`` naming the first option none of the family can express."""
+    fixed = {
+        "norm": (config.norm, "rmsnorm"),
+        "norm_weight": (config.norm_weight, True),
+        "position": (config.position, "rope"),
+        "activation": (config.activation, "swiglu"),
+        "scale_embeddings": (config.scale_embeddings, False),
+    }
+    for option, (value, needed) in fixed.items():
+        if value != needed:
+            raise ValueError(f"{FAMILY_NAMES} cannot express {option}={value!r} (they need {needed!r})")
+    qkv, out, mlp = (config.has_bias(switch) for switch in ("qkv_bias", "out_bias", "mlp_bias"))
+    if config.qk_norm:
+        if config.qk_norm_order != "before_rope":
+            raise ValueError(
+                f"{FAMILY_NAMES} cannot express qk_norm_order={config.qk_norm_order!r} (Qwen3 normalizes q and k "
+                "before the rotation)"
+            )
+        if qkv != out or mlp:
+            raise ValueError(
+                f"{FAMILY_NAMES} cannot express QK-norm with qkv_bias={qkv}, out_bias={out}, mlp_bias={mlp} (Qwen3's "
+                "attention_bias sets q, k, v and o together; its MLP has no bias)"
+            )
+        return "qwen3"
+    if qkv and not out and not mlp:
+        return "qwen2"
+    if qkv != out:
+        raise ValueError(
+            f"{FAMILY_NAMES} cannot express qkv_bias={qkv} with out_bias={out} (Llama's attention_bias sets q, k, v "
+            "and o together; Qwen2 has q, k, v biases and no others)"
+        )
+    return "llama"
+
+
+# What transformers 5's Qwen2Tokenizer cuts text with: it rebuilds every qwen2 directory's tokenizer with NFC and
+# Qwen2's split pattern (then ByteLevel, no BOS, no ignore_merges), whatever the directory's tokenizer.json says.
+QWEN2_REBUILT = Pipeline(
+    {"type": "NFC"},
+    {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": QWEN2_SPLIT_PATTERN}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+    ]},
+)  # fmt: skip
+
+
+def as_exported(config: GPTConfig, params: dict, tokenizer: BPETokenizer) -> tuple[GPTConfig, dict]:
+    """The model to write: ``config`` and ``params`` themselves, except for Qwen2's shape (q/k/v biases only) with
+    a tokenizer transformers would cut differently in a qwen2 directory (``QWEN2_REBUILT``: numforge's own
+    tokenizers, with GPT-2's pattern): that one is written as the Llama it equals, attention biases on q, k, v
+    and o, the o_proj bias zero, so that ``AutoTokenizer`` reads its tokenizer.json as it is."""
+    try:
+        qwen2 = family_of(config) == "qwen2"
+    except ValueError:
+        return config, params  # not the Llama family's: GPT-2's, or refused by config_to_hf
+    rebuilt_alike = (
+        tokenizer.pipeline is not None
+        and tokenizer.pipeline.nfc == QWEN2_REBUILT.nfc
+        and [step.name for step in tokenizer.pipeline.steps] == [step.name for step in QWEN2_REBUILT.steps]
+    )
+    prompt = tokenizer.prompt
+    if not qwen2 or (
+        rebuilt_alike and not tokenizer.ignore_merges and not (prompt and (prompt.prefix or prompt.suffix))
+    ):
+        return config, params
+    zero = {
+        f"layers.{i}.attn.out_proj.bias": np.zeros(config.d_model, dtype=params["token_embedding"].dtype)
+        for i in range(config.num_layers)
+    }
+    config = dataclasses.replace(config, out_bias=True)
+    return config, {name: {**params, **zero}[name] for name in parameter_shapes(config)}
+
+
+def config_to_hf(config: GPTConfig, special_ids: dict) -> dict:
+    """The config.json of ``config`` as the family member that expresses it (``family_of``) would save it in
+    transformers 5; ``special_ids`` may name ``bos_token_id`` / ``eos_token_id``."""
+    model_type = family_of(config)
+    scaling = config.rope_scaling or {"rope_type": "default"}
+    biases = {field: config.has_bias(switches[0]) for field, switches in FAMILIES[model_type].bias_fields.items()}
+    window = {"use_sliding_window": False, "sliding_window": None} if FAMILIES[model_type].window else {}
+    return {
+        "architectures": [FAMILIES[model_type].architecture],
+        "model_type": model_type,
+        "vocab_size": config.vocab_size,
+        "hidden_size": config.d_model,
+        "intermediate_size": config.d_ff,
+        "num_hidden_layers": config.num_layers,
+        "num_attention_heads": config.num_heads,
+        "num_key_value_heads": config.num_kv_heads,
+        "head_dim": config.head_dim,
+        "max_position_embeddings": config.max_seq_len,
+        "rms_norm_eps": config.norm_eps,
+        "hidden_act": "silu",
+        "tie_word_embeddings": config.tie_weights,
+        "rope_parameters": {**scaling, "rope_theta": config.rope_theta},
+        **biases,
+        **window,
+        "attention_dropout": 0.0,  # numforge drops the embeddings and each branch's output, not Llama's way
+        "initializer_range": 0.02,
+        **special_ids,
+    }
+
+
+LAYER_NAMES = {  # numforge's name inside layers.{i}. -> the family's inside layers.{i}.: one tensor or q|k|v
+    "pre_attn_norm": ("input_layernorm",),
+    "attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    "attn.out_proj": ("self_attn.o_proj",),
+    "attn.q_norm": ("self_attn.q_norm",),
+    "attn.k_norm": ("self_attn.k_norm",),
+    "pre_mlp_norm": ("post_attention_layernorm",),
+    "mlp.gate_proj": ("mlp.gate_proj",),
+    "mlp.up_proj": ("mlp.up_proj",),
+    "mlp.down_proj": ("mlp.down_proj",),
+}
+TOP_NAMES = {
+    "token_embedding": "embed_tokens.weight",
+    "final_norm.weight": "norm.weight",
+    "lm_head.weight": "lm_head.weight",
+}
+
+
+def layout(config: GPTConfig) -> Layout:
+    """Where every parameter of ``config`` lies in the family's files (module docstring)."""
+    H, H_kv, D = config.num_heads, config.num_kv_heads, config.head_dim
+    tensors = {}
+    for name, shape in parameter_shapes(config).items():
+        if name in TOP_NAMES:
+            tensors[name] = Stored((TOP_NAMES[name],), (shape,))  # (V,C) both ways; norms (C,)
+            continue
+        _, i, rest = name.split(".", 2)
+        short, kind = rest.rsplit(".", 1)
+        names = tuple(f"layers.{i}.{part}.{kind}" for part in LAYER_NAMES[short])
+        if short.endswith("norm"):
+            tensors[name] = Stored(names, (shape,))
+        else:
+            widths = (H * D, H_kv * D, H_kv * D) if short == "attn.qkv_proj" else None
+            tensors[name] = linear(names, shape, widths)
+    return Layout(FAMILY_NAMES, tensors, "model.", (".rotary_emb.inv_freq",))

@@ -1,0 +1,363 @@
+"""``numforge studio``: a local web server over the study views (``views.py``), safe by construction.
+
+The standard library's ``http.server`` serves it: one page, two static files
+(``web/studio.js``, ``web/studio.css``) and a handful of JSON routes (``ROUTES``),
+each a thin call of a view function. Nothing here computes: every number
+comes from the study functions, on the model chosen when the server starts.
+
+What keeps it safe:
+
+- it listens on ``127.0.0.1`` unless told otherwise (``numforge studio --host``
+  warns); a request whose ``Host`` header is not this server's own name and
+  port is refused, so a web page served from elsewhere cannot reach it
+  through a DNS name it re-points at 127.0.0.1 (DNS rebinding);
+- a random token (``secrets.token_urlsafe``) is part of the URL it prints; the
+  page and every API call must carry it (``?token=`` or the
+  ``X-Numforge-Token`` header); a request with an ``Origin`` other than its own
+  is refused, and a POST must say ``Content-Type: application/json``, which a
+  plain HTML form cannot send;
+- bodies are bounded (``MAX_BODY`` bytes, with a ``Content-Length``), prompts
+  by the model's context; the client names no file (the model and the run are
+  chosen at start), only routes from a fixed table;
+- one model call at a time (``Studio.lock``); reading a request happens
+  before the lock, and a connection silent for ``timeout`` seconds is closed;
+- every error is a JSON ``{"error": message}`` with a 4xx status (a bug: 500
+  with the exception's type; the traceback goes to the server's stderr, never
+  to the page); the page inserts every string as text (``textContent``) and is
+  served with a Content-Security-Policy that allows only its own script.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import math
+import secrets
+import socket
+import sys
+import threading
+import traceback
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from ..checkpoint import checkpoint_step, latest_checkpoint_dir, load_model
+from ..checks import check_positive_int, is_real
+from ..generate import RUN_SAMPLE, generate
+from .backward import backward_stages
+from .page import studio_page, web_file
+from .prompt import check_ids, encode_prompt, run_ids
+from .views import (
+    attention_view,
+    generate_view,
+    lens_view,
+    model_view,
+    next_token_view,
+    tokenizer_view,
+    trace_view,
+    training_view,
+)
+
+MAX_BODY = 64 * 1024  # bytes of one request body
+TOKEN_HEADER = "X-Numforge-Token"
+PAGE_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+
+
+class Studio:
+    """The model, its tokenizer, the run to watch, and the last prompt's passes (kept for the next request)."""
+
+    def __init__(self, model, tokenizer, source: str, run_dir: Path | None = None):
+        self.model, self.tokenizer, self.source, self.run_dir = model, tokenizer, source, run_dir
+        self.lock = threading.Lock()  # one model call at a time
+        self._last = None  # (ids, prompt, grad stages or None)
+        self._sample = None  # (checkpoint directory, the sample's JSON)
+
+    # Every method below runs under self.lock (Handler.answer takes it).
+
+    def prompt(self, body: dict, with_backward: bool = False):
+        """``(prompt, grad stages)``: the passes on the body's ``ids`` or ``text``, kept while the ids stay the same."""
+        if "ids" in body:
+            ids = check_ids(self.model, body["ids"])
+        else:
+            ids = tuple(encode_prompt(self.model, self.tokenizer, text_field(body, "text")))
+        if self._last is None or self._last[0] != ids:
+            self._last = (ids, run_ids(self.model, self.tokenizer, ids), None)
+        _, prompt, grads = self._last
+        if with_backward and grads is None and prompt.loss is not None:
+            grads, _ = backward_stages(self.model, prompt)
+            self._last = (ids, prompt, grads)
+        return prompt, grads
+
+    def model_info(self, body: dict) -> dict:
+        return model_view(self.model, self.source, self.run_dir is not None)
+
+    def tokenize(self, body: dict) -> dict:
+        text = text_field(body, "text")
+        encode_prompt(self.model, self.tokenizer, text)  # bounded as every prompt: by the model's context
+        return tokenizer_view(self.tokenizer, text)
+
+    def trace(self, body: dict) -> dict:
+        prompt, grads = self.prompt(body, with_backward=True)
+        position = optional_int(body, "position", len(prompt.ids) - 1)
+        return trace_view(self.model, self.tokenizer, prompt, grads, position)
+
+    def lens(self, body: dict) -> dict:
+        prompt, _ = self.prompt(body)
+        return lens_view(self.model, self.tokenizer, prompt)
+
+    def attention(self, body: dict) -> dict:
+        prompt, _ = self.prompt(body)
+        heads = body.get("heads")
+        if heads is None:
+            heads = list(range(self.model.config.num_heads))
+        if not isinstance(heads, list) or not heads:
+            raise ValueError(f"heads must be a non-empty list of head numbers, or null for all, got {heads!r}")
+        return attention_view(self.model, self.tokenizer, prompt, optional_int(body, "layer", 0), heads)
+
+    def next_token(self, body: dict) -> dict:
+        prompt, _ = self.prompt(body)
+        position = optional_int(body, "position", len(prompt.ids) - 1)
+        all_logits = body.get("all_logits", False)
+        if not isinstance(all_logits, bool):
+            raise ValueError(f"all_logits must be true or false, got {all_logits!r}")
+        return next_token_view(self.model, self.tokenizer, prompt, position, sampling(body), all_logits)
+
+    def generate(self, body: dict) -> dict:
+        prompt, _ = self.prompt(body)
+        count = check_positive_int(optional_int(body, "count", 1), "count")
+        return generate_view(self.model, self.tokenizer, list(prompt.ids), count, sampling(body))
+
+    def training(self, body: dict) -> dict:
+        if self.run_dir is None:
+            return {"run": None}
+        return training_view(self.run_dir, self.run_sample())
+
+    def run_sample(self) -> dict | None:
+        """``numforge train``'s closing sample (``RUN_SAMPLE``) from the run's latest checkpoint, made once for
+        each checkpoint."""
+        latest = latest_checkpoint_dir(self.run_dir)
+        if latest is None:
+            return None
+        if self._sample is None or self._sample[0] != latest:
+            model, tokenizer = load_model(latest)
+            text = generate(model, tokenizer, **RUN_SAMPLE).text
+            V = model.config.vocab_size
+            found = {"step": checkpoint_step(latest), "vocab_size": V, "ln_vocab": math.log(V), "text": text}
+            self._sample = (latest, found | {"temperature": RUN_SAMPLE["temperature"], "seed": RUN_SAMPLE["seed"]})
+        return self._sample[1]
+
+
+def text_field(body: dict, name: str) -> str:
+    value = body.get(name)
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {type(value).__name__}")
+    return value
+
+
+def optional_int(body: dict, name: str, default: int) -> int:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    return value
+
+
+def sampling(body: dict) -> dict:
+    """The sampling settings of a request: temperature (> 0), top_k, top_p (or null), greedy, seed."""
+    temperature = body.get("temperature", 1.0)
+    if not is_real(temperature) or not 0 < temperature <= 100:
+        raise ValueError(f"temperature must be a number in (0, 100], got {temperature!r}")
+    greedy = body.get("greedy", True)
+    if not isinstance(greedy, bool):
+        raise ValueError(f"greedy must be true or false, got {greedy!r}")
+    top_p = body.get("top_p")
+    if top_p is not None and not is_real(top_p):
+        raise ValueError(f"top_p must be a number in (0, 1] or null, got {top_p!r}")
+    seed = optional_int(body, "seed", 0)
+    if not 0 <= seed < 2**63:
+        raise ValueError(f"seed must be an integer in [0, 2**63), got {seed}")
+    top_k = body.get("top_k")
+    if top_k is not None:
+        check_positive_int(top_k, "top_k")
+    return {"temperature": float(temperature), "top_k": top_k, "top_p": top_p, "greedy": greedy, "seed": seed}
+
+
+ROUTES = {  # path -> (method, Studio method name); "page" is the HTML page
+    "/": ("GET", "page"),
+    "/api/model": ("GET", "model_info"),
+    "/api/training": ("GET", "training"),
+    "/api/tokenize": ("POST", "tokenize"),
+    "/api/trace": ("POST", "trace"),
+    "/api/lens": ("POST", "lens"),
+    "/api/attention": ("POST", "attention"),
+    "/api/next": ("POST", "next_token"),
+    "/api/generate": ("POST", "generate"),
+}
+STATIC = {"/static/studio.js": ("studio.js", "text/javascript"), "/static/studio.css": ("studio.css", "text/css")}
+
+
+class RequestError(Exception):
+    """A request refused: its HTTP status and the message the JSON answer carries."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class StudioServer(ThreadingHTTPServer):
+    """The HTTP server: the studio, the token, the Host names it answers to, the page and static files."""
+
+    daemon_threads = True  # Ctrl-C does not wait for a request in progress
+    block_on_close = False
+
+    def __init__(self, studio: Studio, host: str = "127.0.0.1", port: int = 0, timeout: float = 30.0):
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        super().__init__((host, port), Handler)
+        self.studio, self.token, self.request_timeout = studio, secrets.token_urlsafe(24), timeout
+        port = self.server_address[1]
+        names = {"127.0.0.1", "localhost", "[::1]"}
+        if host in ("0.0.0.0", "::"):
+            names |= {socket.gethostname(), socket.getfqdn()}
+        elif host not in ("127.0.0.1", "::1"):
+            names.add(f"[{host}]" if ":" in host else host)
+        self.hosts = {f"{name}:{port}".lower() for name in names}
+        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else (f"[{host}]" if ":" in host else host)
+        self.url = f"http://{shown}:{port}/?token={self.token}"
+        self.files = {path: (web_file(name).encode("utf-8"), kind) for path, (name, kind) in STATIC.items()}
+        self.page = studio_page().encode("utf-8")
+
+
+class Handler(BaseHTTPRequestHandler):
+    """One request: checks (Host, token, Origin, body), then one route; every answer JSON but the page."""
+
+    server: StudioServer
+
+    def version_string(self) -> str:
+        return "numforge-studio"
+
+    def setup(self) -> None:
+        self.timeout = self.server.request_timeout  # a silent connection is closed after this long
+        super().setup()
+
+    def do_GET(self) -> None:
+        self.handle_request("GET")
+
+    def do_POST(self) -> None:
+        self.handle_request("POST")
+
+    def do_PUT(self) -> None:
+        self.handle_request("PUT")
+
+    do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = do_PUT
+
+    def handle_request(self, method: str) -> None:
+        try:
+            self.check_host()
+            url = urlsplit(self.path)
+            if url.path in STATIC and method == "GET":
+                body, kind = self.server.files[url.path]
+                return self.send(200, body, kind)
+            self.check_token(url.query)
+            self.check_origin()
+            if url.path not in ROUTES:
+                raise RequestError(404, f"no route {url.path!r}; the routes are {sorted(ROUTES)}")
+            wanted, name = ROUTES[url.path]
+            if method != wanted:
+                raise RequestError(405, f"{url.path} takes {wanted}, not {method}")
+            if name == "page":
+                return self.send(200, self.server.page, "text/html", {"Content-Security-Policy": PAGE_POLICY})
+            body = self.read_json() if method == "POST" else {}
+            self.send_json(200, self.answer(name, body))
+        except RequestError as error:
+            self.send_json(error.status, {"error": str(error)})
+        except (ValueError, TypeError) as error:  # a request the study functions refuse
+            self.send_json(400, {"error": str(error)})
+        except Exception as error:  # a bug: the type in the page, the traceback on the server's stderr
+            traceback.print_exc(file=sys.stderr)
+            self.send_json(500, {"error": f"internal error ({type(error).__name__}); see the server's output"})
+
+    def answer(self, name: str, body: dict) -> dict:
+        with self.server.studio.lock:
+            return getattr(self.server.studio, name)(body)
+
+    # ------------------------------------------------------------ checks
+
+    def check_host(self) -> None:
+        host = (self.headers.get("Host") or "").lower()
+        if host not in self.server.hosts:
+            raise RequestError(
+                403,
+                f"Host {host!r} is not this server's name ({sorted(self.server.hosts)[0]}): refused (DNS rebinding)",
+            )
+
+    def check_token(self, query: str) -> None:
+        given = self.headers.get(TOKEN_HEADER) or (parse_qs(query).get("token") or [""])[0]
+        if not hmac.compare_digest(given.encode("utf-8"), self.server.token.encode("utf-8")):
+            raise RequestError(403, "missing or wrong token: open the URL that numforge studio printed")
+
+    def check_origin(self) -> None:
+        origin = self.headers.get("Origin")
+        if origin is not None and origin.lower() != f"http://{self.headers.get('Host', '').lower()}":
+            raise RequestError(403, f"requests from the origin {origin!r} are refused")
+
+    def read_json(self) -> dict:
+        kind = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        if kind != "application/json":
+            raise RequestError(415, f"the body must be JSON (Content-Type: application/json), got {kind or 'none'!r}")
+        if "Transfer-Encoding" in self.headers:
+            raise RequestError(411, "send the body with a Content-Length, not a Transfer-Encoding")
+        length = self.headers.get("Content-Length")
+        if length is None or not length.isdigit():
+            raise RequestError(411, "a Content-Length header is required")
+        if int(length) > MAX_BODY:
+            raise RequestError(413, f"the body is {int(length):,} bytes; at most {MAX_BODY:,} are read")
+        raw = self.rfile.read(int(length))
+        try:
+            body = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise RequestError(400, f"the body is not JSON: {error}") from None
+        if not isinstance(body, dict):
+            raise RequestError(400, f"the body must be a JSON object, got {type(body).__name__}")
+        return body
+
+    # ------------------------------------------------------------ answers
+
+    def send_json(self, status: int, data: dict) -> None:
+        body = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+        self.send(status, body, "application/json")
+
+    def send(self, status: int, body: bytes, kind: str, headers: dict | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", f"{kind}; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.send_header("X-Frame-Options", "DENY")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (a malformed request line, headers too long): JSON too, never HTML,
+        with a status line even when the request line was too broken to name a version."""
+        self.close_connection = True
+        self.request_version = "HTTP/1.0"
+        try:
+            self.send_json(code, {"error": message or self.responses.get(code, ("error",))[0]})
+        except OSError:
+            pass
+
+    def log_message(self, format: str, *args) -> None:
+        """Only refusals and failures, and never the query (it holds the token)."""
+
+    def log_request(self, code="-", size="-") -> None:
+        if isinstance(code, int) and code >= 400:
+            path = urlsplit(self.path).path if getattr(self, "path", None) else "?"
+            print(f"numforge studio: {self.command or '-'} {path} -> {int(code)}", file=sys.stderr)
