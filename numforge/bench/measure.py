@@ -44,9 +44,9 @@ def where_it_runs(torch=None) -> str:
         lines.append("PyTorch: not run")
     else:
         library = "MKL" if torch.backends.mkl.is_available() else "no MKL"
-        wait = os.environ.get("OMP_WAIT_POLICY", "(unset)")
+        wait, threads = os.environ.get("OMP_WAIT_POLICY", "(unset)"), torch.get_num_threads()
         lines.append(
-            f"PyTorch {torch.__version__}: {torch.get_num_threads()} thread{'s' * (torch.get_num_threads() != 1)}, CPU capability "
+            f"PyTorch {torch.__version__}: {threads} thread{'s' * (threads != 1)}, CPU capability "
             f"{torch.backends.cpu.get_cpu_capability()}, {library}; OMP_WAIT_POLICY={wait}"
         )
     return "\n".join(lines)
