@@ -11,6 +11,8 @@ run each product on one BLAS thread instead::
     blas_threads()            # 2 on a 2-core machine (OPENBLAS_NUM_THREADS if set)
     with one_blas_thread():   # every product in this block (in any thread) runs on one thread
         ...
+    with blas_threads_set(4): # and in this one (from one thread at a time) on four
+        ...
 
 ``OPENBLAS_NUM_THREADS`` is read once, when NumPy loads OpenBLAS; a process
 that has imported NumPy already (every numforge process) changes the count
@@ -99,3 +101,21 @@ def one_blas_thread() -> Iterator[None]:
             _holders -= 1
             if _holders == 0:
                 blas.set_num_threads(_saved)
+
+
+@contextlib.contextmanager
+def blas_threads_set(count: int) -> Iterator[None]:
+    """Run NumPy's products on ``count`` BLAS threads inside the block, then restore the count.
+
+    Unlike ``one_blas_thread`` it does not count its holders: open it from one thread at a time.
+    """
+    blas = numpy_openblas()
+    if blas is None:
+        yield
+        return
+    saved = blas.num_threads()
+    blas.set_num_threads(count)
+    try:
+        yield
+    finally:
+        blas.set_num_threads(saved)

@@ -49,3 +49,24 @@ def test_the_torch_model_of_the_bench_computes_numforges_loss(arch):
             False,
         )
         assert config.num_kv_heads < config.num_heads
+
+
+def test_on_two_threads_it_says_where_it_ran_and_what_the_threads_gain(capsys):
+    if backend.backend_name() != "numpy":
+        pytest.skip("the bench sets NumPy's OpenBLAS threads")
+    args = ["bench", "train", "--config", "small", "--steps", "1", "--warmup", "0", "--no-torch", "--threads", "2"]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("CPU: ") and "cores usable" in out and "NumPy " in out and "PyTorch: not run" in out
+    assert "threads: numforge 2 (--threads; the batch's rows in 2 part(s), one BLAS thread each)" in out
+    gain = re.search(r"numforge on 2 threads: ([0-9.]+)x its speed on one thread", out)
+    assert gain and float(gain.group(1)) > 0
+    free = re.search(r"products on 2 threads ran ([0-9.]+)x and ([0-9.]+)x one thread", out)
+    assert free and 0 < float(free.group(1)) < 3 and 0 < float(free.group(2)) < 3
+    assert "target (" not in out  # issue 27's targets are for one thread and for the default threads
+
+
+def test_threads_default_or_a_count():
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["bench", "train", "--threads", "all"])
+    assert cli.build_parser().parse_args(["bench", "train", "--threads", "default"]).threads == "default"

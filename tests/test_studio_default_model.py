@@ -18,6 +18,7 @@ from numforge.cli import main
 from numforge.commands import _default_model, studio
 from numforge.commands._default_model import MODELS, RECIPE, default_model, training_code_sha256
 from numforge.training import loop
+from numforge.training.threads import usable_cores
 
 pytestmark = pytest.mark.skipif(locks.fcntl is None, reason="no flock on this system: nothing is locked")
 STEPS = 3
@@ -88,6 +89,7 @@ def test_a_change_to_anything_that_makes_the_weights_trains_another_model(tmp_pa
         "the tokenizer": lambda: flags.extend(["--vocab-size", "271"]),
         "the config": lambda: flags.extend(["--activation", "relu"]),
         "the training settings": lambda: flags.extend(["--lr", "0.002"]),
+        "the thread count": lambda: flags.extend(["--threads", str(usable_cores() + 1)]),
         "numforge's code": lambda: monkeypatch.setattr(_default_model, "training_code_sha256", lambda: "0" * 64),
     }
     for change, make in changes.items():

@@ -38,8 +38,9 @@ tiled memory at T = 2048 <= 1/20 of plain. With ``--kv-heads`` below ``--heads``
 (issue 22: H_kv 2, and 1): at T = 2048 the median tiled time <= 1.2x SDPA's median
 with ``enable_gqa``, and tiled memory <= 1/8 of plain.
 
-The header names the CPU and its vector extensions (``measure.cpu_description``):
-the ratio to PyTorch differs between AVX2 and AVX-512 machines.
+The header says where it ran (``measure.where_it_runs``: the CPU and its vector
+extensions, the cores, NumPy's BLAS, PyTorch's threads): the ratio to PyTorch
+differs between AVX2 and AVX-512 machines.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ from ..ops.flash_attention import (
     flash_attention_forward,
 )
 from ..table import format_table
-from .measure import MIB, cpu_description, optional_torch, peak_extra_bytes, positive_int, run_times, verdict
+from .measure import MIB, optional_torch, peak_extra_bytes, positive_int, run_times, verdict, where_it_runs
 
 PLAIN_MEMORY_UP_TO = 2048
 SWEEP_BLOCKS_Q = (64, 128, 256, 512)
@@ -180,8 +181,6 @@ def _spread(runs: list[float]) -> str:
 def _compare(args, xp) -> int:
     causal = not args.non_causal
     blocks = {"block_q": args.block_q, "block_k": args.block_k}
-    if not args.no_torch and xp is np:
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # module docstring: torch's threads stop spinning
     torch = None if args.no_torch or xp is not np else optional_torch()
     memory, steps_by_t = {}, {}
     for T in args.seq_lens:
@@ -310,17 +309,16 @@ def run(args: argparse.Namespace) -> int:
     if args.heads % _kv_heads(args):
         raise ValueError(f"--kv-heads must divide --heads ({args.heads}), got {args.kv_heads}")
     xp = backend.array_module()
+    if not args.no_torch and xp is np:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # module docstring: torch's threads stop spinning
+    print(where_it_runs(None if args.no_torch or xp is not np else optional_torch()))
     print(
         f"attention forward+backward, backend {backend.backend_name()}, B={args.batch} H={args.heads} "
         f"H_kv={_kv_heads(args)} D={args.head_dim} float32 {'non-causal' if args.non_causal else 'causal'}, "
         f"{args.repeats} repeats"
     )
-    print(f"CPU: {cpu_description()}")
     threads = {name: os.environ[name] for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS") if name in os.environ}
     print(f"default BLAS threads: {blas_threads()} ({threads or 'library default: all cores'})")
-    if not args.no_torch and xp is np:
-        print(f"torch's OpenMP wait policy: {os.environ.get('OMP_WAIT_POLICY', 'PASSIVE (set by the bench)')}")
-    print("load average (1, 5, 15 min) at the start: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     if args.sweep_blocks:
         status = _sweep(args, xp)
     else:

@@ -36,7 +36,7 @@ from ..ops.cross_entropy import (
     tied_cross_entropy_forward,
     tied_cross_entropy_with_grads,
 )
-from .measure import MIB, best_times, optional_torch, peak_extra_bytes, positive_int
+from .measure import MIB, best_times, optional_torch, peak_extra_bytes, positive_int, where_it_runs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -99,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
         )
     steps["materialized (N, V) logits"] = _materialized_step(h, table, targets)
     torch_step = None if args.no_torch or xp is not np else _torch_step(h, table, targets)
+    print(where_it_runs(None if torch_step is None else optional_torch()))
 
     print(
         f"cross-entropy over h @ table^T, forward + backward: N={args.rows} rows, V={args.vocab}, "

@@ -37,7 +37,7 @@ from ..hf.config import config_to_hf
 from ..hf.weights import hf_tensors
 from ..model import GPT, GPTConfig
 from ..model.config import ARCHS
-from .measure import MIB, cpu_description, peak_extra_bytes, positive_int
+from .measure import MIB, optional_torch, peak_extra_bytes, positive_int, where_it_runs
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}  # the CPU clock: what a busy machine disturbs less
 SHAPES = {
@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     if args.prompt_tokens + args.new_tokens > shape["max_seq_len"]:
         raise ValueError(f"--prompt-tokens + --new-tokens must be at most {shape['max_seq_len']}")
     threads = _one_blas_thread()
+    print(where_it_runs(None if args.no_transformers else optional_torch()))
     overrides = {"num_layers": args.layers, "num_kv_heads": args.kv_heads}
     config = GPTConfig(**{**shape, **{k: v for k, v in overrides.items() if v is not None}})
     model = GPT(config, seed=0)
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         f"{config.head_dim} ({config.num_kv_heads} key/value heads), {config.activation}, {config.norm}, "
         f"{config.position} positions, vocabulary {config.vocab_size}; {model.num_params():,} parameters (random, "
         f"seed 0), float32; prompt {args.prompt_tokens} tokens, {args.new_tokens} new, greedy, KV cache; "
-        f"BLAS threads: {threads}; {cpu_description()}; load average {os.getloadavg()[0]:.1f}"
+        f"BLAS threads: {threads}"
     )
     sides = {"numforge": lambda n: list(generate_ids(model, prompt, n, temperature=0))}
     hf = None if args.no_transformers else _transformers_side(model, prompt)

@@ -1,18 +1,84 @@
-"""Measuring tools shared by the benchmarks: fair timing, peak memory, the CPU they ran on."""
+"""Measuring tools shared by the benchmarks: where they run (the CPU, the cores, the BLAS), fair timing, peak memory."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 import platform
+import statistics
+import threading
 import time
 import tracemalloc
 from collections.abc import Callable
 
 import numpy as np
 
+from ..blas import numpy_openblas
 from ..checks import float_between, int_at_least
+from ..training.threads import usable_cores
 
 MIB = 2**20
+
+
+def where_it_runs(torch=None) -> str:
+    """The lines every bench prints first: the CPU and its vector extensions, the cores, NumPy's BLAS, PyTorch's.
+
+    Example (a 2-core AMD EPYC)::
+
+        CPU: AMD EPYC, vector extensions: avx avx2 avx512f ...; 2 cores usable (of 2); load average ...
+        NumPy 2.4.1, BLAS scipy-openblas 0.3.31.188.0, kernel Cooperlake, 2 threads now
+        PyTorch 2.14.1: 2 threads, CPU capability AVX512, MKL; OMP_WAIT_POLICY=PASSIVE
+
+    ``torch`` is the module when the bench runs it, else None.
+    """
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    lines = [
+        f"CPU: {cpu_description()}; {usable_cores()} cores usable (of {os.cpu_count()}); "
+        f"load average (1, 5, 15 min) {load}"
+    ]
+    blas, openblas = np.show_config(mode="dicts")["Build Dependencies"]["blas"], numpy_openblas()
+    count = openblas.num_threads() if openblas else 0
+    kernel = f", kernel {openblas.corename()}, {count} thread{'s' * (count != 1)} now" if openblas else ""
+    lines.append(f"NumPy {np.__version__}, BLAS {blas.get('name', '?')} {blas.get('version', '')}{kernel}")
+    if torch is None:
+        lines.append("PyTorch: not run")
+    else:
+        library = "MKL" if torch.backends.mkl.is_available() else "no MKL"
+        wait, threads = os.environ.get("OMP_WAIT_POLICY", "(unset)"), torch.get_num_threads()
+        lines.append(
+            f"PyTorch {torch.__version__}: {threads} thread{'s' * (threads != 1)}, CPU capability "
+            f"{torch.backends.cpu.get_cpu_capability()}, {library}; OMP_WAIT_POLICY={wait}"
+        )
+    return "\n".join(lines)
+
+
+def free_cores(threads: int, rounds: int = 7) -> float:
+    """How many cores this process could use just now: the same float32 products (``512 x 512``, which
+    release the GIL) on ``threads`` Python threads against one, taking turns; the median speed-up.
+
+    ``threads`` on idle cores; about 1 on a machine whose other work leaves this process one core's worth
+    (Linux's autogroup scheduling shares the cores out by session first, then by thread). It says whether
+    any thread count could pay just then. Call it on one BLAS thread.
+    """
+    a = np.random.default_rng(0).standard_normal((512, 512), dtype=np.float32)
+
+    def products(count: int) -> None:
+        for _ in range(count):
+            a @ a
+
+    ratios = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        products(8 * threads)
+        alone = time.perf_counter() - start
+        workers = [threading.Thread(target=products, args=(8,)) for _ in range(threads)]
+        start = time.perf_counter()
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        ratios.append(alone / (time.perf_counter() - start))
+    return statistics.median(ratios)
 
 
 def synchronize(xp) -> None:

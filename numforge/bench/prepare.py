@@ -41,7 +41,7 @@ from ..data import as_source, open_prepared, prepare_tokens, read_pieces, train_
 from ..data.parallel import default_workers
 from ..tokenizer import EOT, BPETokenizer
 from ..tokenizer.pretokenize import last_safe_cut
-from .measure import MIB, positive_float, positive_int
+from .measure import MIB, positive_float, positive_int, where_it_runs
 from .tokenizer import stdlib_corpus, tiktoken_encoding
 
 COPIES = 8
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         corpus, quarter, megabytes = _write_corpus(scratch, args.megabytes)
         print(
             f"corpus: {megabytes:.1f} MB ({COPIES} copies of {megabytes / COPIES:.1f} MB of Python standard-library "
-            f"source); vocabulary {args.vocab_size}; {os.cpu_count()} CPUs, load average {_load()} at the start"
+            f"source); vocabulary {args.vocab_size}\n{where_it_runs()}"
         )
         tokenizer_path = scratch / "tok.json"
         trained = _child("tokenizer", corpus, tokenizer_path, args.workers, args.vocab_size)

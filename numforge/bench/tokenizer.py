@@ -29,7 +29,7 @@ import warnings
 from pathlib import Path
 
 from ..tokenizer import EOT, BPETokenizer, reference
-from .measure import positive_float, positive_int, verdict
+from .measure import positive_float, positive_int, verdict, where_it_runs
 
 TRAIN_RATIO_TARGET = 3.0
 ENCODE_RATIO_TARGET = 0.4
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         f"corpus: {megabytes:.2f} MB of Python {sysconfig.get_python_version()} standard-library source, "
         f"{len(texts)} files; vocab_size {args.vocab_size}"
     )
-    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start\n")
+    print(where_it_runs() + "\n")
 
     hf_train = None if args.no_peers else _hf_trainer(texts, args.vocab_size)
     train_s, hf_train_s = [], []

@@ -4,8 +4,19 @@ For each config it times numforge's step and, when torch is installed, the
 same model in PyTorch eager (``bench/train_torch.py``) on identical weights,
 the two alternating step by step so that a busy machine slows both alike.
 It reports tokens/s and the model FLOPs utilisation (MFU): model FLOPs per
-second over a float32 matmul rate measured in the same run, the FLOPs per
-token counted by ``model/flops.py`` (``numforge params`` prints them).
+second over a float32 matmul rate measured in the same run on as many BLAS
+threads as numforge's side has, the FLOPs per token counted by
+``model/flops.py`` (``numforge params`` prints them).
+
+numforge's step is the one ``numforge train`` takes (``DataParallel``): on N
+threads the batch's rows are split into N parts, one BLAS thread each
+(``training/threads.py``). ``--threads N`` gives both sides N threads (torch
+``set_num_threads(N)``); ``--threads default`` runs each as a user would:
+numforge at its default (every core) and torch at its own. The header says
+where it ran (``measure.where_it_runs``). Before importing torch the bench
+sets ``OMP_WAIT_POLICY=PASSIVE`` (unless set): torch's OpenMP threads
+otherwise spin on the cores after each call and slow the numforge step that
+follows (``bench/attention.py``); measured here, torch's own step did not move.
 """
 
 from __future__ import annotations
@@ -20,14 +31,24 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..backend import asarray, default_rng
-from ..blas import numpy_openblas
+from ..blas import blas_threads, blas_threads_set, one_blas_thread
 from ..model import ATTENTION_KINDS, GPT
 from ..model.flops import flops_per_token
 from ..optim import AdamW
+from ..training.dropout import dropout_rng
+from ..training.parallel import DataParallel, SingleProcess
+from ..training.threads import Threads, set_blas_threads, thread_count
 from . import train_ranks
-from .measure import cpu_description, non_negative_int, optional_torch, positive_int
+from .measure import cpu_description, free_cores, non_negative_int, optional_torch, positive_int, verdict, where_it_runs
 from .train_models import ARCH_FIELDS, CONFIGS, LR, WEIGHT_DECAY, build, describe, torch_step
+
+# issue 27's targets: numforge / torch tokens per second, each config
+TARGETS = {"default": {"small": 1.0, "medium": 0.9}, "AVX-512, one thread": 0.9, "AVX2, one thread": 1.05}
+
+
+def threads_flag(text: str) -> int | str:
+    """``--threads``: a positive int, or ``default``."""
+    return text if text == "default" else positive_int(text)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,9 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=non_negative_int, default=2, help="untimed steps first")
     parser.add_argument(
         "--threads",
-        type=positive_int,
+        type=threads_flag,
         default=1,
-        help="BLAS threads for NumPy's OpenBLAS and for torch alike (default 1)",
+        metavar="N|default",
+        help="N threads for each side (numforge's row parts with one BLAS thread each, torch's set_num_threads; "
+        "default 1); 'default': each side as a user runs it, numforge on every core and torch at its own default",
     )
     parser.add_argument(
         "--arch",
@@ -84,40 +107,59 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.ranks is not None:
         return train_ranks.run(args)
+    if not args.no_torch:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # module docstring: torch's threads stop spinning
     torch = None if args.no_torch else optional_torch()
-    blas = numpy_openblas()
-    if blas is not None:
-        blas.set_num_threads(args.threads)
-    if torch is not None:
+    threads = thread_count() if args.threads == "default" else args.threads
+    saved_blas_threads = blas_threads()
+    set_blas_threads(1)  # as numforge train: its own threads fill the cores
+    if torch is not None and args.threads != "default":
         torch.set_num_threads(args.threads)
-    print(f"CPU: {cpu_description()}; load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    try:
+        return _run(args, torch, threads)
+    finally:
+        set_blas_threads(saved_blas_threads)
+
+
+def _run(args: argparse.Namespace, torch, threads: int) -> int:
+    print(where_it_runs(torch))
+    how = "its default" if args.threads == "default" else "--threads"
     print(
-        f"numpy {np.__version__}, OpenBLAS kernel {_corename(blas)}, "
-        f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}, "
-        f"BLAS threads {_blas_threads(blas)}; "
-        + (f"torch {torch.__version__}, threads {torch.get_num_threads()}" if torch else "torch: not run")
+        f"threads: numforge {threads} ({how}; the batch's rows in {threads} part(s), one BLAS thread each), "
+        f"torch {f'{torch.get_num_threads()} ({how})' if torch else '-'}"
     )
     names = list(CONFIGS) if args.config == "all" else [args.config]
     for name in names:
         print(f"{name}: {describe(build(name, args.attention, args.arch)[0])}")
     # the matmul rate is taken before and after the configs and the best kept: one reading on a busy
     # machine can come out low, and an MFU above 100% would follow
-    rate_before = matmul_rate()
-    results = {name: bench_config(name, args, torch) for name in names}
-    rate = max(rate_before, matmul_rate())
-    print(f"float32 matmul rate (1024^3, best of 5, before and after the configs): {rate / 1e9:.1f} GFLOP/s\n")
+    rate_before, free_before = matmul_rate(threads), free_cores(threads) if threads > 1 else None
+    results = {name: bench_config(name, args, torch, threads) for name in names}
+    rate = max(rate_before, matmul_rate(threads))
+    print(
+        f"float32 matmul rate (1024^3 on {threads} BLAS thread(s), best of 5, before and after the configs): "
+        f"{rate / 1e9:.1f} GFLOP/s"
+    )
+    if threads > 1:  # measure.free_cores: what any code on these threads could gain just now
+        print(
+            f"cores free for this process: products on {threads} threads ran {free_before:.2f}x and "
+            f"{free_cores(threads):.2f}x one thread, before and after the configs ({threads:.2f}x on idle cores)"
+        )
+    print()
     header = (
         f"{'config':8s} {'params':>9s} {'numforge tok/s':>15s} {'MFU':>6s} "
         f"{'torch tok/s':>12s} {'MFU':>6s} {'ratio':>6s} {'CPU-time ratio':>15s}"
     )
     print(header)
     print("-" * len(header))
+    ratios = {}
     for name, result in results.items():
         tokens = result["tokens"]
         ours = tokens / result["numforge_s"]
         line = f"{name:8s} {result['params']:9d} {ours:15.0f} {ours * result['flops_per_token'] / rate:6.1%}"
         if "torch_s" in result:
             theirs = tokens / result["torch_s"]
+            ratios[name] = ours / theirs
             line += (
                 f" {theirs:12.0f} {theirs * result['flops_per_token'] / rate:6.1%} {ours / theirs:5.2f}x"
                 f" {result['torch_cpu_s'] / result['numforge_cpu_s']:14.2f}x"
@@ -129,31 +171,50 @@ def run(args: argparse.Namespace) -> int:
                 f"the step without; without attention-weight dropout "
                 f"{result['dropout_no_attention_s'] / result['numforge_s']:.2f}x"
             )
+        if "one_thread_s" in result:
+            gain = result["one_thread_s"] / result["numforge_s"]
+            print(f"{'':8s} numforge on {threads} threads: {gain:.2f}x its speed on one thread (steps taking turns)")
         if args.profile:
             print(result["profile"])
     print(
         "\nratio = numforge tokens/s / PyTorch eager tokens/s (median wall-clock step times, alternating steps);"
-        "\nCPU-time ratio = the same from the process CPU time per step, which a busy machine disturbs less"
+        "\nCPU-time ratio = torch's process CPU time per step / numforge's (all threads): the work each side spends"
     )
+    for line in _target_lines(args.threads, ratios):
+        print(line)
     return 0
 
 
-def bench_config(name: str, args, torch) -> dict:
+def _target_lines(threads, ratios: dict) -> list[str]:
+    """Issue 27's targets that apply to this run, each with its verdict."""
+    if threads == "default":
+        goals = TARGETS["default"]
+        label = "default threads"
+    elif threads == 1:
+        label = "AVX-512, one thread" if "avx512f" in cpu_description() else "AVX2, one thread"
+        goals = dict.fromkeys(CONFIGS, TARGETS[label])
+    else:
+        return []
+    return [
+        f"target ({label}): {name} ratio >= {goal:.2f}x: {ratios[name]:.2f}x, {verdict(ratios[name] >= goal)}"
+        for name, goal in goals.items()
+        if name in ratios
+    ]
+
+
+def bench_config(name: str, args, torch, threads: int) -> dict:
     config, ids, targets = build(name, args.attention, args.arch)
     model = GPT(config, seed=0)
-    opt = AdamW(model.params, lr=LR, weight_decay=WEIGHT_DECAY)
-    ids_nf, targets_nf = asarray(ids), asarray(targets)
-
-    def numforge_step():
-        _, cache = model.forward(ids_nf, targets_nf)
-        opt.step(model.backward(cache))
-
+    numforge_step = _numforge_step(model, ids, targets, threads)
     steps = [numforge_step]
     if torch is not None:
         steps.append(torch_step(torch, config, model, ids, targets))
     dropout_names = ["dropout", "dropout_no_attention"] if args.dropout > 0 else []
     for attention_dropout in (True, False)[: len(dropout_names)]:
-        steps.append(_dropout_step(config, args.dropout, attention_dropout, ids_nf, targets_nf))
+        dropout_config = replace(config, drop_prob=args.dropout, attention_dropout=attention_dropout)
+        steps.append(_numforge_step(GPT(dropout_config, seed=0), ids, targets, threads))
+    if threads > 1:  # the same step on one thread, taking turns with the others: what the threads gain
+        steps.append(_numforge_step(GPT(config, seed=0), ids, targets, 1))
     times = [[] for _ in steps]  # per implementation: (wall seconds, CPU seconds) per step
     for i in range(args.warmup + args.steps):
         for step, record in zip(steps, times):
@@ -171,23 +232,30 @@ def bench_config(name: str, args, torch) -> dict:
     if torch is not None:
         result["torch_s"] = statistics.median(t[0] for t in times[1])
         result["torch_cpu_s"] = statistics.median(t[1] for t in times[1])
-    for name, record in zip(dropout_names, times[len(times) - len(dropout_names) :]):
+    for name, record in zip(dropout_names, times[len(steps) - len(dropout_names) - (threads > 1) :]):
         result[f"{name}_s"] = statistics.median(t[0] for t in record)
-    if args.profile:
-        result["profile"] = profile(numforge_step, args.steps) + "\n" + matmul_share(numforge_step, args.steps)
+    if threads > 1:
+        result["one_thread_s"] = statistics.median(t[0] for t in times[-1])
+    if args.profile:  # cProfile sees one thread: the profile is of the step on one thread
+        one_thread = numforge_step if threads == 1 else _numforge_step(model, ids, targets, 1)
+        with one_blas_thread():
+            result["profile"] = profile(one_thread, args.steps) + "\n" + matmul_share(one_thread, args.steps)
     return result
 
 
-def _dropout_step(config, drop_prob: float, attention_dropout: bool, ids, targets):
-    """numforge's step on the same model with dropout on (a fresh mask generator each step, as in training)."""
-    config = replace(config, drop_prob=drop_prob, attention_dropout=attention_dropout)
-    model = GPT(config, seed=0)
+def _numforge_step(model: GPT, ids, targets, threads: int):
+    """The step of ``numforge train`` on ``threads`` threads: loss and gradients of the batch, AdamW.
+
+    With dropout on, each step draws its masks as training does (row by row, ``training/dropout.py``).
+    """
     opt = AdamW(model.params, lr=LR, weight_decay=WEIGHT_DECAY)
+    parallel = DataParallel(SingleProcess(), model, threads=Threads(threads))
     step_count = iter(range(10**9))
 
     def step():
-        _, cache = model.forward(ids, targets, rng=default_rng((0, next(step_count))))
-        opt.step(model.backward(cache))
+        s = next(step_count)
+        _, grads = parallel.loss_and_gradients(ids, targets, lambda rows: dropout_rng(model.config, 0, s, rows))
+        opt.step(grads)
 
     return step
 
@@ -206,7 +274,7 @@ def profile(step, num_steps: int, top: int = 14) -> str:
     stats = pstats.Stats(profiler).stats
     total = sum(row[2] for row in stats.values())
     rows = sorted(stats.items(), key=lambda item: -item[1][2])[:top]
-    lines = [f"  profile of {num_steps} numforge steps ({total / num_steps * 1e3:.0f} ms/step):"]
+    lines = [f"  profile of {num_steps} numforge steps on one thread ({total / num_steps * 1e3:.0f} ms/step):"]
     for (filename, _line, function), (_, calls, own, _, _) in rows:
         where = f"{os.path.basename(filename)}:{function}" if filename != "~" else function
         lines.append(
@@ -244,8 +312,13 @@ def matmul_share(step, num_steps: int) -> str:
     )
 
 
-def matmul_rate(size: int = 1024, repeats: int = 5) -> float:
-    """Best float32 ``(size x size) @ (size x size)`` rate, FLOP/s, with the current BLAS threads."""
+def matmul_rate(threads: int, size: int = 1024, repeats: int = 5) -> float:
+    """Best float32 ``(size x size) @ (size x size)`` rate, FLOP/s, on ``threads`` BLAS threads."""
+    with blas_threads_set(threads):
+        return _matmul_rate(size, repeats)
+
+
+def _matmul_rate(size: int, repeats: int) -> float:
     rng = np.random.default_rng(0)
     a = rng.standard_normal((size, size), dtype=np.float32)
     b = rng.standard_normal((size, size), dtype=np.float32)
@@ -257,11 +330,3 @@ def matmul_rate(size: int = 1024, repeats: int = 5) -> float:
         np.matmul(a, b, out=out)
         best = min(best, time.perf_counter() - start)
     return 2 * size**3 / best
-
-
-def _corename(blas) -> str:
-    return "unknown" if blas is None else blas.corename()
-
-
-def _blas_threads(blas) -> str:
-    return "unknown (not NumPy's bundled OpenBLAS)" if blas is None else str(blas.num_threads())

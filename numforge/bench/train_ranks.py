@@ -33,7 +33,7 @@ from ..model import GPT
 from ..optim import AdamW
 from ..table import format_table
 from ..training.parallel import MPI_INSTALL_HINT, DataParallel, connect
-from .measure import optional_torch
+from .measure import optional_torch, where_it_runs
 from .train_models import ARCH_FIELDS, CONFIGS, LR, WEIGHT_DECAY, build, torch_step
 
 LEGEND = """\
@@ -58,7 +58,7 @@ def mpiexec_path() -> str:
 def run(args: argparse.Namespace) -> int:
     torch = None if args.no_torch else optional_torch()
     names = list(CONFIGS) if args.config == "all" else [args.config]
-    print(f"load average before: {_load()}; torch: " + (f"{torch.__version__}" if torch else "not run"))
+    print(where_it_runs(torch))
     rows = []
     for name in names:
         reports = {1: [], args.ranks: []}

@@ -8,8 +8,9 @@ training loop, in ``CACHE/models/KEY/``: a run directory (``LATEST``,
 ``--checkpoint`` takes like any other.
 
 KEY is a hash of everything that makes the weights (``model_recipe``): the
-corpus's bytes, the tokenizer, the model's config, the training settings, and
-the source of numforge's code that trains (``__init__.py``, which holds the
+corpus's bytes, the tokenizer, the model's config, the training settings, the
+thread count (whose sums round differently: ``training/threads.py``), and the
+source of numforge's code that trains (``__init__.py``, which holds the
 version, included: the version alone reads the same in every checkout). A
 change to any of them names another directory, so a stale model is never
 served.
@@ -46,6 +47,7 @@ from ..model import GPTConfig
 from ..resources import check_output_dir
 from ..study.prompt import describe_model
 from ..training import train
+from ..training.threads import thread_count
 from . import train as train_command
 from ._data_flags import source_from
 
@@ -106,6 +108,7 @@ def model_recipe(args: argparse.Namespace, say) -> dict:
         "tokenizer_sha256": tokenizer_hash(tokenizer),
         "config": config.to_dict(),
         "settings": dataclasses.asdict(settings),
+        "threads": thread_count(args.threads),
         "code_sha256": training_code_sha256(),
     }
 
@@ -144,7 +147,7 @@ def train_into(path: Path, args: argparse.Namespace, recipe: dict, say) -> None:
     with atomic_directory(path) as temporary:
         args.out = temporary
         run = train_command.start_run(args, say)
-        if train(run, say=say) == "interrupted":
+        if train(run, say=say, threads=recipe["threads"]) == "interrupted":
             say("the default model was not finished: nothing is cached (the next start trains it again)")
             raise interrupts.Interrupted(run.stopped_by)
         write_text_atomic(temporary / RECIPE, json.dumps(recipe, indent=1, sort_keys=True) + "\n")

@@ -20,6 +20,7 @@ from ..training import LOSS_CSV, LOSS_PNG, RESUMABLE, TrainingDiverged, TrainSet
 from ..training.init_from import start_from
 from ..training.parallel import RanksDisagree, connect, micro_batch_size
 from ..training.run import check_new_run_dir, check_run_fits, hold_run, run_directory
+from ..training.threads import THREADS_VARIABLE, set_blas_threads, thread_count
 from . import EXIT_FAILED
 from ._data_flags import add_reading_flags, source_from
 from .model_flags import MODEL_FLAG_DESTS, MODEL_FLAGS, add_model_flags, model_options
@@ -106,6 +107,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     run.add_argument(
         "--seed", type=int_at_least(0), help=f"seed of the initial weights and the batches (default {defaults.seed})"
+    )
+    run.add_argument(
+        "--threads",
+        type=int_at_least(1),
+        help=f"threads that split each batch's rows, one core each (default ${THREADS_VARIABLE}, else every core "
+        "this process may use; 1 per rank under mpiexec); 1: the whole batch on one thread",
     )
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     model = parser.add_argument_group("model (fixed when a run starts)")
@@ -287,15 +294,17 @@ def _run(args: argparse.Namespace) -> int:
             print(text, flush=True)
 
     started = time.perf_counter()
+    threads = thread_count(args.threads, world.size)
+    set_blas_threads(1)  # numforge's threads fill the cores (training/threads.py), never BLAS's besides them
     if args.resume is None and args.out is None:  # one name for every rank, found before rank 0 creates it
         args.out = world.broadcast(next_free_run_dir() if world.is_root else None)
     with contextlib.ExitStack() as held:  # the run directory's lock, for as long as this process trains in it
         session = world.setup_together(lambda: _start_on(world, args, say, held))
         with world.ending_the_job_on_error("numforge train"):
-            return _train(args, session, world, say, report, started)
+            return _train(args, session, world, threads, say, report, started)
 
 
-def _train(args: argparse.Namespace, session, world, say, report, started: float) -> int:
+def _train(args: argparse.Namespace, session, world, threads: int, say, report, started: float) -> int:
     model, settings = session.model, session.settings
     report(
         f"corpus: {session.data_info['source'] or DEFAULT_CORPUS}, {session.data_info['num_tokens']:,} tokens "
@@ -304,10 +313,11 @@ def _train(args: argparse.Namespace, session, world, say, report, started: float
         f"steps {session.step} -> {settings.max_steps}, batch {settings.batch_size} x {settings.seq_len} tokens"
         + (f" on {world.size} ranks" if world.size > 1 else "")
         + (f" in {settings.grad_accum} micro-batches" if settings.grad_accum > 1 else "")
+        + (f", {threads} threads" + (" per rank" if world.size > 1 else "") if threads > 1 else "")
     )
     first_step = session.step
     try:
-        outcome = train(session, progress=not args.no_progress, say=say, world=world)
+        outcome = train(session, progress=not args.no_progress, say=say, world=world, threads=threads)
     except (TrainingDiverged, RanksDisagree) as err:  # raised on every rank alike
         say(f"numforge train: {err}")
         return EXIT_FAILED

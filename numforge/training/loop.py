@@ -12,7 +12,8 @@ One step, for step s = 0, 1, ...::
 generator of the seed, the step and the row's index in the batch
 (``dropout.py``). With ``--grad-accum K`` or several MPI ranks, the loss and
 gradients are those of the same global batch, summed from its parts
-(``parallel.py``); the model never knows.
+(``parallel.py``); so with several threads, which split each micro-batch's
+rows (``threads.py``, every core by default); the model never knows.
 
 After ``s + 1`` updates the run is "at step s + 1"; checkpoints, the loss log
 and validation are labelled with that count.
@@ -43,17 +44,20 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 
 import numpy as np
 from tqdm import tqdm
 
 from .. import interrupts
+from ..blas import one_blas_thread
 from ..data import windows
 from ..optim import clip_grad_norm
 from .dropout import dropout_rng
 from .logs import LOSS_CSV, LOSS_PNG, plot_losses, write_loss_csv
 from .parallel import DataParallel, SingleProcess
 from .run import Run, TrainSettings
+from .threads import Threads, thread_count
 
 
 class TrainingDiverged(RuntimeError):
@@ -108,29 +112,38 @@ def train_step(run: Run, parallel: DataParallel) -> tuple[float, float]:
     return loss, lr
 
 
-def train(run: Run, *, progress: bool = True, say: Callable[[str], None] = print, world=None) -> str:
+def train(
+    run: Run, *, progress: bool = True, say: Callable[[str], None] = print, world=None, threads: int | None = None
+) -> str:
     """Train until ``settings.max_steps``; return ``"done"`` or ``"interrupted"`` (checkpointed either way).
 
     ``world`` (``parallel.connect()``; default one process) is the set of
     ranks taking part; rank 0 alone writes files, shows the bar and speaks.
     When a stop signal ends the run, ``run.stopped_by`` is its number (the same
     on every rank); a run stopped before its first step writes nothing.
+    ``threads`` per rank split each micro-batch's rows (``threads.py``;
+    default ``thread_count()``: every core, one per rank under MPI); with
+    several, NumPy's BLAS runs on one thread until the run ends.
     """
     world = world or SingleProcess()
     settings = run.settings
-    parallel = DataParallel(world, run.model, settings.grad_accum)
+    threads = thread_count(threads, world.size)
+    parallel = DataParallel(world, run.model, settings.grad_accum, Threads(threads))
     parallel.micro_batch_size(settings.batch_size)  # a batch that does not split: an error before any step
     if not world.is_root:
         say = _silent
-    if run.step and run.world_size != world.size:
-        say(f"note: steps 1-{run.step} ran on {run.world_size} rank(s), the rest run on {world.size} (same batches)")
-    run.world_size = world.size
+    if run.step and (run.world_size, run.threads) != (world.size, threads):
+        say(
+            f"note: steps 1-{run.step} ran on {run.world_size} rank(s) x {run.threads} thread(s), the rest run on "
+            f"{world.size} x {threads} (same batches and masks; the sums round differently)"
+        )
+    run.world_size, run.threads = world.size, threads
     world.check_same_params(run.model.params, run.step)
     tokens_per_step = settings.batch_size * settings.seq_len
     show = progress and world.is_root
     bar = tqdm(total=settings.max_steps, initial=run.step, disable=not show, unit="step", dynamic_ncols=True)
     started, start_step = time.perf_counter(), run.step
-    with interrupts.deferred(checkpoints=True), bar:
+    with interrupts.deferred(checkpoints=True), bar, one_blas_thread() if threads > 1 else nullcontext():
         while True:
             run.stopped_by, checkpoint_now = agreed_requests(world)  # every rank, before every step
             if run.stopped_by is not None:

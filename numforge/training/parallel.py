@@ -2,14 +2,17 @@
 
 Every rank draws the same global batch of B windows from the same seeded
 sampler. Rank r of N takes its B / N rows, in K micro-batches of
-m = B / (N K) rows (``--grad-accum K``), and adds up the gradients of their
-mean losses. One all-reduce over a single flat buffer holding every gradient
+m = B / (N K) rows (``--grad-accum K``), each cut into P parts for the
+rank's threads (``threads.py``; P = 1 on one thread), and adds up the
+gradients of their mean losses. Each rank divides its sum by its N K P
+parts, and one all-reduce over a single flat buffer holding every gradient
 then gives every rank the gradient of the mean loss over the global batch::
 
-    g = (1 / (N K)) * sum over ranks r, micro-batches k of  grad mean_loss(rows of r, k)
+    g = (1 / (N K P)) * sum over ranks r, micro-batches k, parts p of  grad mean_loss(rows of r, k, p)
 
-(each micro-batch holds m T targets, so the mean of the means is the global
-mean). Clipping and AdamW then run identically on every rank, so the
+(each part of equal size holds the same number of targets, so the mean of
+the means is the global mean; unequal parts are weighted, ``threads.py``).
+Clipping and AdamW then run identically on every rank, so the
 parameters stay identical; a checksum of them is compared across ranks at the
 start and at every evaluation.
 
@@ -39,6 +42,7 @@ from .. import interrupts
 from ..backend import array_module, asarray, backend_name, get_xp, is_cupy_array, to_numpy
 from ..blas import numpy_openblas
 from ..checks import check_positive_int
+from .threads import Threads, part_weight, row_parts
 
 LAUNCHER_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")  # set by mpiexec in every rank
 FORCE_MPI_VARIABLE = "NUMFORGE_MPI"
@@ -255,16 +259,18 @@ def micro_batches(rows: range, size: int) -> list[range]:
 class DataParallel:
     """The mean loss and gradients of a global batch, from this rank's rows in ``grad_accum`` micro-batches.
 
-    With one rank and ``grad_accum = 1`` this is exactly one forward and one
-    backward on the whole batch. Otherwise the micro-batches' gradients add
-    into one flat buffer (``GradientSum``), which one all-reduce sums over the
-    ranks and which is divided by ``N K``.
+    Each micro-batch is cut into one part per thread of ``threads``
+    (``threads.py``; one part with one thread). With one rank, one micro-batch
+    and one thread this is exactly one forward and one backward on the whole
+    batch. Otherwise the parts' gradients add into one flat buffer
+    (``GradientSum``), which is divided by the number of parts (``N K P``)
+    and summed over the ranks by one all-reduce.
     """
 
-    def __init__(self, world, model, grad_accum: int = 1):
+    def __init__(self, world, model, grad_accum: int = 1, threads: Threads | None = None):
         check_positive_int(grad_accum, "grad_accum")
         self.world, self.model, self.grad_accum = world, model, grad_accum
-        self.parts = world.size * grad_accum  # micro-batches per global batch
+        self.threads = threads or Threads(1)
         self.gradient_sum = None  # built at the first step that needs it
 
     def micro_batch_size(self, batch_size: int) -> int:
@@ -278,34 +284,64 @@ class DataParallel:
         """
         B = x.shape[0]
         model = self.model
-        if self.parts == 1:  # one process, one batch
-            loss, cache = model.forward(asarray(x), asarray(y), rng=dropout_rng(range(B)))
-            return float(loss), model.backward(cache)
-        self.gradient_sum = self.gradient_sum or GradientSum(model.params)
-        loss_sum = 0.0
         micro = micro_batches(self.world.rows(B), self.micro_batch_size(B))
-        for k, rows in enumerate(micro):
-            part = slice(rows.start, rows.stop)
-            loss, cache = model.forward(asarray(x[part]), asarray(y[part]), rng=dropout_rng(rows))
-            loss_sum += float(loss)
-            self.gradient_sum.add(model.backward(cache), first=k == 0)
-        (loss_sum,) = self.world.sum_floats((loss_sum,))
-        return loss_sum / self.parts, self.gradient_sum.mean(self.world, self.parts)
+        if self.world.size == 1 and len(micro) == 1 and len(row_parts(micro[0], self.threads.count)) == 1:
+            loss, cache = model.forward(asarray(x), asarray(y), rng=dropout_rng(range(B)))
+            return float(loss), model.backward(cache)  # one process, one batch, one thread
+
+        def gradients(part: range):
+            rows = _slice(part)
+            loss, cache = model.forward(asarray(x[rows]), asarray(y[rows]), rng=dropout_rng(part))
+            return loss, model.backward(cache)
+
+        self.gradient_sum = self.gradient_sum or GradientSum(model.params)
+        loss_sum, parts = 0.0, 0
+        for rows in micro:
+            for loss, grads in self._on_threads(rows, gradients):
+                loss_sum += loss
+                self.gradient_sum.add(grads, first=parts == 0)
+                parts += 1
+        (loss,) = self.world.sum_floats((loss_sum / (parts * self.world.size),))
+        return loss, self.gradient_sum.mean(self.world, parts * self.world.size)
 
     def mean_loss(self, x, y, batch_size: int) -> float:
         """The mean of the losses of ``x, y (M,T)`` cut in batches of ``batch_size``, evaluated without update.
 
         Each rank evaluates its ``M / N`` rows in micro-batches of
-        ``batch_size / (N K)``; the sums of their losses are all-reduced.
+        ``batch_size / (N K)``, each cut into parts for the threads; the sums
+        of their losses are all-reduced.
         """
+
+        def loss(part: range):
+            return self.model.forward(asarray(x[_slice(part)]), asarray(y[_slice(part)]), for_backward=False)[0], None
+
         total, count = 0.0, 0
         for rows in micro_batches(self.world.rows(len(x)), self.micro_batch_size(batch_size)):
-            part = slice(rows.start, rows.stop)
-            loss, _ = self.model.forward(asarray(x[part]), asarray(y[part]), for_backward=False)
-            total += float(loss)
+            losses = self._on_threads(rows, loss)
+            total += sum(part_loss for part_loss, _ in losses) / len(losses)
             count += 1
         total, count = self.world.sum_floats((total, float(count)))
         return total / count
+
+    def _on_threads(self, rows: range, compute: Callable[[range], tuple]) -> list[tuple[float, dict | None]]:
+        """``compute(part) -> (loss, grads or None)`` for each thread part of the micro-batch ``rows``, in order;
+        unequal parts scaled by ``P n_p / m`` in their threads, so that they add up as equal ones."""
+        parts = row_parts(rows, self.threads.count)
+
+        def weighted(part: range) -> tuple[float, dict | None]:
+            loss, grads = compute(part)
+            weight = part_weight(part, parts, rows)
+            if weight is None:
+                return float(loss), grads
+            for g in (grads or {}).values():
+                g *= weight  # the part's own fresh arrays
+            return float(loss) * weight, grads
+
+        return self.threads.map(weighted, parts)
+
+
+def _slice(rows: range) -> slice:
+    return slice(rows.start, rows.stop)
 
 
 class GradientSum:
@@ -329,7 +365,8 @@ class GradientSum:
                 view += grads[name]
 
     def mean(self, world, parts: int) -> dict:
-        """Sum the buffer over the ranks, divide by ``parts``; the views by name (valid until the next ``add``)."""
-        world.sum_in_place(self.flat)
+        """Divide the buffer by ``parts`` (of every rank), sum it over the ranks; the views by name (valid until the
+        next ``add``). Dividing first lets each rank count its own parts."""
         self.flat /= parts
+        world.sum_in_place(self.flat)
         return self.views

@@ -116,6 +116,7 @@ class Run:
     last_checkpoint: Path | None = None
     saved_step: int | None = None
     world_size: int = 1  # MPI ranks that ran the steps so far (recorded in checkpoints)
+    threads: int = 1  # threads per rank that ran them (threads.py; recorded too)
     stopped_by: int | None = None  # the signal that stopped the last ``train`` (SIGINT, SIGTERM), if one did
 
     def save(self) -> Path:
@@ -133,6 +134,7 @@ class Run:
                 "settings": dataclasses.asdict(self.settings),
                 "data": self.data_info,
                 "world_size": self.world_size,
+                "threads": self.threads,
             },
         )
         self.saved_step = self.step
@@ -194,14 +196,15 @@ def check_state(state: dict, path: Path, step_in_name: int | None) -> TrainSetti
     def bad(field: str, expected: str):
         return ValueError(f"{path}: {field!r} must be {expected}, got {_get(state, field)!r}")
 
-    expected, optional = {"step", "sampler", "settings", "data"}, {"world_size"}  # optional: older checkpoints lack it
+    expected, optional = {"step", "sampler", "settings", "data"}, {"world_size", "threads"}  # older ones lack these
     if not expected <= set(state) <= expected | optional:
         raise ValueError(
             f"{path}: expected the fields {sorted(expected)} and optionally {sorted(optional)}, got {sorted(state)}"
         )
-    world_size = state.get("world_size", 1)
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise bad("world_size", "an integer >= 1")
+    for field in ("world_size", "threads"):
+        count = state.get(field, 1)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise bad(field, "an integer >= 1")
     step = state["step"]
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise bad("step", "an integer >= 0")
@@ -447,4 +450,5 @@ def resume_run(
         last_checkpoint=checkpoint.path,
         saved_step=step,
         world_size=int(state.get("world_size", 1)),
+        threads=int(state.get("threads", 1)),
     )
