@@ -431,14 +431,12 @@ def restore_model(checkpoint: Checkpoint, dtype: str = "float32") -> GPT:
         table + 8 * sum(math.prod(shape) for shape in expected.values()),
         f"building the model of {checkpoint.path / 'config.json'}",
     )
-    model = GPT(config, seed=0, dtype=dtype)
     try:
-        model.load_params({name: asarray(a, dtype=model.dtype) for name, a in checkpoint.params.items()})
+        return GPT(config, dtype=dtype, params={name: asarray(a, dtype=dtype) for name, a in checkpoint.params.items()})
     except ValueError as err:
         raise CheckpointFileError(
             f"checkpoint {checkpoint.path}: its config.json and params.npz disagree: {err}"
         ) from err
-    return model
 
 
 def _difference(expected: dict, stored: dict) -> str:

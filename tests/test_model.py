@@ -9,6 +9,7 @@ from helpers import assert_gradients_pass
 from numforge.backend import asarray, default_rng, to_numpy
 from numforge.gradcheck.model import OPTIONS, TINY, check_model, randomized_model, tiny_batch
 from numforge.model import GPT, GPTConfig
+from numforge.model import gpt as gpt_module
 from numforge.model.config import ARCHS
 from numforge.optim import AdamW
 
@@ -276,6 +277,30 @@ def test_load_params_copies_in_place_and_names_mismatches():
         model.load_params({**good, "token_embedding": good["token_embedding"][:5]})
     with pytest.raises(ValueError, match="final_norm.weight"):
         model.load_params({**good, "final_norm.weight": good["final_norm.weight"].astype("float64")})
+
+
+def test_a_model_built_on_given_params_takes_them_without_drawing_or_copying(monkeypatch):
+    source = GPT(GPTConfig(**{**SMALL, "norm": "rmsnorm", "position": "rope"}), seed=1)
+    given = {n: p.copy() for n, p in source.params.items()}
+    given["token_embedding"] = np.asfortranarray(to_numpy(given["token_embedding"]))  # as read transposed from a file
+
+    def no_draws(*_):
+        raise AssertionError("initial values were drawn")
+
+    monkeypatch.setattr(gpt_module, "init_value", no_draws)
+    model = GPT(source.config, params=given)
+    for name, p in model.params.items():
+        np.testing.assert_array_equal(to_numpy(p), to_numpy(source.params[name]))
+        assert p.flags.c_contiguous
+        assert (p is given[name]) == (name != "token_embedding")  # only the Fortran-ordered one is copied
+    ids = asarray(np.arange(10).reshape(2, 5) % SMALL["vocab_size"])
+    assert float(model.forward(ids, ids)[0]) == float(source.forward(ids, ids)[0])
+    with pytest.raises(ValueError, match=r"params\['final_norm.weight'\] is float64\(16,\), expected float32\(16,\)"):
+        GPT(source.config, params={**given, "final_norm.weight": given["final_norm.weight"].astype("float64")})
+    with pytest.raises(ValueError, match=r"missing \['final_norm.weight'\]"):
+        GPT(source.config, params={n: p for n, p in given.items() if n != "final_norm.weight"})
+    with pytest.raises(TypeError, match="params must be a dict of name -> array, got list"):
+        GPT(source.config, params=list(given.values()))
 
 
 def test_adamw_training_memorises_a_batch():

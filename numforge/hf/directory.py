@@ -58,13 +58,12 @@ def load_pretrained(path, dtype="float32", trust_pattern: bool = False) -> tuple
         )
     shapes = parameter_shapes(config)
     found = gather(files, layout, config.tie_weights)  # every name and shape checked, no data read yet
-    # the arrays read, and the model's own (its float64 initial values are drawn first, then replaced)
+    # the arrays read, and the model's C-ordered copies of the ones read transposed (nn.Linear's (out, in))
     size = sum(math.prod(shape) for shape in shapes.values())
     tables = sum(math.prod(shape) for shape in POSITIONS[config.position].table_shapes(config).values())
-    check_fits((8 + 2 * resolve_dtype(dtype).itemsize) * size + 3 * 8 * tables, f"loading {path}")
+    check_fits(2 * resolve_dtype(dtype).itemsize * size + 3 * 8 * tables, f"loading {path}")
     arrays = read_params(found, layout, resolve_dtype(dtype))
-    model = GPT(config, seed=0, dtype=dtype)
-    model.load_params({name: asarray(array) for name, array in arrays.items()})
+    model = GPT(config, dtype=dtype, params={name: asarray(array) for name, array in arrays.items()})
     return model, tokenizer
 
 
