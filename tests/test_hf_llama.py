@@ -7,6 +7,7 @@ numbers with transformers' own models.
 
 import json
 import os
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from hf_dirs import llama_fields, llama_shapes, tiny_tokenizer, write_llama_dir,
 from numforge import backend
 from numforge.hf import load_pretrained, pretrained_config, save_pretrained
 from numforge.hf.llama import QWEN2_REBUILT
+from numforge.hf.weights import READ_TEMPORARIES
 from numforge.model import GPT, GPTConfig
 from numforge.model.config import ARCHS
 from numforge.tokenizer import BPETokenizer
@@ -206,6 +208,25 @@ def test_a_model_too_large_is_refused_before_any_data_is_read(tmp_path):
     write_raw_safetensors(path / "model.safetensors", {n: ("F32", s, b"") for n, s in llama_shapes(fields).items()})
     with pytest.raises(ValueError, match=r"loading .*huge needs about .* of memory"):
         load_pretrained(path)
+
+
+def test_loading_holds_one_copy_of_the_weights_and_the_estimate_bounds_it(tmp_path):
+    # before: the arrays read, transposed views, were copied into a model drawn at random first (1.8x the weights)
+    fields = llama_fields(num_hidden_layers=8, hidden_size=128, intermediate_size=320, tie_word_embeddings=True)
+    path, _ = write_llama_dir(tmp_path / "eight", fields)
+    sizes = [int(np.prod(shape)) for shape in llama_shapes(fields).values()]
+    tracemalloc.start()
+    try:
+        model, _ = load_pretrained(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    weights = sum(int(p.nbytes) for p in model.params.values())
+    assert weights == 4 * sum(sizes)
+    assert all(p.flags.c_contiguous for p in model.params.values())
+    largest = (READ_TEMPORARIES + 2 * 4) * max(sizes)  # what the memory check adds for the tensor being read
+    assert weights < peak <= weights + largest + 2**20  # 1 MiB: the tokenizer and the JSON read beside them
+    assert peak < 1.5 * weights
 
 
 def test_a_pickle_only_llama_directory_is_refused(tmp_path):

@@ -30,7 +30,7 @@ from ..tokenizer.hf_json import export_tokenizer_json
 from ..tokenizer.interop import export_gpt2
 from .config import config_from_hf, config_to_hf
 from .llama import as_exported
-from .weights import Layout, gather, read_params, write_tensors
+from .weights import READ_TEMPORARIES, Layout, gather, read_params, write_tensors
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -58,10 +58,13 @@ def load_pretrained(path, dtype="float32", trust_pattern: bool = False) -> tuple
         )
     shapes = parameter_shapes(config)
     found = gather(files, layout, config.tie_weights)  # every name and shape checked, no data read yet
-    # the arrays read, and the model's C-ordered copies of the ones read transposed (nn.Linear's (out, in))
-    size = sum(math.prod(shape) for shape in shapes.values())
+    # the parameters as read (the model takes them as they are), the largest one's temporaries, the position tables
+    sizes = [math.prod(shape) for shape in shapes.values()]
     tables = sum(math.prod(shape) for shape in POSITIONS[config.position].table_shapes(config).values())
-    check_fits(2 * resolve_dtype(dtype).itemsize * size + 3 * 8 * tables, f"loading {path}")
+    itemsize = resolve_dtype(dtype).itemsize
+    check_fits(
+        itemsize * sum(sizes) + (READ_TEMPORARIES + 2 * itemsize) * max(sizes) + 3 * 8 * tables, f"loading {path}"
+    )
     arrays = read_params(found, layout, resolve_dtype(dtype))
     model = GPT(config, dtype=dtype, params={name: asarray(array) for name, array in arrays.items()})
     return model, tokenizer

@@ -122,14 +122,23 @@ def gather(files: list[Path], layout: Layout, tied: bool) -> dict[str, tuple[Pat
     return found
 
 
+READ_TEMPORARIES = 4  # bytes per value of the tensor being read, beside 2 of numforge's dtype: BF16's uint32
+# words (or a float32 file's values cast to float64), then its (out, in) -> (in, out) copy or q|k|v concatenation
+
+
 def read_params(found: dict[str, tuple[Path, str, dict]], layout: Layout, dtype) -> dict[str, np.ndarray]:
-    """numforge name -> NumPy array of ``dtype``: the tensors ``gather`` found, read, cast and assembled."""
+    """numforge name -> C-ordered NumPy array of ``dtype``: the tensors ``gather`` found, read, cast and assembled.
+
+    Each tensor read is dropped as soon as its parameter is assembled, so the peak is the parameters plus the
+    largest one's temporaries (``READ_TEMPORARIES``), never two copies of the model.
+    """
     tensors = _read_tensors(found, dtype)
     params = {}
     for name, stored in layout.tensors.items():
         parts = [tensors.pop(part) for part in stored.names]
         whole = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)  # ((H + 2 H_kv) D, C) for q|k|v
-        params[name] = whole.T if stored.transposed else whole  # (out, in) -> (in, out): a view
+        params[name] = np.ascontiguousarray(whole.T) if stored.transposed else whole  # (out, in) -> (in, out)
+        del parts, whole
     return params
 
 
