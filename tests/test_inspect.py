@@ -9,13 +9,14 @@ import pytest
 from helpers import STUDY_PROMPT, STUDY_TEXT, tiny_model, tiny_run
 
 from numforge.cli import main
+from numforge.model import GPTConfig
 from numforge.model.config import ARCHS
 from numforge.study.attention import model_attention_weights
 from numforge.study.backward import backward_stages
 from numforge.study.page import render_page
 from numforge.study.predictions import logit_lens, position_predictions
 from numforge.study.prompt import run_prompt, shown_token
-from numforge.study.report import inspect_data
+from numforge.study.report import attention_layers, inspect_data
 from numforge.study.trace import at_position, forward_stages
 from numforge.tokenizer import BPETokenizer
 
@@ -99,6 +100,19 @@ def test_a_prompt_of_the_whole_context_stays_small(tokenizer):
     assert len(page.encode()) < weights + 600_000, len(page.encode())
 
 
+def test_the_page_holds_the_attention_layers_its_budget_holds(tokenizer):
+    gpt2 = GPTConfig(vocab_size=50257, max_seq_len=1024, d_model=768, num_heads=12, num_layers=12)
+    layer = 12 * 1024 * 1025 // 2 * 2  # bytes of one layer's float16 weights at T 1024: 12.6 MB
+    assert [attention_layers(gpt2, 1024, mib) for mib in (0, 16, layer * 3 / 2**20, 1000)] == [1, 1, 3, 12]
+    assert attention_layers(gpt2, 64) == 12  # a short prompt: every layer
+    model = tiny_model(tokenizer, max_seq_len=64, num_layers=3, num_heads=4)
+    T = len(tokenizer.encode(STUDY_PROMPT))
+    per_layer = 4 * T * (T + 1) // 2 * 2
+    for mib, held in ((16, 3), (2.5 * per_layer / 2**20, 2), (0, 1)):
+        attention = inspect_data(model, tokenizer, STUDY_PROMPT, attention_mib=mib)["answers"]["attention"]
+        assert [a.get("layer", 0) for a in attention] == list(range(held))
+
+
 def test_cli_writes_the_page(tmp_path, capsys):
     run = tiny_run(tmp_path)
     out = tmp_path / "report.html"
@@ -108,3 +122,13 @@ def test_cli_writes_the_page(tmp_path, capsys):
     assert len(attention) == 1 and len(attention[0]["weights"]) == 2  # 1 layer, 2 heads
     with pytest.raises(SystemExit, match="2"):  # argparse: --out is required
         main(["inspect", "--checkpoint", str(run), "--prompt", STUDY_PROMPT])
+    capsys.readouterr()
+    (tmp_path / "two").mkdir()
+    two = tiny_run(tmp_path / "two", "--layers", "2")
+    argv = ["inspect", "--checkpoint", str(two), "--prompt", STUDY_PROMPT, "--out", str(tmp_path / "small.html")]
+    assert main([*argv, "--attention-mib", "0"]) == 0
+    assert "it holds the attention weights of layers 0-0 of 2 (--attention-mib 0)" in capsys.readouterr().out
+    assert len(embedded_data((tmp_path / "small.html").read_text(encoding="utf-8"))["answers"]["attention"]) == 1
+    with pytest.raises(SystemExit, match="2"):
+        main([*argv[:-2], "--out", str(tmp_path / "neg.html"), "--attention-mib", "-1"])
+    assert "argument --attention-mib: expected a finite number >= 0, got '-1'" in capsys.readouterr().err

@@ -16,6 +16,7 @@ from helpers import make_tiny_run
 from numforge.checkpoint import load_model
 from numforge.cli import main
 from numforge.generate import decodable_ids, generate
+from numforge.model import GPT, GPTConfig
 from numforge.study.attention import attention_weights
 from numforge.study.page import render_page
 from numforge.study.prompt import run_prompt, shown_text, shown_token
@@ -44,7 +45,7 @@ from browser import (  # noqa: E402  (selenium is there: checked above)
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 if CHROMIUM is None or DRIVER is None:
     pytest.skip(MISSING, allow_module_level=True)
@@ -296,3 +297,30 @@ def test_the_inspector_page_shows_the_same_views_from_disk(browser, server, tmp_
     assert json.loads(weights)["cellW"] >= 1
     sent = inspect_data(model, tokenizer, text)["answers"]["attention"][0]["weights"][0]
     assert np.frombuffer(base64.b64decode(sent), dtype="<f2").size == len(ids) * (len(ids) + 1) // 2
+
+
+def test_an_inspector_page_without_a_layers_attention_says_so_for_that_layer(browser, server, tmp_path):
+    tokenizer = server.studio.tokenizer
+    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, max_seq_len=64, d_model=8, num_heads=2, num_layers=2))
+    page = tmp_path / "layer-0.html"
+    page.write_text(render_page(inspect_data(model, tokenizer, PROMPT, attention_mib=0)), encoding="utf-8")
+    browser.get(page.as_uri())
+    WebDriverWait(browser, 60).until(lambda d: ready(d, "trace") > 0)
+    before = ready(browser, "attention")
+    browser.find_element(By.CSS_SELECTOR, '#tabs [data-view="attention"]').click()
+    wait_for(browser, "attention", before)  # layer 0: drawn
+    options = Select(browser.find_element(By.ID, "att-layer")).options
+    assert [(o.text, o.get_attribute("value"), o.is_enabled()) for o in options] == [
+        ("0", "0", True),
+        ("1 (numforge studio)", "1", False),
+    ]
+    browser.execute_script(
+        "var box = document.getElementById('att-layer'); box.value = '1';box.dispatchEvent(new Event('change'))"
+    )  # what the disabled option keeps a user from
+    status = browser.find_element(By.ID, "status")
+    WebDriverWait(browser, 30).until(lambda _: "layers 0-0" in status.text)
+    assert status.text == (
+        "this page holds the attention weights of layers 0-0 (numforge inspect --attention-mib): run numforge "
+        "studio, or inspect with a larger --attention-mib, for layer 1"
+    )
+    assert console_errors(browser) == []

@@ -32,7 +32,15 @@
     if (route === "/api/tokenize") return Promise.resolve(a.tokenize);
     if (route === "/api/next") return Promise.resolve(a.next);
     if (route === "/api/lens") return Promise.resolve(a.lens);
-    if (route === "/api/attention") return Promise.resolve(Object.assign({}, a.attention[0], a.attention[body.layer || 0]));
+    if (route === "/api/attention") {
+      var layer = body.layer || 0;
+      if (layer >= a.attention.length) {
+        return Promise.reject(new Error("this page holds the attention weights of layers 0-" +
+          (a.attention.length - 1) + " (numforge inspect --attention-mib): run numforge studio, or inspect with " +
+          "a larger --attention-mib, for layer " + layer));
+      }
+      return Promise.resolve(Object.assign({}, a.attention[0], a.attention[layer]));
+    }
     if (route === "/api/trace") {
       var position = body.position === undefined || body.position === null ? a.trace.position : body.position;
       var at = a.at[position], trace = Object.assign({}, a.trace, { position: position });
@@ -583,7 +591,12 @@
     load: function () {
       var m = state.model, layerBox = $("att-layer"), headBox = $("att-head");
       if (!layerBox.options.length) {
-        for (var l = 0; l < m.layers; l++) layerBox.appendChild(el("option", null, String(l)));
+        var held = STATIC ? STATIC.answers.attention.length : m.layers;  /* an inspector page holds layers 0..held-1 */
+        for (var l = 0; l < m.layers; l++) {
+          var option = layerBox.appendChild(el("option", null, l < held ? String(l) : l + " (numforge studio)"));
+          option.value = String(l);
+          option.disabled = l >= held;
+        }
         for (var h = 0; h < m.heads; h++) headBox.appendChild(el("option", null, String(h)));
       }
       ask("attention", "/api/attention", promptBody({ layer: state.layer, heads: null }), function (d) {
