@@ -56,7 +56,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .atomic import atomic_directory, remove_directory, write_text_atomic
-from .backend import asarray, to_numpy
+from .backend import asarray, resolve_dtype, to_numpy
 from .hf import load_pretrained, pretrained_config
 from .model import GPT, POSITIONS, GPTConfig, parameter_shapes
 from .resources import DISK_FULL, check_fits
@@ -427,9 +427,9 @@ def restore_model(checkpoint: Checkpoint, dtype: str = "float32") -> GPT:
         )
     tables = POSITIONS[config.position].table_shapes(config).values()
     table = 3 * 8 * sum(math.prod(shape) for shape in tables)  # the fixed position tables' float64 temporaries
-    check_fits(
-        table + 8 * sum(math.prod(shape) for shape in expected.values()),
-        f"building the model of {checkpoint.path / 'config.json'}",
+    converted = resolve_dtype(dtype).itemsize * sum(math.prod(shape) for shape in expected.values())
+    check_fits(  # the arrays are read already; the model takes them as they are, or converted to ``dtype``
+        table + converted, f"building the model of {checkpoint.path / 'config.json'}"
     )
     try:
         return GPT(config, dtype=dtype, params={name: asarray(a, dtype=dtype) for name, a in checkpoint.params.items()})
