@@ -13,7 +13,7 @@ from numforge.model import GPTConfig
 from numforge.model.config import ARCHS
 from numforge.study.attention import model_attention_weights
 from numforge.study.backward import backward_stages
-from numforge.study.page import render_page
+from numforge.study.page import inline_modules, module_order, read_module, render_page
 from numforge.study.predictions import logit_lens, position_predictions
 from numforge.study.prompt import run_prompt, shown_token
 from numforge.study.report import attention_layers, inspect_data
@@ -132,3 +132,38 @@ def test_cli_writes_the_page(tmp_path, capsys):
     with pytest.raises(SystemExit, match="2"):
         main([*argv[:-2], "--out", str(tmp_path / "neg.html"), "--attention-mib", "-1"])
     assert "argument --attention-mib: expected a finite number >= 0, got '-1'" in capsys.readouterr().err
+
+
+def test_the_modules_inline_in_the_order_a_browser_runs_them():
+    order = module_order()
+    assert order[-1] == "studio.js" and len(order) == len(set(order)) > 10
+    for n, name in enumerate(order):  # each module after every module it imports
+        imported = re.findall(r'^import \{[^}]*\} from "\./([\w-]+\.js)";', read_module(name), flags=re.MULTILINE)
+        assert set(imported) <= set(order[:n]), name
+    script = inline_modules()
+    assert not re.search(r"^\s*(import|export)\b", script, flags=re.MULTILINE)
+    assert [line[8:-3] for line in script.splitlines() if line.startswith("/* ---- ")] == order
+    toy = {
+        "studio.js": 'import { b } from "./b.js";\nimport { a } from "./a.js";\nb(a);\n',
+        "b.js": 'import { a } from "./a.js";\nexport function b(x) { return x; }\n',
+        "a.js": "export const a = 1;\n",
+    }
+    assert module_order(toy.get) == ["a.js", "b.js", "studio.js"]
+    assert inline_modules(toy.get) == (
+        "/* ---- a.js */\nconst a = 1;\n/* ---- b.js */\nfunction b(x) { return x; }\n/* ---- studio.js */\nb(a);\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "modules, words",
+    [
+        ({"a.js": 'import { b } from "./b.js";\n', "b.js": 'import { a } from "./a.js";\n'}, "a.js -> b.js -> a.js"),
+        ({"a.js": 'import { b } from "./b.js";\nvar x = 1;\n', "b.js": "export const b = 2;\nvar x = 3;\n"}, "['x']"),
+        ({"a.js": 'import * as b from "./b.js";\n'}, "a.js: only 'import { names }"),
+        ({"a.js": "export default 1;\n"}, "a.js: only 'import { names }"),
+    ],
+    ids=["cycle", "a name twice", "import star", "export default"],
+)
+def test_modules_that_cannot_share_one_script_are_refused(modules, words):
+    with pytest.raises(ValueError, match=re.escape(words)):
+        inline_modules(modules.get, "a.js")

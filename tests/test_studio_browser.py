@@ -18,7 +18,7 @@ from numforge.cli import main
 from numforge.generate import decodable_ids, generate
 from numforge.model import GPT, GPTConfig
 from numforge.study.attention import attention_weights
-from numforge.study.page import render_page
+from numforge.study.page import module_order, render_page
 from numforge.study.prompt import run_prompt, shown_text, shown_token
 from numforge.study.report import inspect_data
 from numforge.study.studio import Studio, StudioServer
@@ -92,6 +92,16 @@ def all_logits(server, ids):
     z = np.array(answer["all_logits"])
     allowed = decodable_ids(server.studio.tokenizer, server.studio.model.config.vocab_size)
     return z if allowed is None else np.where(allowed, z, -np.inf)
+
+
+def test_the_page_loads_its_modules_with_no_console_error(browser, server):
+    browser.get(server.url)
+    WebDriverWait(browser, 60).until(lambda d: ready(d, "next") > 0)
+    loaded = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(function (r) { return new URL(r.name).pathname; })"
+    )
+    assert sorted(p for p in loaded if p.startswith("/static/js/")) == sorted(f"/static/js/{m}" for m in module_order())
+    assert console_errors(browser) == []
 
 
 def test_the_temperature_slider_reshapes_the_probabilities_as_softmax_z_over_tau(browser, server):

@@ -2,19 +2,23 @@
 functions' own numbers."""
 
 import base64
+import configparser
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 from helpers import STUDY_TEXT, make_tiny_run, tiny_model
 
+import numforge.study
 from numforge.generate import decodable_ids, generate
 from numforge.study.attention import attention_weights
 from numforge.study.predictions import logit_lens
@@ -77,13 +81,22 @@ def exchange(server, data: bytes) -> str:
 
 def test_the_page_and_the_static_files(server):
     status, page, response = call(server, "GET", f"/?token={server.token}", token=False)
-    assert status == 200 and b'<script src="/static/studio.js" defer></script>' in page
+    assert status == 200 and b'<script type="module" src="/static/js/studio.js"></script>' in page
     assert "script-src 'self'" in response.getheader("Content-Security-Policy")
     assert response.getheader("X-Content-Type-Options") == "nosniff"
     assert response.getheader("Referrer-Policy") == "no-referrer"
-    for path in ("/static/studio.js", "/static/studio.css"):
-        status, body, _ = call(server, "GET", path, token=False)
-        assert status == 200 and len(body) > 1000
+    status, body, response = call(server, "GET", "/static/studio.css", token=False)
+    assert status == 200 and len(body) > 1000 and response.getheader("Content-Type") == "text/css; charset=utf-8"
+    served, wanted = set(), ["studio.js"]  # the entry module, then every module an import names
+    while wanted:
+        name = wanted.pop()
+        status, body, response = call(server, "GET", f"/static/js/{name}", token=False)
+        assert status == 200, name
+        assert response.getheader("Content-Type") == "text/javascript; charset=utf-8", name  # or no browser runs it
+        served.add(name)
+        wanted += [found for found in re.findall(r'from "\./([\w-]+\.js)"', body.decode()) if found not in served]
+    web = Path(numforge.study.__file__).parent / "web" / "js"
+    assert served == {path.name for path in web.glob("*.js")} and len(served) > 10  # every module, each reached
     status, answer, _ = call(server, "GET", "/api/model")
     assert status == 200 and answer["context"] == 16 and answer["layers"] == 2
 
@@ -95,7 +108,7 @@ def test_a_host_that_is_not_the_servers_is_refused(server, host):
     """DNS rebinding: a name that resolves to 127.0.0.1 still arrives with its own Host header."""
     status, answer, _ = call(server, "GET", "/api/model", host=host)
     assert status == 403 and "DNS rebinding" in answer["error"]
-    status, _, _ = call(server, "GET", "/static/studio.js", host=host, token=False)
+    status, _, _ = call(server, "GET", "/static/js/studio.js", host=host, token=False)
     assert status == 403
 
 
@@ -153,6 +166,10 @@ def test_unknown_routes_methods_and_paths(server):
         ("GET", "/api/nothing", 404),
         ("GET", "/static/../../../etc/passwd", 404),
         ("GET", "/static/studio.py", 404),
+        ("GET", "/static/studio.js", 404),  # the script is its modules, under /static/js/
+        ("GET", "/static/js/../studio.css", 404),  # a path is served only as it is listed, never resolved
+        ("GET", "/static/js/", 404),
+        ("GET", "/static/js/studio.py", 404),
         ("GET", "/api/trace", 405),
         ("POST", "/api/model", 405),
         ("DELETE", "/api/model", 405),
@@ -362,3 +379,16 @@ def test_a_llama_style_model_with_grouped_keys_is_served(tokenizer):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_non_editable_install_ships_every_file_of_the_page():
+    """setup.cfg's package data for numforge.study names every file of web/ (the page, its style, its modules)."""
+    config = configparser.ConfigParser()
+    config.read(Path(__file__).parents[1] / "setup.cfg")
+    study = Path(numforge.study.__file__).parent
+    shipped = {
+        path
+        for glob in config["options.package_data"]["numforge.study"].split(",")
+        for path in study.glob(glob.strip())
+    }
+    assert shipped == {path for path in (study / "web").rglob("*") if path.is_file()} and len(shipped) > 10

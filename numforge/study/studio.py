@@ -1,7 +1,7 @@
 """``numforge studio``: a local web server over the study views (``views.py``), safe by construction.
 
-The standard library's ``http.server`` serves it: one page, two static files
-(``web/studio.js``, ``web/studio.css``) and a handful of JSON routes (``ROUTES``),
+The standard library's ``http.server`` serves it: one page, its static files
+(``web/studio.css`` and the ES modules of ``web/js/``) and a handful of JSON routes (``ROUTES``),
 each a thin call of a view function. Nothing here computes: every number
 comes from the study functions, on the model chosen when the server starts.
 
@@ -45,7 +45,7 @@ from ..checkpoint import checkpoint_step, latest_checkpoint_dir, load_model
 from ..checks import check_positive_int, is_real
 from ..generate import RUN_SAMPLE, generate
 from .backward import backward_stages
-from .page import studio_page, web_file
+from .page import MODULES, module_order, studio_page, web_file
 from .prompt import check_ids, encode_prompt, run_ids
 from .views import (
     attention_view,
@@ -197,7 +197,9 @@ ROUTES = {  # path -> (method, Studio method name); "page" is the HTML page
     "/api/next": ("POST", "next_token"),
     "/api/generate": ("POST", "generate"),
 }
-STATIC = {"/static/studio.js": ("studio.js", "text/javascript"), "/static/studio.css": ("studio.css", "text/css")}
+STATIC = {"/static/studio.css": ("studio.css", "text/css")} | {  # path -> (file of web/, type): nothing else is served
+    f"/static/{MODULES}/{name}": (f"{MODULES}/{name}", "text/javascript") for name in module_order()
+}  # the script's modules: the entry and what it imports (a browser runs a module only as text/javascript)
 
 
 class RequestError(Exception):

@@ -1,0 +1,67 @@
+/* numforge studio: the page's entry module, for the studio (answers from the server's API) and for the page
+   numforge inspect writes (the same answers, embedded; study/page.py inlines these modules there). It draws
+   what the study functions computed and computes nothing about the model itself. This module holds the
+   navigation: the tabs, the URL's #view, the prompt typed; each view is its own module. */
+
+import { api, STATIC } from "./api.js";
+import { fail } from "./ask.js";
+import { attentionView } from "./attention.js";
+import { $ } from "./dom.js";
+import { nextView } from "./next.js";
+import { promptBox, state } from "./state.js";
+import { hideTip } from "./tip.js";
+import { tokenizerView } from "./tokenizer.js";
+import { traceView } from "./trace.js";
+import { trainingView } from "./training.js";
+
+const VIEWS = { tokenizer: tokenizerView, next: nextView, attention: attentionView, trace: traceView, training: trainingView };
+
+function show(view) {
+  state.view = view;
+  document.querySelectorAll("#tabs button").forEach(function (b) {
+    b.setAttribute("aria-selected", String(b.getAttribute("data-view") === view));
+  });
+  document.querySelectorAll(".view").forEach(function (s) { s.hidden = s.id !== "view-" + view; });
+  if (!STATIC) history.replaceState(null, "", location.pathname + location.search + "#" + view);
+  hideTip();
+  VIEWS[view].load();
+}
+
+let typing = null;
+promptBox.addEventListener("input", function () {
+  clearTimeout(typing);
+  typing = setTimeout(function () {
+    state.ids = null;
+    state.position = null;
+    VIEWS[state.view].load();
+  }, 250);
+});
+
+document.querySelectorAll("#tabs button").forEach(function (b) {
+  b.addEventListener("click", function () { show(b.getAttribute("data-view")); });
+});
+document.addEventListener("scroll", hideTip, true);
+window.addEventListener("hashchange", function () {
+  var wanted = location.hash.slice(1);
+  if (VIEWS[wanted] && wanted !== state.view && state.model) show(wanted);
+});
+
+/* an inspector page: the prompt it was written for, and no control that would need the server */
+function readOnly() {
+  $("mode").textContent = "inspect";
+  promptBox.value = STATIC.prompt;
+  promptBox.readOnly = true;
+  $("prompt-info").textContent = "(numforge inspect wrote this page for this prompt; numforge studio takes any)";
+  document.querySelector('#tabs [data-view="training"]').disabled = true;
+  ["next-temperature", "next-top-k", "next-top-p", "next-seed"].forEach(function (id) { $(id).disabled = true; });
+  document.querySelectorAll('input[name="next-choice"]').forEach(function (r) { r.disabled = true; });
+}
+
+api("/api/model").then(function (m) {
+  state.model = m;
+  $("model").textContent = m.source || m.description;
+  if (STATIC) readOnly();
+  else $("prompt-info").textContent = "up to " + m.context + " tokens (the model's context).";
+  var wanted = location.hash.slice(1);
+  show(VIEWS[wanted] && !(STATIC && wanted === "training") ? wanted : STATIC ? "trace" : "next");
+}).catch(fail);
