@@ -135,8 +135,8 @@ def test_attention_dropout_can_be_turned_off_alone():
     assert all(block.attention.attention.dropout is None for block in cache_off.blocks)
     assert all(block.attention.dropout.keep is not None for block in cache_off.blocks)  # the branches still drop
     assert all(block.attention.attention.dropout.p == 0.3 for block in cache_on.blocks)
-    evaluation = on.forward(ids, targets, for_backward=False)[1]  # no generator: no dropout
-    assert all(block.attention.attention.dropout is None for block in evaluation.blocks)
+    cache_kept = on.forward(ids, targets, for_backward=False, keep_caches=True)[1]  # no generator: no dropout
+    assert all(block.attention.attention.dropout is None for block in cache_kept.blocks)
 
 
 def test_training_keeps_attention_probabilities_under_the_limit_with_the_same_gradients(monkeypatch):
@@ -149,7 +149,8 @@ def test_training_keeps_attention_probabilities_under_the_limit_with_the_same_gr
     _, cache = model.forward(ids, targets)
     assert all(kept(cache))
     grads_kept = model.backward(cache)
-    assert not any(kept(model.forward(ids, targets, for_backward=False)[1]))  # evaluation keeps nothing
+    assert model.forward(ids, targets, for_backward=False)[1] is None  # evaluation keeps nothing
+    assert not any(kept(model.forward(ids, targets, for_backward=False, keep_caches=True)[1]))  # nor the study
     monkeypatch.setattr("numforge.model.attention_branch.KEEP_PROBS_LIMIT", 0)
     _, cache = model.forward(ids, targets)
     assert not any(kept(cache))
@@ -325,12 +326,13 @@ def test_fused_chunked_and_materialized_logits_give_the_same_loss_and_gradients(
     loss_fused, cache = model.forward(ids, targets)  # the default: loss and gradients fused
     assert cache.loss.route == "fused"
     grads_fused = model.backward(cache)
-    loss_materialized, cache = model.forward(ids, targets, for_backward=False)  # evaluation, tiny logits: materialized
+    loss_materialized, cache = model.forward(ids, targets, for_backward=False, keep_caches=True)  # tiny: materialized
     assert cache.loss.route == "materialized"
     grads_materialized = model.backward(cache)
     monkeypatch.setattr("numforge.model.unembedding.MATERIALIZED_LOGITS_LIMIT", 0)  # force the chunked loss
-    loss_chunked, cache = model.forward(ids, targets, for_backward=False)
+    loss_chunked, cache = model.forward(ids, targets, for_backward=False, keep_caches=True)
     assert cache.loss.route == "chunked"
+    assert float(model.forward(ids, targets, for_backward=False)[0]) == float(loss_chunked)  # evaluation's route
     grads_chunked = model.backward(cache)
     for loss, grads in ((loss_chunked, grads_chunked), (loss_fused, grads_fused)):
         assert float(loss) == pytest.approx(float(loss_materialized), rel=1e-14)

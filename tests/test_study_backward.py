@@ -102,7 +102,7 @@ def test_position_gradient_is_summed_over_the_batch(tokenizer):
     model = tiny_model(tokenizer, dtype="float64")
     ids = np.array([[1, 2, 3, 4, 5], [5, 4, 3, 2, 1]])  # (2,5)
     targets = np.concatenate([ids[:, 1:], np.full((2, 1), -1)], axis=1)
-    _, cache = model.forward(asarray(ids), asarray(targets), for_backward=False)
+    _, cache = model.forward(asarray(ids), asarray(targets), for_backward=False, keep_caches=True)
     recorded = {}
     grads = model.backward(cache, record=lambda name, grad, params: recorded.update({name: (grad, params)}))
     dx, params = recorded["embedding sum"]

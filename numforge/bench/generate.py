@@ -86,12 +86,25 @@ def run(args: argparse.Namespace) -> int:
     hf = None if args.no_transformers else _transformers_side(model, prompt)
     if hf is not None:
         sides["transformers"] = hf
+    rates, tokens = _best_rates(sides, args.new_tokens, args.repeats)
+    _speed_section(rates, tokens, args.new_tokens)
+    _memory_section(model, prompt, args)
+    if args.profile:
+        from .train import profile
+
+        print(profile(lambda: list(generate_ids(model, prompt, args.new_tokens, temperature=0)), 1))
+    return 0
+
+
+def _best_rates(sides: dict, new_tokens: int, repeats: int) -> tuple[dict, dict]:
+    """``(rates, tokens)``: per side and clock ``(prefill s, decode tokens/s)`` from the best of ``repeats``
+    rounds (the sides taking turns), and each side's ``new_tokens`` decoded ids."""
     # per side, clock ("wall" or "cpu") and count (1 or all): the best seconds over the rounds
-    best = {(name, clock, count): float("inf") for name in sides for clock in CLOCKS for count in (1, args.new_tokens)}
+    best = {(name, clock, count): float("inf") for name in sides for clock in CLOCKS for count in (1, new_tokens)}
     tokens = {}
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         for name, decode in sides.items():
-            for count in (1, args.new_tokens):
+            for count in (1, new_tokens):
                 start = {clock: read() for clock, read in CLOCKS.items()}
                 tokens[name] = decode(count)
                 for clock, read in CLOCKS.items():
@@ -99,21 +112,31 @@ def run(args: argparse.Namespace) -> int:
     rates = {}  # (name, clock) -> (prefill s, decode tokens/s)
     for name in sides:
         for clock in CLOCKS:
-            prefill, whole = best[name, clock, 1], best[name, clock, args.new_tokens]
-            rates[name, clock] = (prefill, (args.new_tokens - 1) / max(whole - prefill, 1e-9))
+            prefill, whole = best[name, clock, 1], best[name, clock, new_tokens]
+            rates[name, clock] = (prefill, (new_tokens - 1) / max(whole - prefill, 1e-9))
+    return rates, tokens
+
+
+def _speed_section(rates: dict, tokens: dict, new_tokens: int) -> None:
+    """Each side's prefill and decoding speed; with transformers beside numforge, the ratios and the same tokens."""
     print(f"\n{'':14s} {'prefill':>10s} {'decode tok/s':>13s}   (process CPU time: prefill, decode tok/s)")
-    for name in sides:
+    for name in tokens:
         (prefill, rate), (prefill_cpu, rate_cpu) = rates[name, "wall"], rates[name, "cpu"]
         print(f"{name:14s} {prefill * 1e3:7.0f} ms {rate:13.1f}   ({prefill_cpu * 1e3:.0f} ms, {rate_cpu:.1f})")
-    if hf is not None:
-        same = next((i for i, (a, b) in enumerate(zip(tokens["numforge"], tokens["transformers"])) if a != b), None)
-        for clock in CLOCKS:
-            ours, theirs = rates["numforge", clock], rates["transformers", clock]
-            print(
-                f"numforge / transformers ({clock} clock): decode tokens/s {ours[1] / theirs[1]:.2f}x, "
-                f"prefill speed {theirs[0] / ours[0]:.2f}x"
-            )
-        print(f"same greedy tokens: {'all ' + str(args.new_tokens) if same is None else f'the first {same}'}")
+    if "transformers" not in tokens:
+        return
+    same = next((i for i, (a, b) in enumerate(zip(tokens["numforge"], tokens["transformers"])) if a != b), None)
+    for clock in CLOCKS:
+        ours, theirs = rates["numforge", clock], rates["transformers", clock]
+        print(
+            f"numforge / transformers ({clock} clock): decode tokens/s {ours[1] / theirs[1]:.2f}x, "
+            f"prefill speed {theirs[0] / ours[0]:.2f}x"
+        )
+    print(f"same greedy tokens: {'all ' + str(new_tokens) if same is None else f'the first {same}'}")
+
+
+def _memory_section(model: GPT, prompt: list[int], args: argparse.Namespace) -> None:
+    """numforge's weights, its peak above them while generating, and what its KV cache holds."""
     weights = sum(int(p.nbytes) for p in model.params.values())
     peak = peak_extra_bytes(lambda: list(generate_ids(model, prompt, args.new_tokens, temperature=0)), array_module())
     positions = args.prompt_tokens + args.new_tokens
@@ -123,11 +146,6 @@ def run(args: argparse.Namespace) -> int:
         f"{peak / MIB:.0f} MiB (KV cache {cache / MIB:.1f} MiB of it)"
     )
     print(kv_cache_line(model, positions))
-    if args.profile:
-        from .train import profile
-
-        print(profile(lambda: list(generate_ids(model, prompt, args.new_tokens, temperature=0)), 1))
-    return 0
 
 
 def kv_cache_bytes(model: GPT, positions: int | None = None) -> int:

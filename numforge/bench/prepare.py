@@ -71,59 +71,69 @@ def run(args: argparse.Namespace) -> int:
             f"tokenizer training, streamed chunk counts on {args.workers} workers: {trained['seconds']:.1f} s, "
             f"peak RSS {_rss(trained)}"
         )
-
-        times = {1: [], args.workers: []}
-        encoding = None if args.no_peers else tiktoken_encoding(BPETokenizer.load(tokenizer_path))
-        texts = None if encoding is None else _pieces(corpus, tokenizer_path)  # tiktoken's input, in memory
-        tiktoken_s = []
-        for repeat in range(args.repeats):
-            for workers in times:
-                out = scratch / f"p-{workers}-{repeat}"
-                times[workers].append(_child("prepare", corpus, tokenizer_path, workers, args.vocab_size, out))
-            if encoding is not None:
-                start, start_cpu = time.perf_counter(), time.process_time()  # process time: all its threads
-                tiktoken_ids = encoding.encode_ordinary_batch([text for text, _ in texts])
-                tiktoken_s.append((time.perf_counter() - start, time.process_time() - start_cpu))
-        files = {(scratch / f"p-{w}-{r}" / "tokens.npy").read_bytes() for w in times for r in range(args.repeats)}
-        print(f"\nprepare (best of {args.repeats}, taking turns; load average {_load()} now)")
-        best = {w: min(t["seconds"] for t in runs) for w, runs in times.items()}
-        for workers, runs in times.items():
-            each = ", ".join(f"{run['seconds']:.2f}" for run in runs)
-            cpu = min(runs, key=lambda run: run["seconds"])
-            print(
-                f"  numforge, {workers} worker{'s' if workers > 1 else ' '}    {best[workers]:7.2f} s "
-                f"{megabytes / best[workers]:7.2f} MB/s   (runs: {each} s; CPU s of the best: process "
-                f"{cpu['cpu']:.1f}, workers {cpu['worker_cpu']:.1f})"
-            )
-        print(f"  identical token files from every run: {'yes' if len(files) == 1 else 'NO'}")
-        if encoding is not None:
-            fastest, cpu = min(tiktoken_s)
-            print(
-                f"  tiktoken encode_ordinary_batch    {fastest:7.2f} s {megabytes / fastest:7.2f} MB/s"
-                f"   (runs: {', '.join(f'{s:.2f}' for s, _ in tiktoken_s)} s; CPU s of the best {cpu:.1f};"
-                " Rust, default threads)"
-            )
-            same = _same_ids(tiktoken_ids, texts, scratch / f"p-{args.workers}-0")
-            print(f"  same ids as tiktoken: {'yes' if same else 'NO'}")
-            del texts, tiktoken_ids  # gigabytes of Python lists: not to weigh on the memory measured next
-
+        best, tiktoken_best = _prepare_section(scratch, corpus, tokenizer_path, megabytes, args)
         print(f"\npeak memory of prepare on {args.workers} workers (RSS: the process itself; the largest worker)")
         for name, path, size in (("a quarter", quarter, megabytes / 4), ("all", corpus, megabytes)):
             measured = _child("prepare", path, tokenizer_path, args.workers, args.vocab_size, scratch / f"m-{name}")
             print(f"  {name + ' of the corpus':<20} {size:6.1f} MB: {_rss(measured)}")
-
-        speedup = best[1] / best[args.workers]
-        print(
-            f"\ntargets\n  {args.workers} workers / 1 worker = {speedup:.2f}x (target >= {SPEEDUP_TARGET}): "
-            f"{_verdict(speedup >= SPEEDUP_TARGET)}"
-        )
-        if encoding is not None:
-            ratio = min(tiktoken_s)[0] / best[args.workers]
-            print(
-                f"  numforge {args.workers} workers / tiktoken batch = {ratio:.2f}x "
-                f"(target >= {TIKTOKEN_RATIO_TARGET}): {_verdict(ratio >= TIKTOKEN_RATIO_TARGET)}"
-            )
+        _targets_section(best, tiktoken_best, args.workers)
     return 0
+
+
+def _prepare_section(scratch: Path, corpus: Path, tokenizer_path: Path, megabytes: float, args: argparse.Namespace):
+    """``prepare_tokens`` at 1 and N workers and tiktoken's batch, taking turns, printed: ``(best seconds by
+    worker count, tiktoken's best or None)``. Returning frees tiktoken's texts and ids (gigabytes of Python
+    lists), so that they do not weigh on the memory measured next."""
+    times = {1: [], args.workers: []}
+    encoding = None if args.no_peers else tiktoken_encoding(BPETokenizer.load(tokenizer_path))
+    texts = None if encoding is None else _pieces(corpus, tokenizer_path)  # tiktoken's input, in memory
+    tiktoken_s = []
+    for repeat in range(args.repeats):
+        for workers in times:
+            out = scratch / f"p-{workers}-{repeat}"
+            times[workers].append(_child("prepare", corpus, tokenizer_path, workers, args.vocab_size, out))
+        if encoding is not None:
+            start, start_cpu = time.perf_counter(), time.process_time()  # process time: all its threads
+            tiktoken_ids = encoding.encode_ordinary_batch([text for text, _ in texts])
+            tiktoken_s.append((time.perf_counter() - start, time.process_time() - start_cpu))
+    files = {(scratch / f"p-{w}-{r}" / "tokens.npy").read_bytes() for w in times for r in range(args.repeats)}
+    print(f"\nprepare (best of {args.repeats}, taking turns; load average {_load()} now)")
+    best = {w: min(t["seconds"] for t in runs) for w, runs in times.items()}
+    for workers, runs in times.items():
+        each = ", ".join(f"{run['seconds']:.2f}" for run in runs)
+        cpu = min(runs, key=lambda run: run["seconds"])
+        print(
+            f"  numforge, {workers} worker{'s' if workers > 1 else ' '}    {best[workers]:7.2f} s "
+            f"{megabytes / best[workers]:7.2f} MB/s   (runs: {each} s; CPU s of the best: process "
+            f"{cpu['cpu']:.1f}, workers {cpu['worker_cpu']:.1f})"
+        )
+    print(f"  identical token files from every run: {'yes' if len(files) == 1 else 'NO'}")
+    if encoding is None:
+        return best, None
+    fastest, cpu = min(tiktoken_s)
+    print(
+        f"  tiktoken encode_ordinary_batch    {fastest:7.2f} s {megabytes / fastest:7.2f} MB/s"
+        f"   (runs: {', '.join(f'{s:.2f}' for s, _ in tiktoken_s)} s; CPU s of the best {cpu:.1f};"
+        " Rust, default threads)"
+    )
+    same = _same_ids(tiktoken_ids, texts, scratch / f"p-{args.workers}-0")
+    print(f"  same ids as tiktoken: {'yes' if same else 'NO'}")
+    return best, fastest
+
+
+def _targets_section(best: dict, tiktoken_best: float | None, workers: int) -> None:
+    """The issue's targets against the best seconds by worker count (and tiktoken's, None when not run)."""
+    speedup = best[1] / best[workers]
+    print(
+        f"\ntargets\n  {workers} workers / 1 worker = {speedup:.2f}x (target >= {SPEEDUP_TARGET}): "
+        f"{_verdict(speedup >= SPEEDUP_TARGET)}"
+    )
+    if tiktoken_best is not None:
+        ratio = tiktoken_best / best[workers]
+        print(
+            f"  numforge {workers} workers / tiktoken batch = {ratio:.2f}x "
+            f"(target >= {TIKTOKEN_RATIO_TARGET}): {_verdict(ratio >= TIKTOKEN_RATIO_TARGET)}"
+        )
 
 
 def _write_corpus(scratch: Path, megabytes: float) -> tuple[Path, Path, float]:

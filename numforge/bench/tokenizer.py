@@ -78,7 +78,16 @@ def run(args: argparse.Namespace) -> int:
         f"{len(texts)} files; vocab_size {args.vocab_size}"
     )
     print(where_it_runs() + "\n")
+    tok, train_s, hf_train_s = _training_section(texts, args, megabytes)
+    encode_s, tiktoken_s = _encoding_section(tok, text, args, megabytes)
+    _reference_section(text, args)
+    long_run_worst = _long_run_section(tok)
+    _targets_section(train_s, hf_train_s, encode_s, tiktoken_s, long_run_worst)
+    return 0
 
+
+def _training_section(texts: list[str], args: argparse.Namespace, megabytes: float):
+    """``(tokenizer, numforge's best seconds, HF tokenizers' or None)``, training in turns, ``--repeats`` each."""
     hf_train = None if args.no_peers else _hf_trainer(texts, args.vocab_size)
     train_s, hf_train_s = [], []
     for _ in range(args.repeats):
@@ -90,7 +99,11 @@ def run(args: argparse.Namespace) -> int:
     _row("numforge", min(train_s), megabytes)
     if hf_train_s:
         _row(f"HF tokenizers (Rust, {os.cpu_count()} threads)", min(hf_train_s), megabytes)
+    return tok, min(train_s), min(hf_train_s) if hf_train_s else None
 
+
+def _encoding_section(tok: BPETokenizer, text: str, args: argparse.Namespace, megabytes: float):
+    """``((wall, CPU) best seconds of numforge's cold-cache encoding, those of tiktoken's or None)``."""
     encoding = None if args.no_peers else tiktoken_encoding(tok)
     tiktoken_encode = None if encoding is None else encoding.encode_ordinary  # one thread
     encode_s, encode_cpu_s, tiktoken_s, tiktoken_cpu_s = [], [], [], []
@@ -112,27 +125,28 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nencoding (best of {args.repeats}; {len(ids):,} tokens, {bytes_per_token:.2f} bytes/token)")
     _row("numforge (cold cache)", min(encode_s), megabytes)
     _row("numforge (warm cache, one run)", warm_s, megabytes)
-    if tiktoken_s:
-        _row("tiktoken (Rust, one thread)", min(tiktoken_s), megabytes)
-        print(f"  same ids as tiktoken: {'yes' if tiktoken_ids == ids else 'NO'}")
-        print(
-            f"  CPU seconds (both one thread; less swayed by other load): numforge cold {min(encode_cpu_s):.3f}, "
-            f"tiktoken {min(tiktoken_cpu_s):.3f}"
-        )
+    if not tiktoken_s:
+        return (min(encode_s), min(encode_cpu_s)), None
+    _row("tiktoken (Rust, one thread)", min(tiktoken_s), megabytes)
+    print(f"  same ids as tiktoken: {'yes' if tiktoken_ids == ids else 'NO'}")
+    print(
+        f"  CPU seconds (both one thread; less swayed by other load): numforge cold {min(encode_cpu_s):.3f}, "
+        f"tiktoken {min(tiktoken_cpu_s):.3f}"
+    )
+    return (min(encode_s), min(encode_cpu_s)), (min(tiktoken_s), min(tiktoken_cpu_s))
 
-    _reference_section(text, args)
-    long_run_worst = _long_run_section(tok)
 
+def _targets_section(train_s: float, hf_train_s, encode_s: tuple, tiktoken_s, long_run_worst: float) -> None:
+    """The issue's targets against the best times (``hf_train_s`` and ``tiktoken_s`` None when not run)."""
     print("\ntargets")
-    if hf_train_s:
-        ratio = min(train_s) / min(hf_train_s)
+    if hf_train_s is not None:
+        ratio = train_s / hf_train_s
         print(
             f"  training time numforge / HF = {ratio:.2f} (target <= {TRAIN_RATIO_TARGET:g}): "
             f"{verdict(ratio <= TRAIN_RATIO_TARGET)}"
         )
-    if tiktoken_s:
-        ratio = min(tiktoken_s) / min(encode_s)
-        cpu_ratio = min(tiktoken_cpu_s) / min(encode_cpu_s)
+    if tiktoken_s is not None:
+        ratio, cpu_ratio = tiktoken_s[0] / encode_s[0], tiktoken_s[1] / encode_s[1]  # (wall, CPU) seconds
         print(
             f"  encoding MB/s numforge / tiktoken = {ratio:.2f} (target >= {ENCODE_RATIO_TARGET:g}): "
             f"{verdict(ratio >= ENCODE_RATIO_TARGET)}; in CPU time {cpu_ratio:.2f}"
@@ -141,7 +155,6 @@ def run(args: argparse.Namespace) -> int:
         f"  100,000 copies of one character, slowest: {long_run_worst:.3f} s "
         f"(target < {LONG_RUN_SECONDS_TARGET:g} s): {verdict(long_run_worst < LONG_RUN_SECONDS_TARGET)}"
     )
-    return 0
 
 
 def _reference_section(text: str, args: argparse.Namespace) -> None:

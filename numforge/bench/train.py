@@ -145,6 +145,19 @@ def _run(args: argparse.Namespace, torch, threads: int) -> int:
             f"cores free for this process: products on {threads} threads ran {free_before:.2f}x and "
             f"{free_cores(threads):.2f}x one thread, before and after the configs ({threads:.2f}x on idle cores)"
         )
+    ratios = _results_table(results, rate, args, threads)
+    print(
+        "\nratio = numforge tokens/s / PyTorch eager tokens/s (median wall-clock step times, alternating steps);"
+        "\nCPU-time ratio = torch's process CPU time per step / numforge's (all threads): the work each side spends"
+    )
+    for line in _target_lines(args.threads, ratios):
+        print(line)
+    return 0
+
+
+def _results_table(results: dict, rate: float, args: argparse.Namespace, threads: int) -> dict:
+    """Print each config's tokens/s and MFU beside torch's (and its dropout, thread and profile lines);
+    return numforge / torch tokens/s by config (those torch ran)."""
     print()
     header = (
         f"{'config':8s} {'params':>9s} {'numforge tok/s':>15s} {'MFU':>6s} "
@@ -176,13 +189,7 @@ def _run(args: argparse.Namespace, torch, threads: int) -> int:
             print(f"{'':8s} numforge on {threads} threads: {gain:.2f}x its speed on one thread (steps taking turns)")
         if args.profile:
             print(result["profile"])
-    print(
-        "\nratio = numforge tokens/s / PyTorch eager tokens/s (median wall-clock step times, alternating steps);"
-        "\nCPU-time ratio = torch's process CPU time per step / numforge's (all threads): the work each side spends"
-    )
-    for line in _target_lines(args.threads, ratios):
-        print(line)
-    return 0
+    return ratios
 
 
 def _target_lines(threads, ratios: dict) -> list[str]:

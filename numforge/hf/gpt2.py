@@ -137,7 +137,9 @@ def config_to_hf(config: GPTConfig, special_ids: dict) -> dict:
         "activation_function": activation,
         "layer_norm_epsilon": config.norm_eps,
         "tie_word_embeddings": config.tie_weights,
-        # numforge drops the embeddings and each branch's output, never attention probabilities
+        # numforge's drop_prob falls on the embeddings and each branch's output, as embd_pdrop and resid_pdrop do,
+        # and (config.attention_dropout) on the attention weights after the softmax, as attn_pdrop does; attn_pdrop
+        # is written 0.0 all the same (dropout is for training only, and reading a config.json ignores it)
         "embd_pdrop": config.drop_prob,
         "resid_pdrop": config.drop_prob,
         "attn_pdrop": 0.0,

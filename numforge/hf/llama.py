@@ -316,7 +316,10 @@ def config_to_hf(config: GPTConfig, special_ids: dict) -> dict:
         "rope_parameters": {**scaling, "rope_theta": config.rope_theta},
         **biases,
         **window,
-        "attention_dropout": 0.0,  # numforge drops the embeddings and each branch's output, not Llama's way
+        # Llama's one dropout, on the attention weights after the softmax, as numforge's drop_prob does with
+        # config.attention_dropout (which also drops the embeddings and each branch's output, where Llama has
+        # no dropout); written 0.0 all the same (dropout is for training only, and reading a config.json ignores it)
+        "attention_dropout": 0.0,
         "initializer_range": 0.02,
         **special_ids,
     }

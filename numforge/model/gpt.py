@@ -167,25 +167,34 @@ class GPT:
 
     # ------------------------------------------------------------------ forward
 
-    def forward(self, token_ids, targets, *, rng=None, for_backward: bool = True):
+    def forward(self, token_ids, targets, *, rng=None, for_backward: bool = True, keep_caches: bool = False):
         """``(loss, cache)``: the mean cross-entropy of predicting ``targets (B,T)`` from ``token_ids (B,T)``.
 
         Dropout is on when a generator ``rng`` (``numforge.backend.default_rng(seed)``) is given
         and ``drop_prob > 0``: its masks are drawn from ``rng``. ``for_backward`` (the default) keeps
         what ``backward`` needs and what speeds it up (the loss's gradients, fused into its pass;
-        the attention's probability tiles); evaluation passes False.
+        the attention's probability tiles). Evaluation passes False and gets ``(loss, None)``: it keeps
+        no cache (each layer's is dropped before the next runs), so its memory does not grow with the layers.
+        ``keep_caches`` (the study tools) keeps every cache without those speed-ups: a backward still runs
+        on it, computing the loss's gradients then.
         """
         self._check_ids(token_ids, "token_ids")
         self._check_targets(targets, token_ids.shape)
         check_bool(for_backward, "for_backward")
+        check_bool(keep_caches, "keep_caches")
+        keep_caches = keep_caches or for_backward
         rng = rng if self.config.drop_prob > 0 else None
         x, embedding_cache = self._embed(token_ids, start=0)  # (B,T) -> (B,T,C)
         x, embedding_dropout = dropout_if(x, self.config, rng)
-        x, blocks = self._blocks(x, rng=rng, for_backward=for_backward)  # (B,T,C)
+        x, blocks = self._blocks(x, rng=rng, for_backward=for_backward, keep_caches=keep_caches)  # (B,T,C)
         h, final_norm_cache = norm_forward(x, self.params, "final_norm", self.config)  # (B,T,C)
+        if not keep_caches:
+            del x, final_norm_cache  # evaluation: only h goes on into the loss
         loss, loss_cache = unembedding_loss_forward(
             h, self._unembedding(), targets, IGNORE_INDEX, with_gradients=for_backward
         )  # (B,T,C) -> ()
+        if not keep_caches:
+            return loss, None
         cache = ModelCache(
             tuple(token_ids.shape), embedding_cache, embedding_dropout, blocks, final_norm_cache, loss_cache
         )
@@ -232,7 +241,7 @@ class GPT:
     def _blocks(self, x, *, rng, for_backward: bool, kv_cache: KVCache | None = None, keep_caches: bool = True):
         """Every layer in turn on ``x (B,T,C)``: ``(x, [BlockCache per layer])``.
 
-        Without ``keep_caches`` (inference) each layer's cache is dropped as soon as the
+        Without ``keep_caches`` (evaluation, inference) each layer's cache is dropped before the
         next layer starts, so memory does not grow with the number of layers; the list is empty.
         """
         caches = []
@@ -249,6 +258,7 @@ class GPT:
             )  # (B,T,C)
             if keep_caches:
                 caches.append(block_cache)
+            del block_cache  # not alive while the next layer runs (unless the list holds it)
         return x, caches
 
     # -------------------------------------------------------------- embeddings

@@ -3,9 +3,9 @@
 Every study tool starts here: ``run_prompt(model, tokenizer, text)`` encodes
 ``text`` to ids ``(1,T)``, sets the targets to the ids shifted left by one
 (the last one ``-1``, the ignore index: nothing follows the prompt), and runs
-``loss, cache = model.forward(ids, targets, for_backward=False)`` once. The tools
-then read the returned cache (``GPT.forward``'s ``ModelCache``), never a
-second pass.
+``loss, cache = model.forward(ids, targets, for_backward=False, keep_caches=True)``
+once. The tools then read the returned cache (``GPT.forward``'s ``ModelCache``),
+never a second pass.
 """
 
 from __future__ import annotations
@@ -99,7 +99,8 @@ def run_ids(model, tokenizer, ids) -> Prompt:
     """The forward pass on ``ids`` (``check_ids``): the cache every study tool reads."""
     ids = list(check_ids(model, ids))
     targets = ids[1:] + [IGNORE_INDEX]
-    loss, cache = model.forward(asarray(np.asarray([ids])), asarray(np.asarray([targets])), for_backward=False)
+    ids_array, targets_array = asarray(np.asarray([ids])), asarray(np.asarray([targets]))  # (1,T) each
+    loss, cache = model.forward(ids_array, targets_array, for_backward=False, keep_caches=True)
     return Prompt(
         tuple(ids),
         tuple(targets),
