@@ -15,7 +15,20 @@ The documents are ``demos/course.md`` and ``demos/derivations/*.md``. In them:
   Each must exit 0.
 - An HTML comment ``<!-- check: exit=1 -->`` just before a bash block sets
   the exit status its commands must have instead (a grader that finds a
-  backward not written yet exits 1).
+  backward not written yet exits 1). The same comment holds the other marks,
+  space-separated: ``skip="REASON"``: the block is not run, and REASON says why
+  (it needs MPI across machines, a download, minutes of work); every block
+  without it runs, so no command goes unchecked by accident.
+  ``given="corpus/ my.txt"``: what the block reads, written first: a name
+  ending in ``/`` a directory of two text files, any other name a text file
+  (pieces of Python's docs, 60 KB in all). ``hf=gpt2`` or ``hf=llama``: ``$DIR``
+  is a tiny Hugging Face directory of that family (``tests/hf_dirs.py``: random
+  weights, context 256; 4 layers for Llama), and the block's ``DIR=...`` line,
+  which says where a real one lies, is not run. ``max_steps=N``: every
+  ``--max-steps`` of the block runs as ``--max-steps N`` (a fine-tune of a real
+  model takes hundreds of steps, the test's few).
+- A `` # `` outside quotes starts a comment, as in bash; ``$NAME`` is a
+  variable a mark sets.
 - A ```` ```text ```` block right after a bash block is (an excerpt of) the
   output of that block's last command: its lines appear in the output, each
   inside one output line (spaces collapsed), in order within stdout and within
@@ -54,11 +67,18 @@ TIMEOUT = 300
 _PURE_RESULTS = {}  # `numforge gradcheck` commands read and write no file: run each once for all documents
 
 
+MARKS = {"exit", "skip", "given", "hf", "max_steps"}
+
+
 @dataclass
 class Block:
     commands: list[str]
     exit_status: int = 0
     expected: list[str] = field(default_factory=list)
+    skip: str | None = None  # why the block is not run
+    given: list[str] = field(default_factory=list)  # the files and directories written before it runs
+    hf: str | None = None  # the family of the tiny Hugging Face directory $DIR names
+    max_steps: int | None = None  # what every --max-steps of the block runs as
 
 
 def bash_blocks(text: str) -> list[Block]:
@@ -69,18 +89,41 @@ def bash_blocks(text: str) -> list[Block]:
         if lang == "text" and blocks and previous_end is not None and not text[previous_end : match.start()].strip():
             blocks[-1].expected = body.splitlines()
         if lang == "bash":
-            marks = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', match["marks"] or ""))
+            marks = {k: v.strip('"') for k, v in re.findall(r'(\w+)=("[^"]*"|\S+)', match["marks"] or "")}
             commands = [line for line in body.splitlines() if line.strip() and not line.startswith("#")]
-            unknown = set(marks) - {"exit"}
+            unknown = set(marks) - MARKS
             assert not unknown, f"unknown check marks {sorted(unknown)} before {commands}"
-            block = Block(commands, int(marks.get("exit", 0)))
-            blocks.append(block)
+            assert "skip" not in marks or len(marks["skip"].split()) >= 3, f"skip= needs a reason, before {commands}"
+            assert marks.get("hf") in (None, *TINY_HF), f"hf= is one of {sorted(TINY_HF)}, before {commands}"
+            if "hf" in marks:  # the document's DIR=... says where a real directory lies; the test's is tiny
+                commands = [line for line in commands if not line.startswith("DIR=")]
+            given = marks.get("given", "").split()
+            steps = int(marks["max_steps"]) if "max_steps" in marks else None
+            blocks.append(
+                Block(commands, int(marks.get("exit", 0)), [], marks.get("skip"), given, marks.get("hf"), steps)
+            )
         previous_end = match.end()
     return blocks
 
 
-def argv(command: str) -> list[str]:
-    words = shlex.split(command)
+def without_comment(command: str) -> str:
+    """``command`` up to a ``#`` that starts a word outside quotes, as bash reads it."""
+    quote = None
+    for i, char in enumerate(command):
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (i == 0 or command[i - 1].isspace()):
+            return command[:i]
+    return command
+
+
+def argv(command: str, variables: dict | None = None) -> list[str]:
+    variables = variables or {}
+    unset = set(re.findall(r"\$(\w+)", command)) - set(variables)
+    assert not unset, f"{command!r} uses ${sorted(unset)[0]}, which no mark sets"
+    words = [re.sub(r"\$(\w+)", lambda m: variables[m[1]], w) for w in shlex.split(without_comment(command))]
     if words[0] == "numforge":
         words = [sys.executable, "-m", "numforge", *words[1:]]
     elif words[0] == "python":
@@ -114,8 +157,8 @@ class Commands:
             self.close()
             self.server = None
 
-    def run(self, command: str, env: dict, cwd: pathlib.Path) -> subprocess.CompletedProcess:
-        words = argv(command)
+    def run(self, command: str, env: dict, cwd: pathlib.Path, variables=None) -> subprocess.CompletedProcess:
+        words = argv(command, variables)
         if self.server is None or (words[1].startswith("-") and words[1] != "-m"):  # python -c, python -X ...
             return subprocess.run(words, capture_output=True, text=True, env=env, cwd=cwd, timeout=TIMEOUT)
         self.count += 1
@@ -142,11 +185,11 @@ def commands(tmp_path_factory):
         runner.close()
 
 
-def run_command(commands: Commands, command: str, env: dict, cwd: pathlib.Path) -> subprocess.CompletedProcess:
+def run_command(commands: Commands, command: str, env: dict, cwd: pathlib.Path, variables=None):
     pure = command.startswith("numforge gradcheck ") and "--impl" not in command and "--write" not in command
     if pure and command in _PURE_RESULTS:
         return _PURE_RESULTS[command]
-    result = commands.run(command, env, cwd)
+    result = commands.run(command, env, cwd, variables)
     if pure:
         _PURE_RESULTS[command] = result
     return result
@@ -190,17 +233,70 @@ def test_every_derivation_and_the_course_exist():
     assert len(names) >= 17  # the course, the index and one derivation per op of issue 14
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=doc_id)
-def test_quoted_commands_run_and_print_what_the_document_says(doc, tmp_path, commands):
-    env, ran = environment(tmp_path), 0
-    for block in bash_blocks(doc.read_text(encoding="utf-8")):
+def write_given(names: list[str], where: pathlib.Path) -> None:
+    """The files a block reads (its ``given=`` mark): a name ending in ``/`` a directory of two text files, any other
+    name a text file; pieces of Python's own docs, 60 KB."""
+    from pydoc_data.topics import topics
+
+    text = "".join(topics[key] for key in sorted(topics))[:60_000]
+    for name in names:
+        path = where / name
+        if name.endswith("/"):
+            path.mkdir(parents=True, exist_ok=True)
+            (path / "a.txt").write_text(text[:30_000], encoding="utf-8")
+            (path / "b.txt").write_text(text[30_000:], encoding="utf-8")
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+
+
+def tiny_hf_dir(family: str, where: pathlib.Path) -> str:
+    """A tiny Hugging Face directory of ``family`` (``tests/hf_dirs.py``), written once per document."""
+    path = where / f"hf-{family}"
+    if not path.exists():
+        TINY_HF[family](path)
+    return str(path)
+
+
+def _tiny_gpt2(path):
+    from hf_dirs import TINY, write_gpt2_dir
+
+    write_gpt2_dir(path, {**TINY, "n_positions": 256})
+
+
+def _tiny_llama(path):
+    from hf_dirs import llama_fields, write_llama_dir
+
+    write_llama_dir(path, llama_fields("llama", num_hidden_layers=4, max_position_embeddings=256))
+
+
+TINY_HF = {"gpt2": _tiny_gpt2, "llama": _tiny_llama}
+
+
+def run_document(text: str, name: str, commands: Commands, env: dict, cwd: pathlib.Path) -> tuple[int, int]:
+    """Runs every block of a document that is not marked skip, in order, in ``cwd``; (blocks run, blocks skipped)."""
+    ran = skipped = 0
+    for block in bash_blocks(text):
+        if block.skip:
+            skipped += 1
+            continue
+        write_given(block.given, cwd)
+        variables = {"DIR": tiny_hf_dir(block.hf, cwd)} if block.hf else {}
         for i, command in enumerate(block.commands):
-            result = run_command(commands, command, env, tmp_path)
+            if block.max_steps is not None:
+                command = re.sub(r"--max-steps \d+", f"--max-steps {block.max_steps}", command)
+            result = run_command(commands, command, env, cwd, variables)
             output = result.stdout + result.stderr
-            assert result.returncode == block.exit_status, f"{command!r} exited {result.returncode}:\n{output}"
+            assert result.returncode == block.exit_status, f"{name}: {command!r} exited {result.returncode}:\n{output}"
             if i == len(block.commands) - 1:
                 assert_output_shows(block.expected, result, command)
-            ran += 1
+        ran += 1 if block.commands else 0
+    return ran, skipped
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=doc_id)
+def test_quoted_commands_run_and_print_what_the_document_says(doc, tmp_path, commands):
+    ran, _ = run_document(doc.read_text(encoding="utf-8"), doc_id(doc), commands, environment(tmp_path), tmp_path)
     assert ran, f"{doc_id(doc)} quotes no command to run"
 
 
@@ -326,3 +422,25 @@ def test_blocks_read_their_exit_mark_and_their_shown_output():
         bash_blocks('<!-- check: needs="x" -->\n```bash\nnumforge a\n```\n')
     with pytest.raises(AssertionError, match="must start with"):
         argv("pip install numforge")
+
+
+def test_blocks_read_their_skip_given_and_hf_marks_and_comments():
+    text = '<!-- check: skip="it needs three machines" -->\n```bash\nmpiexec -n 3 numforge train\n```\n'
+    text += '<!-- check: hf=gpt2 given="corpus/ my.txt" max_steps=3 -->\n'
+    text += "```bash\nDIR=~/real/gpt2\nnumforge sample $DIR\n```\n"
+    skipped, tiny = bash_blocks(text)
+    assert (skipped.skip, tiny.skip, skipped.max_steps) == ("it needs three machines", None, None)
+    assert (tiny.commands, tiny.given, tiny.hf, tiny.max_steps) == (
+        ["numforge sample $DIR"],
+        ["corpus/", "my.txt"],
+        "gpt2",
+        3,
+    )
+    assert argv("numforge sample $DIR --prompt 'a # b' x#y  # a comment", {"DIR": "/d"})[3:] == [
+        "sample", "/d", "--prompt", "a # b", "x#y"
+    ]  # fmt: skip
+    for wrong, message in (('skip=""', "needs a reason"), ('skip="slow"', "needs a reason"), ("hf=bert", "hf= is")):
+        with pytest.raises(AssertionError, match=message):
+            bash_blocks(f"<!-- check: {wrong} -->\n```bash\nnumforge a\n```\n")
+    with pytest.raises(AssertionError, match="which no mark sets"):
+        argv("numforge sample $DIR")

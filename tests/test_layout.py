@@ -1,4 +1,6 @@
-"""The house: every module imports, no import cycle, imports only point down the layers, the README's map is true."""
+"""The house: every module imports, no import cycle, imports only point down the layers, the map is true.
+
+The map of every module is docs/inside.md's (the README keeps a short one, by part)."""
 
 import ast
 import importlib
@@ -11,8 +13,8 @@ import pytest
 import numforge
 
 ROOT = Path(numforge.__file__).parent
-# Each top-level part of numforge and its floor (README "What is inside"): a part imports only from lower floors,
-# or from inside itself.
+# Each top-level part of numforge and its floor (docs/inside.md, "What is inside"): a part imports only from lower
+# floors, or from inside itself.
 FLOORS = {
     "backend": 0, "locks": 0, "interrupts": 0, "allocator": 0, "table": 0, "resources": 0, "blas": 0,
     "checks": 1, "atomic": 1,
@@ -100,7 +102,7 @@ def test_no_import_cycle():
 
 def test_imports_point_down():
     for name in module_names():
-        assert part(name) in FLOORS, f"{name} is on no floor: add its part to FLOORS and to the README's map"
+        assert part(name) in FLOORS, f"{name} is on no floor: add its part to FLOORS and to the map in docs/inside.md"
         for other in imports_of(name):
             same_part = part(other) == part(name)
             assert same_part or FLOORS[part(other)] < FLOORS[part(name)], (
@@ -109,9 +111,9 @@ def test_imports_point_down():
             )
 
 
-def test_the_readme_map_names_every_module_and_nothing_else():
-    readme = (ROOT.parent / "README.md").read_text(encoding="utf-8")
-    tree = readme.split("<!-- map -->", 1)[1].split("```", 2)[1]
+def test_the_map_names_every_module_and_nothing_else():
+    inside = (ROOT.parent / "docs" / "inside.md").read_text(encoding="utf-8")
+    tree = inside.split("<!-- map -->", 1)[1].split("```", 2)[1]
     listed = set(re.findall(r"^ +([a-z_]+/) ", tree, flags=re.MULTILINE)) | set(re.findall(r"([a-z0-9_]+\.py)", tree))
     on_disk = {p.name + "/" for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     for package in [ROOT] + [p for p in ROOT.rglob("*") if p.is_dir() and (p / "__init__.py").exists()]:

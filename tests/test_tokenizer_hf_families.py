@@ -195,7 +195,7 @@ def test_the_character_classes_equal_tokenizers_on_every_assigned_code_point():
     # \p{L}, \p{N}, \s in numforge's `regex` and in tokenizers' Oniguruma: equal on every code point Python's
     # unicodedata assigns (newer ones, which `regex` knows and Oniguruma may not, are left out). NFC in Python and
     # in tokenizers' Rust differ only where a combining mark that Rust gives no class comes before another mark
-    # (README, "Their tokenizers"): never on a letter, digit, space or symbol.
+    # (docs/huggingface.md, "Their tokenizers"): never on a letter, digit, space or symbol.
     from numforge.tokenizer.pipeline import Pipeline
 
     points = [c for c in range(1, 0x110000) if unicodedata.category(chr(c)) not in ("Cn", "Cs", "Co")]

@@ -1,4 +1,4 @@
-"""Take the README's screenshots of numforge studio, and measure its views at the model's whole context.
+"""Take the screenshots of numforge studio in docs/studio.md, and measure its views at the model's whole context.
 
     python docs/studio/screenshots.py                           # the studio's default model (trained once, cached)
     python docs/studio/screenshots.py --checkpoint runs/run-1   # or any run

@@ -52,7 +52,7 @@ IGNORE_INDEX = -1
 
 
 def parameter_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
-    """Every parameter's name and shape, in a fixed order (the names the README's map lists)."""
+    """Every parameter's name and shape, in a fixed order."""
     V, C, F = config.vocab_size, config.d_model, config.d_ff
     H, H_kv, D = config.num_heads, config.num_kv_heads, config.head_dim
     bias = config.has_bias
