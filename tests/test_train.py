@@ -123,7 +123,7 @@ def test_dropout_masks_depend_on_the_seed_the_step_and_the_row_only():
     [
         ({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
         ({"save_every": True}, "save_every must be a positive integer, got True"),
-        ({"warmup_steps": -1}, "warmup_steps must be an int >= 0, got -1"),
+        ({"warmup_steps": -1}, "warmup_steps must be an integer >= 0, got -1"),
     ],
 )
 def test_settings_name_a_bad_value(change, message):
