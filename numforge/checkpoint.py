@@ -57,6 +57,8 @@ import numpy as np
 
 from .atomic import atomic_directory, remove_directory, write_text_atomic
 from .backend import asarray, resolve_dtype, to_numpy
+from .checks import check_int_value
+from .files import read_json
 from .hf import load_pretrained, pretrained_config
 from .model import GPT, POSITIONS, GPTConfig, parameter_shapes
 from .resources import DISK_FULL, check_fits
@@ -97,17 +99,6 @@ class CheckpointFileError(ValueError):
     """A checkpoint file that cannot be read or does not hold what it must; the message names the file."""
 
 
-def read_json(path: Path) -> dict[str, Any]:
-    """The JSON object in ``path``; any failure (missing, not UTF-8, not JSON, not an object) names the file."""
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except Exception as err:  # noqa: BLE001 -- any failure to parse these bytes is the file's fault
-        raise CheckpointFileError(f"cannot read checkpoint file {path}: {_reason(err)}") from err
-    if not isinstance(data, dict):
-        raise CheckpointFileError(f"checkpoint file {path} must hold a JSON object, got {type(data).__name__}")
-    return data
-
-
 def _reason(err: BaseException) -> str:
     if isinstance(err, UnicodeDecodeError):
         return f"not UTF-8 text ({err.reason} at byte {err.start})"
@@ -146,7 +137,7 @@ def file_sha256(path: Path) -> str:
 
 def verify_checksums(directory: Path) -> None:
     """``ValueError`` naming the first file whose SHA-256 is not the one ``checksums.json`` records."""
-    recorded = read_json(directory / CHECKSUMS)
+    recorded = read_json(directory / CHECKSUMS, expect=dict)
     if set(recorded) != set(FILES) or not all(isinstance(v, str) for v in recorded.values()):
         raise CheckpointFileError(f"{directory / CHECKSUMS} must give a SHA-256 for each of {list(FILES)}")
     for name in FILES:
@@ -329,7 +320,10 @@ def _load_checkpoint_directory(directory: Path) -> Checkpoint:
         raise ValueError(f"checkpoint {directory} is incomplete: missing {', '.join(missing)}")
     if (directory / CHECKSUMS).is_file():  # checkpoints of numforge 0.1.0 have none: their files are still checked
         verify_checksums(directory)
-    jsons = {name: read_json(directory / f"{name}.json") for name in ("optimizer", "config", "tokenizer", "state")}
+    jsons = {
+        name: read_json(directory / f"{name}.json", expect=dict)
+        for name in ("optimizer", "config", "tokenizer", "state")
+    }
     optimizer_state = jsons["optimizer"]
     _check_optimizer_json(optimizer_state, directory / "optimizer.json")
     param_headers = array_headers(directory / "params.npz")
@@ -357,9 +351,7 @@ def _load_checkpoint_directory(directory: Path) -> Checkpoint:
 
 
 def _check_optimizer_json(data: dict, path: Path) -> None:
-    step = data.get("step")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise CheckpointFileError(f"{path}: 'step' must be an integer >= 0, got {step!r}")
+    check_int_value(data.get("step"), f"{path}: 'step'", minimum=0)
     if not isinstance(data.get("hyper"), dict):
         raise CheckpointFileError(f"{path}: 'hyper' must be an object of AdamW settings, got {data.get('hyper')!r}")
     extra = sorted(set(data) - {"step", "hyper"})

@@ -1,7 +1,8 @@
 """Argument checks for every layer: one message style; ``TypeError`` for a wrong type, ``ValueError`` for a value.
 
 Example: ``check_positive_int(0, "batch_size")`` raises
-``ValueError("batch_size must be a positive integer, got 0")``;
+``ValueError("batch_size must be a positive integer, got 0")``; ``check_int_value`` and ``check_number`` check
+any integer or number range in the same words;
 ``check_float(ids, "x")`` on an integer array raises ``TypeError``.
 """
 
@@ -30,26 +31,77 @@ def check_bool(value: object, name: str) -> bool:
     return value
 
 
-def check_positive_int(value: object, name: str) -> int:
-    """``value`` if it is an int >= 1 (``True`` is not), else a ``ValueError`` naming it.
+def is_int(value: object) -> bool:
+    """A Python int that is not a bool (``True`` is an int in Python; ``2.0`` and ``"2"`` are not ints)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
-    Example: ``check_positive_int(0, "batch_size")`` raises
-    "batch_size must be a positive integer, got 0". A non-int is a wrong
-    value here too (an argument given as ``2.0`` or ``"2"``), so the flag or
-    field is named with one message.
+
+def _integers(minimum: int | None, maximum: int | None) -> str:
+    """The integers from ``minimum`` to ``maximum`` (None: unbounded), in words: "an integer in [0, 3]"."""
+    if minimum is not None and maximum is not None:
+        return f"an integer in [{minimum}, {maximum}]"
+    if minimum == 1:
+        return "a positive integer"
+    if minimum is not None:
+        return f"an integer >= {minimum}"
+    return "an integer" if maximum is None else f"an integer <= {maximum}"
+
+
+def check_int_value(value: object, name: str, minimum: int | None = None, maximum: int | None = None) -> int:
+    """``value`` if it is an int (``True`` is not) from ``minimum`` to ``maximum``, else a ``ValueError`` naming it.
+
+    Examples: ``check_int_value(-1, "step", minimum=0)`` raises "step must be an integer >= 0, got -1";
+    ``check_int_value(0, "batch_size", minimum=1)`` raises "batch_size must be a positive integer, got 0".
+    A non-int is a wrong value here too (an argument given as ``2.0`` or ``"2"``), so the flag or field is
+    named with one message.
     """
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if not is_int(value) or (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise ValueError(f"{name} must be {_integers(minimum, maximum)}, got {value!r}")
     return value
 
 
-def check_index(value: object, count: int, name: str) -> int:
-    """``value`` if it is an int in ``[0, count)`` (``True`` is not), else a ``ValueError`` naming it.
+def check_positive_int(value: object, name: str) -> int:
+    """``check_int_value(value, name, minimum=1)``: "batch_size must be a positive integer, got 0"."""
+    return check_int_value(value, name, minimum=1)
 
-    Example: ``check_index(4, 4, "layer")`` raises "layer must be an integer in [0, 3], got 4".
+
+def check_index(value: object, count: int, name: str) -> int:
+    """``value`` if it is an int in ``[0, count)``: "layer must be an integer in [0, 3], got 4" otherwise."""
+    return check_int_value(value, name, minimum=0, maximum=count - 1)
+
+
+def interval(low: float = -math.inf, high: float = math.inf, *, low_open: bool = False, high_open: bool = False):
+    """An interval in words: "> 0", ">= 0", "in [0, 1)"; "" when it is the whole line."""
+    if high == math.inf:
+        return "" if low == -math.inf else f"{'>' if low_open else '>='} {low:g}"
+    if low == -math.inf:
+        return f"{'<' if high_open else '<='} {high:g}"
+    return f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+
+
+def in_interval(value: float, low: float, high: float, low_open: bool, high_open: bool) -> bool:
+    """Whether ``value`` is a finite number in the interval (NaN is in none; an int of any size is finite)."""
+    above = value > low if low_open else value >= low
+    below = value < high if high_open else value <= high
+    return (isinstance(value, (int, np.integer)) or math.isfinite(value)) and above and below
+
+
+def check_number(
+    value: object,
+    name: str,
+    low: float = -math.inf,
+    high: float = math.inf,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
+    """``value`` if it is a finite real number (not a bool) in the interval, else a ``ValueError`` naming it.
+
+    Example: ``check_number(0, "lr", 0, low_open=True)`` raises "lr must be a finite number > 0, got 0".
     """
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < count:
-        raise ValueError(f"{name} must be an integer in [0, {count - 1}], got {value!r}")
+    if not is_real(value) or not in_interval(value, low, high, low_open, high_open):
+        words = interval(low, high, low_open=low_open, high_open=high_open)
+        raise ValueError(f"{name} must be a finite number{' ' + words if words else ''}, got {value!r}")
     return value
 
 
@@ -117,23 +169,18 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
 
 def float_between(low: float, high: float = math.inf, *, low_open: bool = False, high_open: bool = False):
     """An argparse type: a finite float in the interval from ``low`` to ``high`` (open ends where asked)."""
-    if high == math.inf:
-        interval = f"{'>' if low_open else '>='} {low:g}"
-    else:
-        interval = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+    words = interval(low, high, low_open=low_open, high_open=high_open)
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             value = math.nan
-        above = value > low if low_open else value >= low
-        below = value < high if high_open else value <= high
-        if not (math.isfinite(value) and above and below):  # NaN fails every comparison
-            raise argparse.ArgumentTypeError(f"expected a finite number {interval}, got {text!r}")
+        if not in_interval(value, low, high, low_open, high_open):
+            raise argparse.ArgumentTypeError(f"expected a finite number {words}, got {text!r}")
         return value
 
-    parse.__name__ = f"number {interval}"
+    parse.__name__ = f"number {words}"
     return parse
 
 

@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping
 
 from .backend import get_xp
-from .checks import check_float, is_real
+from .checks import check_float, check_int_value, is_real
 
 
 class AdamW:
@@ -126,9 +126,7 @@ class AdamW:
         if not isinstance(state, Mapping) or set(state) != {"step", "hyper", "m", "v"}:
             keys = sorted(state) if isinstance(state, Mapping) else type(state).__name__
             raise ValueError(f"an AdamW state must have keys ['hyper', 'm', 'step', 'v'], got {keys}")
-        step = state["step"]
-        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-            raise ValueError(f"state['step'] must be an integer >= 0, got {step!r}")
+        step = check_int_value(state["step"], "state['step']", minimum=0)
         hyper = state["hyper"]
         if not isinstance(hyper, Mapping) or set(hyper) != {"lr", "betas", "eps", "weight_decay"}:
             raise ValueError(f"state['hyper'] must have lr, betas, eps, weight_decay; got {hyper!r}")
@@ -192,8 +190,7 @@ def warmup_cosine_lr(step: int, *, max_lr: float, min_lr: float, warmup_steps: i
     Example (max 1, min 0, warmup 2, total 6): steps 0..6 -> 0.5, 1, 1, 0.854, 0.5, 0.146, 0.
     """
     for name, value in (("step", step), ("warmup_steps", warmup_steps), ("total_steps", total_steps)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        check_int_value(value, name, minimum=0)
     if not warmup_steps <= total_steps:
         raise ValueError(f"warmup_steps ({warmup_steps}) must be <= total_steps ({total_steps})")
     if not (is_real(max_lr) and is_real(min_lr) and 0 <= min_lr <= max_lr):

@@ -36,3 +36,45 @@ def test_check_bool_is_a_type_check():
 @pytest.mark.parametrize("value, real", [(1, True), (2.5, True), (np.float32(1), True), (True, False), ("1", False)])
 def test_is_real_excludes_bools_and_strings(value, real):
     assert checks.is_real(value) is real
+
+
+@pytest.mark.parametrize(
+    "value, bounds, message",
+    [
+        (-1, {"minimum": 0}, "step must be an integer >= 0, got -1"),
+        (True, {"minimum": 0}, "step must be an integer >= 0, got True"),
+        (4.0, {"minimum": 0}, "step must be an integer >= 0, got 4.0"),
+        (np.int64(4), {}, r"step must be an integer, got np.int64\(4\)"),
+        (5, {"minimum": 0, "maximum": 4}, r"step must be an integer in \[0, 4\], got 5"),
+        (5, {"maximum": 4}, "step must be an integer <= 4, got 5"),
+    ],
+)
+def test_check_int_value_names_the_value_and_the_range(value, bounds, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        checks.check_int_value(value, "step", **bounds)
+
+
+def test_check_int_value_returns_a_good_value_of_any_size():
+    assert checks.check_int_value(10**400, "n", minimum=1) == 10**400
+    assert checks.check_int_value(0, "n", minimum=0, maximum=0) == 0
+
+
+@pytest.mark.parametrize(
+    "value, bounds, message",
+    [
+        (0, {"low": 0, "low_open": True}, "lr must be a finite number > 0, got 0"),
+        (float("nan"), {}, "lr must be a finite number, got nan"),
+        (float("inf"), {"low": 0}, "lr must be a finite number >= 0, got inf"),
+        (True, {}, "lr must be a finite number, got True"),
+        ("0.1", {}, "lr must be a finite number, got '0.1'"),
+        (1, {"low": 0, "high": 1, "high_open": True}, r"lr must be a finite number in \[0, 1\), got 1"),
+    ],
+)
+def test_check_number_names_the_value_and_the_interval(value, bounds, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        checks.check_number(value, "lr", **bounds)
+
+
+def test_check_number_returns_a_good_value():
+    assert checks.check_number(np.float32(0.5), "p", 0, 1, high_open=True) == np.float32(0.5)
+    assert checks.check_number(10**400, "n", 0) == 10**400  # an int too big for a float is still finite

@@ -263,7 +263,7 @@ def test_every_file_a_run_writes_is_read_back_and_validated_by_its_reader(runs, 
     config = checkpoint.checkpoint_config(loaded)  # config.json
     assert config.to_dict() == pristine["config"]
     assert checkpoint.checkpoint_tokenizer(loaded).to_dict() == pristine["tokenizers"][0]  # tokenizer.json
-    from numforge.training.run import check_state  # state.json
+    from numforge.training.state import check_state  # state.json
 
     assert dataclasses.asdict(check_state(loaded.state, directory / "state.json", 4)) == pristine["settings"]
     from numforge.data import open_prepared  # the token cache

@@ -16,7 +16,7 @@ ROOT = Path(numforge.__file__).parent
 # Each top-level part of numforge and its floor (docs/inside.md, "What is inside"): a part imports only from lower
 # floors, or from inside itself.
 FLOORS = {
-    "backend": 0, "locks": 0, "interrupts": 0, "allocator": 0, "table": 0, "resources": 0, "blas": 0,
+    "backend": 0, "locks": 0, "interrupts": 0, "allocator": 0, "table": 0, "resources": 0, "blas": 0, "files": 0,
     "checks": 1, "atomic": 1,
     "ops": 2,
     "tokenizer": 3,

@@ -17,20 +17,41 @@ from numforge.checkpoint import latest_checkpoint_dir, load_model
 from numforge.cli import main
 from numforge.commands import _default_model, studio
 from numforge.commands._default_model import MODELS, RECIPE, default_model, training_code_sha256
-from numforge.training import loop
+from numforge.training import RunSpec, loop
 from numforge.training.threads import usable_cores
 
 pytestmark = pytest.mark.skipif(locks.fcntl is None, reason="no flock on this system: nothing is locked")
 STEPS = 3
 
 
-def tiny_flags(corpus, *more) -> list[str]:
-    """``numforge train`` flags of a 1-layer model of width 8, ``STEPS`` steps on ``corpus``, a checkpoint a step."""
+# a 1-layer model of width 8, ``STEPS`` steps, a checkpoint a step: as ``RunSpec`` fields, and as the train flags
+TINY_MODEL = {"num_layers": 1, "d_model": 8, "num_heads": 2}
+TINY_SETTINGS = {"seq_len": 8, "batch_size": 2, "max_steps": STEPS, "eval_every": 2, "save_every": 1}
+
+
+def tiny_fields(corpus, cache, model=(), settings=(), **more) -> dict:
+    """The ``RunSpec`` fields of the tiny run on ``corpus`` with the cache ``cache`` (JSON: a subprocess takes them)."""
+    return {
+        "data": str(corpus),
+        "cache_dir": str(cache),
+        "vocab_size": 270,
+        "model": TINY_MODEL | dict(model),
+        "settings": TINY_SETTINGS | dict(settings),
+        **more,
+    }
+
+
+def tiny_spec(corpus, cache, **changes) -> RunSpec:
+    return RunSpec(**tiny_fields(corpus, cache, **changes))
+
+
+def tiny_flags(corpus) -> list[str]:
+    """The same run as ``numforge train`` flags."""
     flags = {
         "--data": corpus, "--vocab-size": 270, "--layers": 1, "--d-model": 8, "--heads": 2, "--seq-len": 8,
         "--batch-size": 2, "--max-steps": STEPS, "--eval-every": 2, "--save-every": 1,
     }  # fmt: skip
-    return [str(x) for pair in flags.items() for x in pair] + list(more)
+    return [str(x) for pair in flags.items() for x in pair]
 
 
 @pytest.fixture
@@ -50,7 +71,7 @@ def params_of(model) -> dict:
 
 def test_trained_once_as_numforge_train_trains_it_then_read_from_the_cache(tmp_path, corpus, monkeypatch):
     cache, said = tmp_path / "cache", []
-    model, _, about, path = default_model(tiny_flags(corpus), cache, said.append)
+    model, _, about, path = default_model(tiny_spec(corpus, cache), said.append)
     assert trained(said) and path.parent == cache / MODELS and latest_checkpoint_dir(path).name == f"ckpt-{STEPS:08d}"
     assert about.startswith(f"the default model: trained once on {corpus}, {STEPS} steps, cached at {path} (1 layers")
     assert json.loads((path / RECIPE).read_text())["settings"]["max_steps"] == STEPS
@@ -64,7 +85,7 @@ def test_trained_once_as_numforge_train_trains_it_then_read_from_the_cache(tmp_p
 
     monkeypatch.setattr(_default_model, "train", lambda *args, **kwargs: pytest.fail("trained again"))
     said.clear()
-    again, _, about_again, path_again = default_model(tiny_flags(corpus), cache, said.append)
+    again, _, about_again, path_again = default_model(tiny_spec(corpus, cache), said.append)
     assert (path_again, about_again, said) == (path, about, [])
     for name, value in params_of(again).items():
         np.testing.assert_array_equal(value, params_of(model)[name])
@@ -72,31 +93,31 @@ def test_trained_once_as_numforge_train_trains_it_then_read_from_the_cache(tmp_p
 
 def test_a_damaged_cached_model_is_trained_again(tmp_path, corpus):
     cache = tmp_path / "cache"
-    path = default_model(tiny_flags(corpus), cache, lambda _: None)[3]
+    path = default_model(tiny_spec(corpus, cache), lambda _: None)[3]
     (latest_checkpoint_dir(path) / "params.npz").write_bytes(b"not a zip")
     said = []
-    model, _, _, again = default_model(tiny_flags(corpus), cache, said.append)
+    model, _, _, again = default_model(tiny_spec(corpus, cache), said.append)
     assert again == path and trained(said) and any("does not load" in line and "params.npz" in line for line in said)
     assert latest_checkpoint_dir(path).name == f"ckpt-{STEPS:08d}"
 
 
 def test_a_change_to_anything_that_makes_the_weights_trains_another_model(tmp_path, corpus, monkeypatch):
     cache = tmp_path / "cache"
-    first = default_model(tiny_flags(corpus), cache, lambda _: None)[3]
+    first = default_model(tiny_spec(corpus, cache), lambda _: None)[3]
     paths = {first}
-    changes = {
-        "the corpus's bytes": lambda: corpus.write_text(STUDY_TEXT * 4 + "!", encoding="utf-8"),
-        "the tokenizer": lambda: flags.extend(["--vocab-size", "271"]),
-        "the config": lambda: flags.extend(["--activation", "relu"]),
-        "the training settings": lambda: flags.extend(["--lr", "0.002"]),
-        "the thread count": lambda: flags.extend(["--threads", str(usable_cores() + 1)]),
-        "numforge's code": lambda: monkeypatch.setattr(_default_model, "training_code_sha256", lambda: "0" * 64),
+    changes = {  # what changes: on disk or in the code (a function that makes the change), or in the RunSpec
+        "the corpus's bytes": (lambda: corpus.write_text(STUDY_TEXT * 4 + "!", encoding="utf-8"), {}),
+        "the tokenizer": (None, {"vocab_size": 271}),
+        "the config": (None, {"model": {"activation": "relu"}}),
+        "the training settings": (None, {"settings": {"lr": 0.002}}),
+        "the thread count": (None, {"threads": usable_cores() + 1}),
+        "numforge's code": (lambda: monkeypatch.setattr(_default_model, "training_code_sha256", lambda: "0" * 64), {}),
     }
-    for change, make in changes.items():
-        flags = tiny_flags(corpus)
-        make()
+    for change, (make, fields) in changes.items():
+        if make is not None:
+            make()
         said = []
-        path = default_model(flags, cache, said.append)[3]
+        path = default_model(tiny_spec(corpus, cache, **fields), said.append)[3]
         assert trained(said) and path not in paths, change
         paths.add(path)
     assert {p.name for p in (cache / MODELS).iterdir()} == {p.name for p in paths}  # each cached whole, none replaced
@@ -123,18 +144,19 @@ def test_ctrl_c_while_it_trains_caches_nothing(tmp_path, corpus, monkeypatch):
     cache, said = tmp_path / "cache", []
     signal_at(monkeypatch, loop, "train_step", 2, signal.SIGINT)  # Ctrl-C during the second step
     with pytest.raises(KeyboardInterrupt) as stopped:
-        default_model(tiny_flags(corpus), cache, said.append)
+        default_model(tiny_spec(corpus, cache), said.append)
     assert stopped.value.exit_status == 130 and "nothing is cached" in said[-1]
     assert not (cache / MODELS).exists()  # neither the model, nor its temporary, nor the lock (nor the directory)
     monkeypatch.undo()
     said.clear()
-    path = default_model(tiny_flags(corpus), cache, said.append)[3]
+    path = default_model(tiny_spec(corpus, cache), said.append)[3]
     assert trained(said) and latest_checkpoint_dir(path).name == f"ckpt-{STEPS:08d}"
 
 
 STARTER = """
-import os, signal, sys
+import json, os, signal, sys
 from numforge.commands._default_model import default_model
+from numforge.training import RunSpec
 from numforge.training import loop
 if sys.argv[2] == "kill":  # killed outright in its second step, after the first step's checkpoint
     step = loop.train_step
@@ -143,24 +165,25 @@ if sys.argv[2] == "kill":  # killed outright in its second step, after the first
             os.kill(os.getpid(), signal.SIGKILL)
         return step(run, parallel)
     loop.train_step = killed_in_step_2
-print("served", default_model(sys.argv[3:], sys.argv[1], lambda text: print(text, flush=True))[3], flush=True)
+spec = RunSpec(**json.loads(sys.argv[3]))
+print("served", default_model(spec, lambda text: print(text, flush=True))[3], flush=True)
 """
 
 
-def start(cache, how, flags) -> subprocess.Popen:
-    argv = [sys.executable, "-c", STARTER, str(cache), how, *flags]
+def start(cache, how, corpus) -> subprocess.Popen:
+    argv = [sys.executable, "-c", STARTER, str(cache), how, json.dumps(tiny_fields(corpus, cache))]
     return subprocess.Popen(argv, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def test_a_trainer_killed_outright_leaves_nothing_that_is_served(tmp_path, corpus):
     cache = tmp_path / "cache"
-    killed = start(cache, "kill", tiny_flags(corpus))
+    killed = start(cache, "kill", corpus)
     assert killed.wait(timeout=120) == -signal.SIGKILL
     (left,) = (p for p in (cache / MODELS).iterdir() if p.name != locks.LOCK_FILE)  # the lock file stays, unlocked
     # a hidden temporary holding a complete-looking run at step 1
     assert left.name.startswith(".") and left.name.endswith(".tmp") and (left / "ckpt-00000001").is_dir()
     said = []
-    path = default_model(tiny_flags(corpus), cache, said.append)[3]
+    path = default_model(tiny_spec(corpus, cache), said.append)[3]
     assert trained(said) and latest_checkpoint_dir(path).name == f"ckpt-{STEPS:08d}"
     assert sorted(p.name for p in (cache / MODELS).iterdir()) == [path.name]  # the temporary removed
 
@@ -168,7 +191,7 @@ def test_a_trainer_killed_outright_leaves_nothing_that_is_served(tmp_path, corpu
 def test_two_starts_at_once_train_once_and_serve_the_same_model(tmp_path, corpus):
     cache = tmp_path / "cache"
     held = locks.DirectoryLock(cache / MODELS, "the cache of default models")  # both find it busy, then race
-    starters = [start(cache, "wait", tiny_flags(corpus)) for _ in range(2)]
+    starters = [start(cache, "wait", corpus) for _ in range(2)]
     try:
         for starter in starters:
             line = starter.stdout.readline()
@@ -190,7 +213,7 @@ def test_the_studio_without_checkpoint_serves_the_default_model_and_follows_its_
     tmp_path, corpus, monkeypatch, capsys
 ):
     cache, served = tmp_path / "cache", []
-    monkeypatch.setattr(studio, "default_model", lambda say: default_model(tiny_flags(corpus), cache, say))
+    monkeypatch.setattr(studio, "default_model", lambda say: default_model(tiny_spec(corpus, cache), say))
 
     def stop_at_once(server):  # Ctrl-C as soon as it serves
         served.append(server.studio)

@@ -145,9 +145,9 @@ def test_bodies_are_bounded_and_must_be_json_objects(server):
     )
     assert answer.startswith("HTTP/1.0 413") and "at most 65,536 are read" in answer
     cases = [
-        (b"{", {}, 400, "not JSON"),
-        (b"[1, 2]", {}, 400, "a JSON object"),
-        (b"\xff\xfe", {}, 400, "not JSON"),
+        (b"{", {}, 400, "the body: line 1 column 2: Expecting property name"),
+        (b"[1, 2]", {}, 400, "the body must hold a JSON object, got list"),
+        (b"\xff\xfe", {}, 400, "the body: not UTF-8 text (invalid start byte at byte 0)"),
         (b'{"text": "a"}', {"Content-Type": "text/plain"}, 415, "application/json"),
     ]
     for raw, headers, expected, words in cases:
@@ -189,7 +189,7 @@ def test_unknown_routes_methods_and_paths(server):
         ("/api/trace", {"text": ""}, "no tokens"),
         ("/api/trace", {"text": 3}, "text must be a string"),
         ("/api/trace", {"ids": [1, 2, 999]}, "in [0, 267]"),
-        ("/api/trace", {"ids": [True, 2]}, "every id must be an integer"),
+        ("/api/trace", {"ids": [True, 2]}, "every id (of the model's vocabulary) must be an integer"),
         ("/api/trace", {"ids": "1 2"}, "ids must be a list"),
         ("/api/trace", {"ids": list(range(17))}, "1 to max_seq_len = 16"),
         ("/api/trace", {"text": "the cat", "position": 9}, "position must be an integer in [0, 2]"),

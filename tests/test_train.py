@@ -123,7 +123,7 @@ def test_dropout_masks_depend_on_the_seed_the_step_and_the_row_only():
     [
         ({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
         ({"save_every": True}, "save_every must be a positive integer, got True"),
-        ({"warmup_steps": -1}, "warmup_steps must be an int >= 0, got -1"),
+        ({"warmup_steps": -1}, "warmup_steps must be an integer >= 0, got -1"),
     ],
 )
 def test_settings_name_a_bad_value(change, message):
@@ -277,6 +277,58 @@ def test_command_line_rejects_a_bad_dropout(capsys, value):
         cli.main(["train", "--dropout", value])
     assert exit_info.value.code == 2
     assert f"argument --dropout: expected a finite number in [0, 1), got '{value}'" in capsys.readouterr().err
+
+
+def test_min_lr_is_the_floor_of_the_schedule_a_tenth_of_lr_by_default_and_fixed_on_resume(tmp_path, corpus, capsys):
+    common = ["--data", str(corpus), "--cache-dir", str(tmp_path), "--vocab-size", str(VOCAB), "--layers", "1",
+              "--d-model", "16", "--heads", "2", "--seq-len", "16", "--batch-size", "4", "--no-progress",
+              "--warmup-steps", "1", "--schedule-steps", "3", "--eval-every", "5"]  # fmt: skip
+    out = str(tmp_path / "run")
+    assert cli.main(["train", *common, "--out", out, "--max-steps", "5", "--lr", "0.01", "--min-lr", "0.002"]) == 0
+    assert checkpoint.load_checkpoint(out).state["settings"]["min_lr"] == 0.002
+    lrs = [float(row["lr"]) for row in read_loss_csv(tmp_path / "run" / LOSS_CSV, 5)]
+    assert lrs[0] == 0.01 and lrs[1] == 0.01 and lrs[3:] == [0.002, 0.002]  # warmup, peak, cosine, then the floor
+    assert 0.002 < lrs[2] < 0.01
+    assert cli.main(["train", "--resume", out, "--max-steps", "6", "--min-lr", "0.001"]) == 2
+    assert "--min-lr cannot change when resuming" in capsys.readouterr().err
+
+    default = str(tmp_path / "default")
+    assert cli.main(["train", *common, "--out", default, "--max-steps", "1", "--lr", "0.02"]) == 0
+    assert checkpoint.load_checkpoint(default).state["settings"]["min_lr"] == 0.02 / 10
+    assert TrainSettings.for_new_run().min_lr == TrainSettings.lr / 10  # the floor of the runs made before --min-lr
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--min-lr", "0.01"], "--min-lr (0.01) must be <= --lr (0.003)"),
+        (["--lr", "0.001", "--min-lr", "0.002"], "--min-lr (0.002) must be <= --lr (0.001)"),
+        (["--min-lr", "-0.1"], "argument --min-lr: expected a finite number >= 0, got '-0.1'"),
+        (["--min-lr", "nan"], "argument --min-lr: expected a finite number >= 0, got 'nan'"),
+    ],
+)
+def test_a_bad_min_lr_is_refused_naming_it(tmp_path, capsys, argv, message):
+    argv = ["train", "--out", str(tmp_path / "run"), "--cache-dir", str(tmp_path), *argv]
+    try:
+        status = cli.main(argv)
+    except SystemExit as exit_info:  # a flag argparse refuses
+        status = exit_info.code
+    assert status == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # refused before anything is written
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"min_lr": -1e-3}, r"min_lr must be a finite number >= 0, got -0.001"),
+        ({"min_lr": 0.1}, r"min_lr \(0.1\) must be <= lr \(0.01\)"),
+        ({"lr": 0.0}, r"lr must be a finite number > 0, got 0.0"),
+        ({"grad_clip": float("inf")}, r"grad_clip must be a finite number > 0, got inf"),
+    ],
+)
+def test_settings_name_a_bad_rate(change, message):
+    with pytest.raises(ValueError, match=message):
+        settings(**change)
 
 
 def test_default_run_directory_is_the_first_free_one(tmp_path, monkeypatch):

@@ -2,8 +2,8 @@
 
 ``numforge studio`` serves it when no ``--checkpoint`` is given: the main
 command's model (the embedded corpus ``pydoc_data.topics``, the default
-tokenizer, 600 steps), made by the train command's own ``start_run`` and the
-training loop, in ``CACHE/models/KEY/``: a run directory (``LATEST``,
+tokenizer, 600 steps): ``RunSpec()``, started by ``training.start.start_run`` as
+the train command starts its own and trained by the same loop, in ``CACHE/models/KEY/``: a run directory (``LATEST``,
 ``ckpt-00000600/``, ``loss.csv``, and ``recipe.json``, what made it) that
 ``--checkpoint`` takes like any other.
 
@@ -27,12 +27,11 @@ served.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import interrupts
@@ -43,13 +42,12 @@ from ..data import default_cache_dir
 from ..data.sources import source_hash
 from ..data.tokenizers import tokenizer_hash
 from ..locks import DirectoryLock, InUse
-from ..model import GPTConfig
 from ..resources import check_output_dir
 from ..study.prompt import describe_model
 from ..training import train
+from ..training.spec import RunSpec
+from ..training.start import new_run_settings, new_run_tokenizer, start_run
 from ..training.threads import thread_count
-from . import train as train_command
-from ._data_flags import source_from
 
 MODELS = "models"  # the cache's directory of trained default models, one per key
 RECIPE = "recipe.json"
@@ -59,31 +57,26 @@ NOT_TRAINING = ("study", "commands", "bench", "gradcheck", "hf")  # parts that s
 CORPUS = "pydoc_data.topics"
 
 
-def default_model(flags: Sequence[str] = (), cache_dir=None, say: Callable[[str], None] = print):
-    """``(model, tokenizer, what it is, its run directory)``: the run of ``numforge train FLAGS`` (no flags: the
-    main command's), read from the cache, or trained into it first. ``flags`` and ``cache_dir`` are for tests."""
-    args = train_args(flags, cache_dir)
-    models = check_output_dir(Path(args.cache_dir) / MODELS, "the cache directory")
+def default_model(spec: RunSpec | None = None, say: Callable[[str], None] = print):
+    """``(model, tokenizer, what it is, its run directory)``: the run of ``spec`` (default ``RunSpec()``: what
+    ``numforge train`` runs with no flag), read from the cache, or trained into it first. Another ``spec``
+    (a tiny run, another cache directory) is for tests."""
+    spec = spec or RunSpec()
+    spec = dataclasses.replace(spec, cache_dir=spec.cache_dir or default_cache_dir())
+    models = check_output_dir(Path(spec.cache_dir) / MODELS, "the cache directory")
     with cache_lock(models, say):
         remove_stale_temporaries(models)  # what trainers killed outright left
-        recipe = model_recipe(args, say)
+        recipe = model_recipe(spec, say)
         path = models / hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:32]
         loaded = cached(path, say)
         if loaded is None:
-            train_into(path, args, recipe, say)
+            train_into(path, spec, recipe, say)
             loaded = load_model(path)
     model, tokenizer = loaded
-    corpus = CORPUS if args.data is None else args.data
+    corpus = CORPUS if spec.data is None else spec.data
     steps = recipe["settings"]["max_steps"]
     about = f"the default model: trained once on {corpus}, {steps} steps, cached at {path} ({describe_model(model)})"
     return model, tokenizer, about, path
-
-
-def train_args(flags: Sequence[str], cache_dir) -> argparse.Namespace:
-    """``numforge train FLAGS --cache-dir CACHE``, parsed by the train command's own parser."""
-    parser = argparse.ArgumentParser(prog="numforge train")
-    train_command.add_arguments(parser)
-    return parser.parse_args([*map(str, flags), "--cache-dir", str(cache_dir or default_cache_dir())])
 
 
 def cache_lock(models: Path, say) -> DirectoryLock:
@@ -96,19 +89,18 @@ def cache_lock(models: Path, say) -> DirectoryLock:
         return DirectoryLock(models, what, wait=True)
 
 
-def model_recipe(args: argparse.Namespace, say) -> dict:
-    """What makes the weights of ``numforge train``'s run of ``args``: the key's parts (the tokenizer trained
-    first if it is not cached)."""
-    settings, options = train_command.new_run_settings(args)
-    tokenizer = train_command.new_run_tokenizer(args, say)
-    config = GPTConfig(vocab_size=tokenizer.vocab_size, max_seq_len=settings.seq_len, **options)  # as new_run's
+def model_recipe(spec: RunSpec, say) -> dict:
+    """What makes the weights of the run of ``spec``: the key's parts (the tokenizer trained first if it is not
+    cached)."""
+    settings = new_run_settings(spec)
+    tokenizer = new_run_tokenizer(spec, say)
     return {
         "format": FORMAT,
-        "corpus_sha256": source_hash(source_from(args, args.data)),
+        "corpus_sha256": source_hash(spec.source()),
         "tokenizer_sha256": tokenizer_hash(tokenizer),
-        "config": config.to_dict(),
+        "config": spec.new_config(tokenizer.vocab_size).to_dict(),  # as new_run makes it
         "settings": dataclasses.asdict(settings),
-        "threads": thread_count(args.threads),
+        "threads": thread_count(spec.threads),
         "code_sha256": training_code_sha256(),
     }
 
@@ -136,8 +128,8 @@ def cached(path: Path, say):
         return None
 
 
-def train_into(path: Path, args: argparse.Namespace, recipe: dict, say) -> None:
-    """Train the run of ``args`` into ``path``, which appears when the run is complete (and only then)."""
+def train_into(path: Path, spec: RunSpec, recipe: dict, say) -> None:
+    """Train the run of ``spec`` into ``path``, which appears when the run is complete (and only then)."""
     steps = recipe["settings"]["max_steps"]
     say(
         f"the default model is not cached yet: training it once, as `numforge train` does ({steps} steps: "
@@ -145,8 +137,7 @@ def train_into(path: Path, args: argparse.Namespace, recipe: dict, say) -> None:
     )
     started = time.perf_counter()
     with atomic_directory(path) as temporary:
-        args.out = temporary
-        run = train_command.start_run(args, say)
+        run = start_run(dataclasses.replace(spec, out=temporary), say)
         if train(run, say=say, threads=recipe["threads"]) == "interrupted":
             say("the default model was not finished: nothing is cached (the next start trains it again)")
             raise interrupts.Interrupted(run.stopped_by)

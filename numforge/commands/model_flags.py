@@ -23,6 +23,7 @@ from ..model import ATTENTION_KINDS, POSITIONS, GPTConfig
 from ..model.config import ARCHS, QK_NORM_ORDERS
 from ..ops.activations import ACTIVATIONS
 from ..ops.norms import NORMS
+from ..training.spec import RUN_DEFAULTS
 
 PROBABILITY = float_between(0, 1, high_open=True)  # an argparse type: "--dropout 1" names the flag and [0, 1)
 POSITIVE = float_between(0, low_open=True)
@@ -47,9 +48,6 @@ def json_object(text: str) -> dict:
     return value
 
 
-# the sizes of a new run when no flag gives them (GPTConfig has no default for these); every other field
-# left out takes GPTConfig's default
-RUN_DEFAULTS = {"num_layers": 3, "d_model": 96, "num_heads": 4}
 # flag dest -> (GPTConfig field, argparse options)
 MODEL_FLAGS = {
     "layers": ("num_layers", dict(type=int_at_least(1), help="transformer blocks")),

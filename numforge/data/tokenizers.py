@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .. import interrupts
 from ..atomic import remove_stale_temporaries
+from ..checks import check_positive_int
 from ..tokenizer import EOT, GPT2_SPLIT_PATTERN, BPETokenizer
 from ..tokenizer.bpe import check_vocab_size, count_chunks
 from ..tokenizer.pretokenize import last_safe_cut
@@ -66,8 +67,8 @@ def train_tokenizer(
 ) -> BPETokenizer:
     """A BPE of ``vocab_size`` learned from the documents of ``data`` (the first ``max_bytes`` bytes if given)."""
     special_tokens = tuple(special_tokens)
-    if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1):
-        raise ValueError(f"max_bytes must be a positive int, got {max_bytes!r}")
+    if max_bytes is not None:
+        check_positive_int(max_bytes, "max_bytes")
     check_vocab_size(vocab_size, special_tokens)  # before reading a corpus, not after
     pieces = read_pieces(as_source(data), stats, lambda text: last_safe_cut(text, pattern))
     if max_bytes is not None:

@@ -21,10 +21,10 @@ from pathlib import Path
 
 from ..atomic import atomic_directory
 from ..backend import asarray, resolve_dtype, to_numpy
+from ..files import read_json
 from ..model import GPT, POSITIONS, GPTConfig, parameter_shapes
 from ..resources import check_fits
 from ..tokenizer import EOT, BPETokenizer
-from ..tokenizer._files import read_json
 from ..tokenizer.hf_dir import load_tokenizer as load_tokenizer_path
 from ..tokenizer.hf_json import export_tokenizer_json
 from ..tokenizer.interop import export_gpt2

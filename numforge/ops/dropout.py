@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..backend import get_xp
-from ..checks import check_float
+from ..checks import check_float, check_number
 
 
 class DropoutCache(NamedTuple):
@@ -26,8 +26,7 @@ def dropout_forward(x, p: float, rng, training: bool = True):
     Example: p = 0.5, x = [1, 1, 1, 1], keep = [1, 0, 0, 1] -> y = [2, 0, 0, 2].
     """
     check_float(x, "x")
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
-        raise ValueError(f"p must be a number in [0, 1), got {p!r}")
+    check_number(p, "p", 0, 1, high_open=True)
     if not training or p == 0:
         return x, DropoutCache(None, 1.0)
     if not hasattr(rng, "random"):

@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..backend import asarray, to_numpy
+from ..checks import check_index
 from ..model.gpt import IGNORE_INDEX
 
 
@@ -90,8 +91,7 @@ def check_ids(model, ids) -> tuple[int, ...]:
         what = f"{len(ids)} ids" if isinstance(ids, (list, tuple)) else type(ids).__name__
         raise ValueError(f"ids must be a list of 1 to max_seq_len = {context} token ids, got {what}")
     for i in ids:
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < V:
-            raise ValueError(f"every id must be an integer in [0, {V - 1}] (the model's vocabulary), got {i!r}")
+        check_index(i, V, "every id (of the model's vocabulary)")
     return tuple(ids)
 
 

@@ -43,6 +43,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from ..checkpoint import checkpoint_step, latest_checkpoint_dir, load_model
 from ..checks import check_positive_int, is_real
+from ..files import parse_json
 from ..generate import RUN_SAMPLE, generate
 from .backward import backward_stages
 from .page import MODULES, module_order, studio_page, web_file
@@ -317,14 +318,10 @@ class Handler(BaseHTTPRequestHandler):
             raise RequestError(411, "a Content-Length header is required")
         if int(length) > MAX_BODY:
             raise RequestError(413, f"the body is {int(length):,} bytes; at most {MAX_BODY:,} are read")
-        raw = self.rfile.read(int(length))
-        try:
-            body = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise RequestError(400, f"the body is not JSON: {error}") from None
-        if not isinstance(body, dict):
-            raise RequestError(400, f"the body must be a JSON object, got {type(body).__name__}")
-        return body
+        try:  # the house's JSON reader: "the body: line 1 column 2: Expecting value", "... must hold a JSON object"
+            return parse_json(self.rfile.read(int(length)), "the body", expect=dict)
+        except ValueError as error:
+            raise RequestError(400, str(error)) from None
 
     # ------------------------------------------------------------ answers
 

@@ -22,7 +22,8 @@ SETTABLE = ("drop_prob", "attention")  # config fields a fine-tuning run may set
 def start_from(
     path, seq_len: int | None, flags: dict[str, tuple[str, object]], trust_pattern: bool = False
 ) -> tuple[GPT, BPETokenizer]:
-    """The model and tokenizer of ``path`` to fine-tune, with ``flags`` (flag -> (GPTConfig field, value)) checked.
+    """The model and tokenizer of ``path`` to fine-tune, with ``flags`` (the word that names it, a flag or the
+    field itself -> (GPTConfig field, value)) checked.
 
     A shape flag that disagrees with the model, or a ``seq_len`` asked for
     (None: none was) beyond its ``max_seq_len``, is a ``ValueError`` naming
@@ -35,7 +36,7 @@ def start_from(
     for flag, (field, value) in flags.items():
         if field not in SETTABLE and getattr(config, field) != value:
             raise ValueError(
-                f"--{flag.replace('_', '-')} {value} disagrees with {path}, whose {field} is {getattr(config, field)}; "
+                f"{flag} {value} disagrees with {path}, whose {field} is {getattr(config, field)}; "
                 "a run started with --init-from keeps the model's shape (leave the flag out)"
             )
     if seq_len is not None and seq_len > config.max_seq_len:

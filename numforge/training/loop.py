@@ -126,50 +126,17 @@ def train(
     several, NumPy's BLAS runs on one thread until the run ends.
     """
     world = world or SingleProcess()
-    settings = run.settings
     threads = thread_count(threads, world.size)
-    parallel = DataParallel(world, run.model, settings.grad_accum, Threads(threads))
-    parallel.micro_batch_size(settings.batch_size)  # a batch that does not split: an error before any step
-    if not world.is_root:
-        say = _silent
-    if run.step and (run.world_size, run.threads) != (world.size, threads):
-        say(
-            f"note: steps 1-{run.step} ran on {run.world_size} rank(s) x {run.threads} thread(s), the rest run on "
-            f"{world.size} x {threads} (same batches and masks; the sums round differently)"
-        )
-    run.world_size, run.threads = world.size, threads
-    world.check_same_params(run.model.params, run.step)
-    tokens_per_step = settings.batch_size * settings.seq_len
+    say = say if world.is_root else _silent
+    parallel = _take_part(run, world, threads, say)
     show = progress and world.is_root
-    bar = tqdm(total=settings.max_steps, initial=run.step, disable=not show, unit="step", dynamic_ncols=True)
-    started, start_step = time.perf_counter(), run.step
+    bar = tqdm(total=run.settings.max_steps, initial=run.step, disable=not show, unit="step", dynamic_ncols=True)
+    start_step = run.step
     with interrupts.deferred(checkpoints=True), bar, one_blas_thread() if threads > 1 else nullcontext():
-        while True:
-            run.stopped_by, checkpoint_now = agreed_requests(world)  # every rank, before every step
-            if run.stopped_by is not None:
-                interrupts.stopping()  # said below, and by the command's exit status
-                break
-            if checkpoint_now and run.step not in (run.saved_step, 0) and world.is_root:
-                written = run.save()
-                with tqdm.external_write_mode():
-                    say(f"checkpoint at step {run.step} written to {written} (asked by SIGUSR1)")
-            if run.step >= settings.max_steps:
-                break
-            loss, lr = train_step(run, parallel)
-            row = {"step": run.step, "train_loss": f"{loss:.6f}", "val_loss": "", "lr": f"{lr:.6g}"}
-            run.log.append(row)
-            if run.step % settings.eval_every == 0 or run.step == settings.max_steps:
-                val_loss = evaluate(run.model, run.val_tokens, settings, parallel)
-                world.check_same_params(run.model.params, run.step)
-                row["val_loss"] = f"{val_loss:.6f}"
-                if world.is_root:
-                    write_loss_csv(run.run_dir / LOSS_CSV, run.log)
-                with tqdm.external_write_mode():  # the message above the bar, not through it
-                    say(f"step {run.step}: train loss {loss:.3f}, validation loss {val_loss:.3f}")
-            if (run.step % settings.save_every == 0 or run.step == settings.max_steps) and world.is_root:
-                run.save()
-            tokens_per_s = (run.step - start_step) * tokens_per_step / (time.perf_counter() - started)
-            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:,.0f}", refresh=False)
+        speed = _Speed(run)
+        while _may_step(run, world, say):
+            loss, lr = _logged_step(run, parallel, world, say)
+            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{speed.tokens_per_s():,.0f}", refresh=False)
             bar.update(1)
         if run.stopped_by is not None and run.step == start_step:
             say(f"{interrupts.describe(run.stopped_by)} before the first step: nothing was written")
@@ -182,6 +149,67 @@ def train(
         say(f"{interrupts.describe(run.stopped_by)}: checkpoint at step {run.step} written to {run.last_checkpoint}")
         return "interrupted"
     return "done"
+
+
+def _take_part(run: Run, world, threads: int, say) -> DataParallel:
+    """The ranks' and threads' share of each batch, checked before any step; says when they differ from those
+    of the steps so far, and checks that every rank starts from the same parameters."""
+    parallel = DataParallel(world, run.model, run.settings.grad_accum, Threads(threads))
+    parallel.micro_batch_size(run.settings.batch_size)  # a batch that does not split: an error before any step
+    if run.step and (run.world_size, run.threads) != (world.size, threads):
+        say(
+            f"note: steps 1-{run.step} ran on {run.world_size} rank(s) x {run.threads} thread(s), the rest run on "
+            f"{world.size} x {threads} (same batches and masks; the sums round differently)"
+        )
+    run.world_size, run.threads = world.size, threads
+    world.check_same_params(run.model.params, run.step)
+    return parallel
+
+
+def _may_step(run: Run, world, say) -> bool:
+    """Whether to take another step: not when a stop signal came or ``max_steps`` is reached. Writes the
+    checkpoint SIGUSR1 asked for first (every rank agrees on both before every step)."""
+    run.stopped_by, checkpoint_now = agreed_requests(world)
+    if run.stopped_by is not None:
+        interrupts.stopping()  # said by ``train``, and by the command's exit status
+        return False
+    if checkpoint_now and run.step not in (run.saved_step, 0) and world.is_root:
+        written = run.save()
+        with tqdm.external_write_mode():
+            say(f"checkpoint at step {run.step} written to {written} (asked by SIGUSR1)")
+    return run.step < run.settings.max_steps
+
+
+def _logged_step(run: Run, parallel: DataParallel, world, say) -> tuple[float, float]:
+    """``train_step``, its row in the log, the validation loss every ``eval_every`` steps and at the last,
+    a checkpoint every ``save_every`` steps and at the last; returns (loss, lr)."""
+    settings = run.settings
+    loss, lr = train_step(run, parallel)
+    row = {"step": run.step, "train_loss": f"{loss:.6f}", "val_loss": "", "lr": f"{lr:.6g}"}
+    run.log.append(row)
+    last = run.step == settings.max_steps
+    if run.step % settings.eval_every == 0 or last:
+        val_loss = evaluate(run.model, run.val_tokens, settings, parallel)
+        world.check_same_params(run.model.params, run.step)
+        row["val_loss"] = f"{val_loss:.6f}"
+        if world.is_root:
+            write_loss_csv(run.run_dir / LOSS_CSV, run.log)
+        with tqdm.external_write_mode():  # the message above the bar, not through it
+            say(f"step {run.step}: train loss {loss:.3f}, validation loss {val_loss:.3f}")
+    if (run.step % settings.save_every == 0 or last) and world.is_root:
+        run.save()
+    return loss, lr
+
+
+class _Speed:
+    """Tokens per second since the session began, for the bar."""
+
+    def __init__(self, run: Run):
+        self.run, self.start_step, self.started = run, run.step, time.perf_counter()
+
+    def tokens_per_s(self) -> float:
+        tokens = (self.run.step - self.start_step) * self.run.settings.batch_size * self.run.settings.seq_len
+        return tokens / (time.perf_counter() - self.started)
 
 
 def _silent(text: str) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,69 +33,19 @@ from ..checkpoint import (
     restore_model,
     save_checkpoint,
 )
-from ..checks import check_positive_int, describe_error
+from ..checks import describe_error
 from ..data import BatchSampler, Source, as_source, open_prepared, prepared_for
-from ..data.sources import ERRORS
 from ..data.tokenizers import tokenizer_hash
-from ..data.tokens import TOKENS_FILE
 from ..locks import DirectoryLock
 from ..model import GPT, POSITIONS, GPTConfig, parameter_shapes
-from ..optim import AdamW, warmup_cosine_lr
+from ..optim import AdamW
 from ..resources import check_fits
 from ..tokenizer import BPETokenizer
 from .logs import LOSS_CSV, read_loss_csv, write_loss_csv
+from .spec import RESUMABLE, TrainSettings
+from .state import check_state
 
-# settings a resume may change: none alters the math (grad_accum only regroups the sum of the same batch's gradients)
-RESUMABLE = ("max_steps", "eval_every", "save_every", "grad_accum")
 BETAS = (0.9, 0.95)  # AdamW moment decay rates (0.95: the usual choice for transformers)
-
-
-@dataclass
-class TrainSettings:
-    """How a run trains (the model's shape lives in GPTConfig). Saved in every checkpoint."""
-
-    max_steps: int = 600
-    batch_size: int = 16
-    seq_len: int = 64
-    lr: float = 3e-3
-    min_lr: float = 3e-4
-    warmup_steps: int = 30
-    schedule_steps: int = 600
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    eval_every: int = 100
-    eval_batches: int = 4
-    save_every: int = 200
-    seed: int = 1
-    grad_accum: int = 1  # micro-batches per step: the batch is B = ranks x grad_accum x micro-batch
-
-    def __post_init__(self) -> None:
-        for name in ("max_steps", "warmup_steps", "seed"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be an int >= 0, got {getattr(self, name)!r}")
-        positive = ("batch_size", "seq_len", "schedule_steps", "eval_every", "eval_batches", "save_every", "grad_accum")
-        for name in positive:
-            check_positive_int(getattr(self, name), name)
-        if self.batch_size % self.grad_accum:
-            raise ValueError(f"batch_size ({self.batch_size}) must divide by grad_accum ({self.grad_accum})")
-        if self.warmup_steps > self.schedule_steps:
-            raise ValueError(f"warmup_steps ({self.warmup_steps}) must be <= schedule_steps ({self.schedule_steps})")
-        for name in ("lr", "min_lr", "weight_decay", "grad_clip"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number, got {value!r}")
-        if not 0 <= self.min_lr <= self.lr:
-            raise ValueError(f"need 0 <= min_lr <= lr, got min_lr={self.min_lr}, lr={self.lr}")
-        if not self.grad_clip > 0:
-            raise ValueError(f"grad_clip must be > 0, got {self.grad_clip}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
-
-    def lr_at(self, step: int) -> float:
-        return warmup_cosine_lr(
-            step, max_lr=self.lr, min_lr=self.min_lr, warmup_steps=self.warmup_steps, total_steps=self.schedule_steps
-        )
 
 
 @dataclass
@@ -183,76 +132,6 @@ def check_run_fits(config: GPTConfig, settings: TrainSettings) -> None:
         f"training this model ({config.num_layers} layers, width {config.d_model}, vocabulary "
         f"{config.vocab_size}) on batches of {settings.batch_size} x {settings.seq_len} tokens",
     )
-
-
-_SHA256 = re.compile(r"[0-9a-f]{64}")
-DATA_FIELDS = {"source", "num_tokens", "tokens_sha256"}  # what a checkpoint records of its tokens
-DATA_FIELDS_SINCE_PREPARE = {"tokens_dir", "files", "source_options"}  # and where they are read (absent before)
-
-
-def check_state(state: dict, path: Path, step_in_name: int | None) -> TrainSettings:
-    """The settings of a checkpoint's ``state.json``, every field of it checked; errors name the file and field."""
-
-    def bad(field: str, expected: str):
-        return ValueError(f"{path}: {field!r} must be {expected}, got {_get(state, field)!r}")
-
-    expected, optional = {"step", "sampler", "settings", "data"}, {"world_size", "threads"}  # older ones lack these
-    if not expected <= set(state) <= expected | optional:
-        raise ValueError(
-            f"{path}: expected the fields {sorted(expected)} and optionally {sorted(optional)}, got {sorted(state)}"
-        )
-    for field in ("world_size", "threads"):
-        count = state.get(field, 1)
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise bad(field, "an integer >= 1")
-    step = state["step"]
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise bad("step", "an integer >= 0")
-    if step_in_name is not None and step != step_in_name:
-        raise ValueError(f"{path}: 'step' is {step} but its directory is named for step {step_in_name}")
-    sampler = state["sampler"]
-    if not isinstance(sampler, dict) or set(sampler) != {"bit_generator", "batches_drawn"}:
-        raise bad("sampler", "an object with 'bit_generator' and 'batches_drawn'")
-    drawn = sampler["batches_drawn"]
-    if isinstance(drawn, bool) or not isinstance(drawn, int) or drawn < 0:
-        raise bad("sampler.batches_drawn", "an integer >= 0")
-    if not isinstance(sampler["bit_generator"], dict):
-        raise bad("sampler.bit_generator", "an object (the generator's state)")
-    data = state["data"]
-    if not isinstance(data, dict) or not DATA_FIELDS <= set(data) <= DATA_FIELDS | DATA_FIELDS_SINCE_PREPARE:
-        raise bad("data", "an object with 'source', 'num_tokens' and 'tokens_sha256' (and where they are read)")
-    if not (data["source"] is None or isinstance(data["source"], str) and data["source"]):
-        raise bad("data.source", "a path or null (the default corpus)")
-    if isinstance(data["num_tokens"], bool) or not isinstance(data["num_tokens"], int) or data["num_tokens"] < 1:
-        raise bad("data.num_tokens", "an integer >= 1")
-    if not isinstance(data["tokens_sha256"], str) or not _SHA256.fullmatch(data["tokens_sha256"]):
-        raise bad("data.tokens_sha256", "64 lowercase hex digits")
-    if not (data.get("tokens_dir") is None or isinstance(data["tokens_dir"], str) and data["tokens_dir"]):
-        raise bad("data.tokens_dir", "a directory or null (the cache)")
-    if "files" in data and data["files"] != [TOKENS_FILE]:
-        raise bad("data.files", f"[{TOKENS_FILE!r}]")
-    options = data.get("source_options", {})
-    if not isinstance(options, dict) or set(options) - {"glob", "text_field", "errors"}:
-        raise bad("data.source_options", "an object with 'glob', 'text_field' and 'errors'")
-    if not all(isinstance(value, str) and value for value in options.values()) or (
-        options.get("errors", "strict") not in ERRORS
-    ):
-        raise bad("data.source_options", f"non-empty strings, 'errors' one of {ERRORS}")
-    if not isinstance(state["settings"], dict):
-        raise bad("settings", "an object")
-    known = {f.name for f in dataclasses.fields(TrainSettings)}
-    if not known - {"grad_accum"} <= set(state["settings"]) <= known:  # older checkpoints lack grad_accum (1)
-        raise bad("settings", f"an object with the fields {sorted(known)}")
-    try:
-        return TrainSettings(**state["settings"])
-    except (ValueError, TypeError) as err:
-        raise ValueError(f"{path}: 'settings': {err}") from err
-
-
-def _get(data: dict, dotted: str):
-    for key in dotted.split("."):
-        data = data.get(key) if isinstance(data, dict) else None
-    return data
 
 
 # ---------------------------------------------------------------- starting and resuming
@@ -362,40 +241,72 @@ def resume_run(
     """The run checkpointed in ``path``, ready to continue exactly where it stopped.
 
     ``overrides`` may change settings that do not alter the math
-    (``max_steps``, ``eval_every``, ``save_every``, ``grad_accum``). The tokens are those the
+    (``RESUMABLE``: ``max_steps``, ``eval_every``, ``save_every``, ``grad_accum``). The tokens are those the
     checkpoint records (a prepared directory, or the corpus prepared into the
     cache), or ``tokens`` / ``data`` when given (moved files, say): either way
     they must be the very token files the run trained on, else a ``ValueError``.
     Every file of the checkpoint is validated (``state.json`` field by field, the
     steps of its files against each other, the tokenizer against the model) and
-    ``loss.csv`` too, before training resumes.
+    ``loss.csv`` too, before training resumes. Restored in turn: the settings,
+    the model and its tokenizer, AdamW, the tokens and the sampler's position in them.
     """
-    overrides = overrides or {}
+    checkpoint = load_checkpoint(path)
+    state = checkpoint.state
+    settings = _restore_settings(checkpoint, overrides or {})
+    model, tokenizer = _restore_model(checkpoint, settings, trust_pattern)
+    optimizer = _restore_optimizer(checkpoint, model, settings)
+    opened = _reopen_tokens(checkpoint, tokenizer, settings, data=data, tokens=tokens, cache_dir=cache_dir)
+    train_tokens, val_tokens, info = opened
+    sampler = _restore_sampler(checkpoint, train_tokens, settings)
+    run_dir, step = checkpoint.path.parent, state["step"]
+    return Run(
+        run_dir,
+        model,
+        optimizer,
+        tokenizer,
+        sampler,
+        val_tokens,
+        settings,
+        info,
+        step=step,
+        log=read_loss_csv(run_dir / LOSS_CSV, step),
+        last_checkpoint=checkpoint.path,
+        saved_step=step,
+        world_size=int(state.get("world_size", 1)),
+        threads=int(state.get("threads", 1)),
+    )
+
+
+def _restore_settings(checkpoint, overrides: dict) -> TrainSettings:
+    """The settings of ``state.json`` (checked whole, its step against the directory's and optimizer.json's),
+    with ``overrides`` of ``RESUMABLE`` settings."""
     if set(overrides) - set(RESUMABLE):
         raise ValueError(
             f"a resumed run keeps its settings; only {sorted(RESUMABLE)} can change, "
             f"got {sorted(set(overrides) - set(RESUMABLE))}"
         )
-    checkpoint = load_checkpoint(path)
     state, state_file = checkpoint.state, checkpoint.path / "state.json"
     if isinstance(state, dict) and "converted_from" in state:
         raise ValueError(
             f"{checkpoint.path} holds a converted model, not a training run: start a run from it with --init-from"
         )
     check_state(state, state_file, checkpoint_step(checkpoint.path))
-    step = state["step"]
-    if checkpoint.optimizer_state["step"] != step:
+    if checkpoint.optimizer_state["step"] != state["step"]:
         raise ValueError(
             f"{checkpoint.path / 'optimizer.json'}: 'step' is {checkpoint.optimizer_state['step']}, but the "
-            f"checkpoint is at step {step} (files from different runs or steps?)"
+            f"checkpoint is at step {state['step']} (files from different runs or steps?)"
         )
-    settings = TrainSettings(**{**state["settings"], **overrides})
+    return TrainSettings(**{**state["settings"], **overrides})
+
+
+def _restore_model(checkpoint, settings: TrainSettings, trust_pattern: bool) -> tuple[GPT, BPETokenizer]:
+    """The model and tokenizer of the checkpoint, checked against the settings and the machine's memory first."""
     tokenizer = checkpoint_tokenizer(checkpoint, trust_pattern)
     config = checkpoint_config(checkpoint)
     if config.max_seq_len < settings.seq_len:
         raise ValueError(
-            f"{state_file}: 'settings.seq_len' is {settings.seq_len}, longer than config.json's max_seq_len "
-            f"{config.max_seq_len}"
+            f"{checkpoint.path / 'state.json'}: 'settings.seq_len' is {settings.seq_len}, longer than config.json's "
+            f"max_seq_len {config.max_seq_len}"
         )
     try:
         check_run_fits(config, settings)
@@ -403,12 +314,23 @@ def resume_run(
         raise ValueError(f"checkpoint {checkpoint.path} (config.json, state.json 'settings'): {err}") from err
     model = restore_model(checkpoint)
     check_tokenizer_fits(tokenizer, model.config, checkpoint.path)
+    return model, tokenizer
+
+
+def _restore_optimizer(checkpoint, model: GPT, settings: TrainSettings) -> AdamW:
+    """AdamW over the model's parameters, its moments and step those of ``optimizer.json`` and ``optimizer.npz``."""
     optimizer = AdamW(model.params, lr=settings.lr, betas=BETAS, weight_decay=settings.weight_decay)
     try:
         optimizer.load_state_dict(checkpoint.optimizer_state)
     except (ValueError, TypeError) as err:
         raise ValueError(f"{checkpoint.path / 'optimizer.json'}: {err}") from err
-    recorded = state["data"]
+    return optimizer
+
+
+def _reopen_tokens(checkpoint, tokenizer, settings: TrainSettings, *, data, tokens, cache_dir):
+    """``_open_tokens`` of the tokens the checkpoint records (or of ``data`` / ``tokens`` when given), which must
+    be the very tokens the run trained on: their count and SHA-256 are compared with the record."""
+    recorded, state_file = checkpoint.state["data"], checkpoint.path / "state.json"
     if tokens is None and data is None and recorded.get("tokens_dir"):
         tokens = recorded["tokens_dir"]
     elif tokens is None and data is None:
@@ -429,26 +351,16 @@ def resume_run(
             f"({info['num_tokens']:,} tokens now, {recorded['num_tokens']:,} then, and their hashes differ): "
             "a resumed run reads the token files it trained on; start a new run to train on other text"
         )
-    info = {**info, "source": recorded["source"]}
+    return train_tokens, val_tokens, {**info, "source": recorded["source"]}
+
+
+def _restore_sampler(checkpoint, train_tokens, settings: TrainSettings) -> BatchSampler:
+    """The batch sampler where the run left it: its generator's state and the count of batches drawn."""
     sampler = BatchSampler(train_tokens, settings.batch_size, settings.seq_len, settings.seed)
     try:
-        sampler.load_state_dict(state["sampler"])
+        sampler.load_state_dict(checkpoint.state["sampler"])
     except (ValueError, TypeError, KeyError, OverflowError) as err:
-        raise ValueError(f"{state_file}: 'sampler.bit_generator' is not a generator state: {err}") from err
-    run_dir = checkpoint.path.parent
-    return Run(
-        run_dir,
-        model,
-        optimizer,
-        tokenizer,
-        sampler,
-        val_tokens,
-        settings,
-        info,
-        step=step,
-        log=read_loss_csv(run_dir / LOSS_CSV, step),
-        last_checkpoint=checkpoint.path,
-        saved_step=step,
-        world_size=int(state.get("world_size", 1)),
-        threads=int(state.get("threads", 1)),
-    )
+        raise ValueError(
+            f"{checkpoint.path / 'state.json'}: 'sampler.bit_generator' is not a generator state: {err}"
+        ) from err
+    return sampler
