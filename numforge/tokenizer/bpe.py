@@ -85,7 +85,7 @@ class BPE:
         self._token_bytes = _checks.expand_tokens(self.byte_ids, self.merges, self.merge_ids)  # id -> bytes or None
         self._add_whole_tokens(self.special_tokens)
         self._merged, self._made, self._external = self._internal_ids()
-        self._cache = _ChunkCache(self._encode_chunk)
+        self._cache = ChunkCache(self._encode_chunk)
 
     def _add_whole_tokens(self, tokens: dict[str, int]) -> None:
         """Make each ``name -> id`` of ``tokens`` a token that texts are cut at, its bytes the name's UTF-8."""
@@ -249,16 +249,13 @@ class BPE:
         return names
 
     def _encode_chunk(self, chunk: str) -> list[int]:
+        """One chunk's ids: its UTF-8 bytes merged by rank (what the cache remembers)."""
         try:
             data = chunk.encode("utf-8")
         except UnicodeEncodeError as error:
             raise ValueError(
                 f"the text has a lone surrogate {chunk[error.start]!r}, which has no UTF-8 encoding"
             ) from None
-        return self._encode_bytes(data)
-
-    def _encode_bytes(self, data: bytes) -> list[int]:
-        """One chunk's ids: its bytes merged by rank."""
         ids = merge_chunk(list(data), self._merged, self._made)  # internal ids
         return ids if self._external is None else list(map(self._external.__getitem__, ids))
 
@@ -386,7 +383,7 @@ class IncrementalDecoder:
         return self._utf8.decode(b"", final=True)
 
 
-class _ChunkCache(dict):
+class ChunkCache(dict):
     """chunk text -> its token ids (a tuple); a miss encodes the chunk, and a full cache starts over."""
 
     def __init__(self, encode_chunk):

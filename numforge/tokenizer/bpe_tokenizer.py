@@ -23,7 +23,7 @@ Example, ``ignore_merges`` with the merges (h, e) -> 256, (t, h) -> 257, (th, e)
 from __future__ import annotations
 
 from . import _checks, bpe_file
-from .bpe import BPE
+from .bpe import BPE, ChunkCache
 from .byte_chars import gpt2_bytes, spelled_in_bytes
 from .pipeline import PROMPT_IDS, Pipeline, Prompt
 from .pretokenize import GPT2_SPLIT_PATTERN
@@ -75,6 +75,8 @@ class BPETokenizer(BPE):
         self.ignore_merges = bool(ignore_merges)
         self.vocab_specials = _checks.check_names(vocab_specials, self._named, "vocab_specials")
         self._whole = self._whole_tokens() if self.ignore_merges else None
+        if self.ignore_merges:  # the cache asks for a chunk's ids here first
+            self._cache = ChunkCache(self._encode_whole_or_merged)
         self.normalized_tokens = _checks.check_names(normalized_tokens, self._named, "normalized_tokens")
         if self.normalized_tokens and pipeline is not None and pipeline.nfc:
             raise ValueError("normalized_tokens are matched after normalization, which numforge does not do")
@@ -136,10 +138,13 @@ class BPETokenizer(BPE):
         """With ``ignore_merges``, the token a chunk of these bytes is whole; None when the merges decide."""
         return None if self._whole is None else self._whole.get(data)
 
-    def _encode_bytes(self, data: bytes) -> list[int]:
-        if (token := self.whole_token(data)) is not None:
-            return [token]  # ignore_merges: a chunk that is itself a token
-        return super()._encode_bytes(data)
+    def _encode_whole_or_merged(self, chunk: str) -> list[int]:
+        """``ignore_merges``: a chunk that is itself a token is that token; any other is merged."""
+        try:
+            token = self._whole.get(chunk.encode("utf-8"))
+        except UnicodeEncodeError:  # a lone surrogate, which _encode_chunk names
+            token = None
+        return [token] if token is not None else self._encode_chunk(chunk)
 
     # ---------------------------------------------------------------- numforge's own file (bpe_file.py)
 
