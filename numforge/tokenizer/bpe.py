@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 from itertools import chain
 
 from . import _checks
-from ._merge import merge_chunk
+from ._merge import internal_ids, merge_chunk
 from ._train import learn_merges
 from .pretokenize import GPT2_SPLIT_PATTERN, chunker, special_tokens_regex, split_on_specials
 
@@ -84,7 +84,8 @@ class BPE:
         self._named: dict[str, int] = {}  # every token cut out of a text whole: name -> id
         self._token_bytes = _checks.expand_tokens(self.byte_ids, self.merges, self.merge_ids)  # id -> bytes or None
         self._add_whole_tokens(self.special_tokens)
-        self._merged, self._made, self._external = self._internal_ids()
+        # merge_chunk works on internal ids, each its own rank; a chunk's ids become the file's once, in the cache
+        self._merged, self._made, self._external = internal_ids(self.byte_ids, self.merge_ids, self.merges)
         self._cache = ChunkCache(self._encode_chunk)
 
     def _add_whole_tokens(self, tokens: dict[str, int]) -> None:
@@ -94,22 +95,6 @@ class BPE:
             self._token_bytes += [None] * (token + 1 - len(self._token_bytes))
             self._token_bytes[token] = name.encode("utf-8")
         self.vocab_size = len(self._token_bytes)  # the largest id + 1
-
-    def _internal_ids(self) -> tuple[dict, list[int] | None, list[int] | None]:
-        """(pair -> rank, rank -> the internal id it makes, internal id -> id) for ``merge_chunk``.
-
-        The encoder merges internal ids, where merge i has rank 256 + i and makes 256 + i (or, when several
-        merges make one token, the id of the first of them), so that an id is its own rank (``_merge``);
-        the file's ids replace them once per distinct chunk. None where nothing is to be translated.
-        """
-        ordinary = self.byte_ids + self.merge_ids  # internal id -> id: byte value b is b, merge i makes 256 + i
-        internal = {}
-        for i, token in enumerate(ordinary):
-            internal.setdefault(token, i)
-        merged = {(internal[p], internal[q]): 256 + i for i, (p, q) in enumerate(self.merges)}
-        made = [internal[token] for token in ordinary]
-        identity = list(range(len(ordinary)))
-        return merged, None if made == identity else made, None if ordinary == identity else ordinary
 
     @property
     def eos_ids(self) -> tuple[int, ...]:
