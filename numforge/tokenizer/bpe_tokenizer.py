@@ -1,17 +1,9 @@
 """BPETokenizer: the core BPE (``bpe.py``) inside Hugging Face's pipeline, and saved in numforge's own file.
 
 A Hugging Face tokenizer.json (``hf_json.py``) does more around the merges than numforge's own
-tokenizers, which use none of it (each option keyword-only and off by default)::
-
-    added tokens     cut out of every text whole, like special tokens, but not special: ``encode_ordinary``
-                     keeps cutting them (Hugging Face's ``encode_special_tokens``)
-    normalized       the special and added tokens matched in a second pass, in the pieces the first leaves
-    pipeline         a normalizer and pre-tokenizer steps (``pipeline.Pipeline``) cut the text instead of a
-                     split pattern, which is then None
-    ignore_merges    a chunk that is itself a token of the vocabulary is that token, whatever the merges
-                     would make of it (Llama 3, whose file lists every split of a token as a merge)
-    prompt           the post-processor's tokens around a text (``encode_prompt``: Llama 3's BOS) and the ids
-                     generation stops at (``pipeline.Prompt``)
+tokenizers, which use none of it: added tokens cut out whole (a second pass for the ``normalized``
+ones), a pipeline instead of a split pattern, ``ignore_merges``, a prompt template (the class's
+docstring says what each does).
 
 Example, ``ignore_merges`` with the merges (h, e) -> 256, (t, h) -> 257, (th, e) -> 258: by rank,
 "the" is [t][he], and no merge joins those two; but "the" is a token (258), so with
@@ -74,9 +66,10 @@ class BPETokenizer(BPE):
         self._add_whole_tokens(self.added_tokens)
         self.ignore_merges = bool(ignore_merges)
         self.vocab_specials = _checks.check_names(vocab_specials, self._named, "vocab_specials")
-        self._whole = self._whole_tokens() if self.ignore_merges else None
-        if self.ignore_merges:  # the cache asks for a chunk's ids here first
-            self._cache = ChunkCache(self._encode_whole_or_merged)
+        self._whole = None
+        if self.ignore_merges:
+            self._whole = self._whole_tokens()
+            self._cache = ChunkCache(self._encode_whole_or_merged)  # a chunk that is a token: looked up first
         self.normalized_tokens = _checks.check_names(normalized_tokens, self._named, "normalized_tokens")
         if self.normalized_tokens and pipeline is not None and pipeline.nfc:
             raise ValueError("normalized_tokens are matched after normalization, which numforge does not do")
