@@ -9,7 +9,7 @@ from helpers import signal_at
 from numforge import interrupts
 from numforge.cli import main
 from numforge.data import tokenizers
-from numforge.tokenizer import BPETokenizer, _train, bpe
+from numforge.tokenizer import BPETokenizer, _train, bpe_file
 
 DOCS = "".join(topics[key] for key in sorted(topics))
 
@@ -97,7 +97,7 @@ def test_a_stop_signal_while_training_a_tokenizer_writes_nothing(tmp_path, capsy
 def test_a_stop_signal_while_the_tokenizer_is_saved_ends_the_job_130_with_the_file_whole(tmp_path, monkeypatch):
     data = tmp_path / "corpus.txt"
     data.write_text(DOCS[:20_000], encoding="utf-8")
-    signal_at(monkeypatch, bpe, "write_text_atomic", 1, signal.SIGINT)
+    signal_at(monkeypatch, bpe_file, "write_text_atomic", 1, signal.SIGINT)
     argv = ["tokenizer", "train", "--data", str(data), "--vocab-size", "300", "--out", str(tmp_path / "tok.json")]
     assert main(argv) == 130  # the signal is not lost; what was being written is complete
     assert BPETokenizer.load(tmp_path / "tok.json").vocab_size == 300

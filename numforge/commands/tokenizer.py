@@ -59,27 +59,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     show = sub.add_parser("show", help="show text split into its tokens, with each token's id and bytes")
     explain = sub.add_parser("explain", help="the regex chunks, each chunk's merges in order (with ranks), the ids")
     for action in (show, explain):
-        action.add_argument("text", type=text_flag, help="the text to tokenize")
-        action.add_argument(
-            "--tokenizer",
-            metavar="PATH",
-            type=path_flag,
-            help="a numforge tokenizer file (numforge tokenizer train ...), a Hugging Face tokenizer.json, or a "
-            "directory holding either (a model directory: Llama 3, Qwen2, SmolLM2, GPT-2; a checkpoint); "
-            f"default: the {DEFAULT_VOCAB_SIZE}-token one of the default corpus (trained once, then cached)",
-        )
-        action.add_argument(
-            "--trust-pattern",
-            action="store_true",
-            help="use the tokenizer file's split pattern even if numforge does not know it (a pattern is code)",
-        )
+        _add_text_flags(action)
     show.add_argument(
         "--color",
         choices=("auto", "always", "never"),
         default="auto",
         help="colour token boundaries (auto: on a terminal, unless NO_COLOR is set); otherwise [brackets]",
     )
-    stats = sub.add_parser("stats", help="characters per token of a corpus at several vocabulary sizes")
+    _add_stats_flags(sub.add_parser("stats", help="characters per token of a corpus at several vocabulary sizes"))
+    _add_train_flags(sub.add_parser("train", help="learn merges from text files and save the tokenizer"))
+
+
+def _add_text_flags(action: argparse.ArgumentParser) -> None:
+    """``show`` and ``explain``: the text, and the tokenizer that cuts it."""
+    action.add_argument("text", type=text_flag, help="the text to tokenize")
+    action.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        type=path_flag,
+        help="a numforge tokenizer file (numforge tokenizer train ...), a Hugging Face tokenizer.json, or a "
+        "directory holding either (a model directory: Llama 3, Qwen2, SmolLM2, GPT-2; a checkpoint); "
+        f"default: the {DEFAULT_VOCAB_SIZE}-token one of the default corpus (trained once, then cached)",
+    )
+    action.add_argument(
+        "--trust-pattern",
+        action="store_true",
+        help="use the tokenizer file's split pattern even if numforge does not know it (a pattern is code)",
+    )
+
+
+def _add_stats_flags(stats: argparse.ArgumentParser) -> None:
+    """``stats``: the corpus and the vocabulary sizes to measure."""
     stats.add_argument(
         "--data",
         metavar="PATH",
@@ -93,7 +103,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the vocabulary sizes to train and measure (default %(default)s)",
     )
     stats.add_argument("--cache-dir", metavar="DIR", type=path_flag, help="where the trained tokenizers are cached")
-    train = sub.add_parser("train", help="learn merges from text files and save the tokenizer")
+
+
+def _add_train_flags(train: argparse.ArgumentParser) -> None:
+    """``train``: the corpus, the vocabulary, where the tokenizer goes, and how the corpus is read."""
     train.add_argument(
         "--data",
         metavar="PATH",

@@ -111,14 +111,14 @@ def check_token_ids(ids, has_token, argument: str) -> tuple[int, ...]:
     return ids
 
 
-def expand_tokens(byte_ids: list[int], merges, merge_ids: list[int], named: dict) -> list:
-    """The bytes of every id (None where no token has it): bytes, each merge as the join of its pair,
-    the special and added tokens' UTF-8. A token made by several merges must get the same bytes from each.
+def expand_tokens(byte_ids: list[int], merges, merge_ids: list[int]) -> list:
+    """The bytes of every ordinary id (None where no token has it): bytes, each merge as the join of its pair.
+    A token made by several merges must get the same bytes from each.
 
     The merges are resolved in order, in as many passes as the longest chain of merges that join a token
     made by a later merge (one pass for numforge's own merges).
     """
-    table = [None] * (max(byte_ids + merge_ids + list(named.values())) + 1)
+    table = [None] * (max(byte_ids + merge_ids) + 1)
     for value, token in enumerate(byte_ids):
         table[token] = bytes([value])
     waiting = list(range(len(merges)))
@@ -140,6 +140,4 @@ def expand_tokens(byte_ids: list[int], merges, merge_ids: list[int], named: dict
             bad = next(t for t in merges[i] if table[t] is None)
             raise ValueError(f"merge {i} is {merges[i]}, but {bad} is never made from bytes")
         waiting = unresolved
-    for name, token in named.items():
-        table[token] = name.encode("utf-8")
     return table

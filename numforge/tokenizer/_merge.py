@@ -39,6 +39,25 @@ NOT_A_MERGE = 1 << 62  # larger than every rank
 SHORT_CHUNK = 64  # tokens; beyond this the O(n log n) path is faster (measured)
 
 
+def internal_ids(byte_ids: list[int], merge_ids: list[int], merges) -> tuple[dict, list[int] | None, list[int] | None]:
+    """(``merged``: pair -> rank, ``made``: rank -> the internal id it makes, internal id -> the tokenizer's id)
+    for a tokenizer whose byte b has id ``byte_ids[b]`` and whose merge i joins the ids ``merges[i]`` into
+    ``merge_ids[i]``; None where nothing is to be translated (numforge's own layout).
+
+    Internal ids: byte b is b, merge i has rank 256 + i and makes 256 + i (or, when several merges make one
+    token, the internal id of the first of them), so that an id is its own rank.
+    Example, GPT-2's bytes (id 0 is "!", byte 33) and the merge (0, 0) -> 256: merged {(33, 33): 256}.
+    """
+    ordinary = byte_ids + merge_ids  # internal id -> id
+    internal = {}
+    for i, token in enumerate(ordinary):
+        internal.setdefault(token, i)
+    merged = {(internal[p], internal[q]): 256 + i for i, (p, q) in enumerate(merges)}
+    made = [internal[token] for token in ordinary]
+    identity = list(range(len(ordinary)))
+    return merged, None if made == identity else made, None if ordinary == identity else ordinary
+
+
 def merge_chunk(ids: list[int], merged: dict[tuple[int, int], int], made: list[int] | None = None) -> list[int]:
     """Apply merges to one chunk's token ids; `merged` maps a pair (p, q) to its rank, `made` a rank to the
     token it makes (None: the rank itself).

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .bpe import BPETokenizer
+from .bpe_tokenizer import BPETokenizer
 
 
 class Merge(NamedTuple):

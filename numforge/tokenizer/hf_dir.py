@@ -31,9 +31,12 @@ from pathlib import Path
 
 from ._checks import is_int
 from ._files import read_json
-from .bpe import EOT, FORMAT_NAME, BPETokenizer, Prompt
+from .bpe import EOT
+from .bpe_file import FORMAT_NAME
+from .bpe_tokenizer import BPETokenizer
 from .hf_json import read_tokenizer_json, tokenizer_from_json
 from .interop import load_gpt2
+from .pipeline import Prompt
 
 NAMED = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
 LISTS = ("additional_special_tokens", "extra_special_tokens")

@@ -35,9 +35,9 @@ import json
 
 from ..atomic import write_text_atomic
 from ._files import read_json
-from .bpe import BPETokenizer, Prompt
+from .bpe_tokenizer import BPETokenizer
 from .interop import from_gpt2_strings, gpt2_vocabulary
-from .pipeline import Pipeline, sentencepiece_refusal
+from .pipeline import Pipeline, Prompt, sentencepiece_refusal
 from .pretokenize import GPT2_SPLIT_PATTERN, KNOWN_PATTERNS
 
 # BPE model fields that must have these values (absent is fine) for byte-level BPE as numforge encodes it

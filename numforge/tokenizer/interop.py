@@ -3,8 +3,8 @@
 Hugging Face's vocab.json + merges.txt are GPT-2's two files under other names;
 its tokenizer.json is read and written by ``hf_json.py`` on top of this module.
 
-numforge's own file belongs to ``BPETokenizer`` (``save`` / ``load``); this
-module imports the class, never the reverse.
+numforge's own file belongs to ``BPETokenizer`` (``save`` / ``load``, ``bpe_file.py``);
+this module imports the class, never the reverse.
 
 GPT-2's files write bytes as printable characters (``byte_to_unicode``): byte
 0x20 (space) is "Ġ", so " the" is "Ġthe". encoder.json maps those strings to
@@ -27,7 +27,7 @@ import json
 from ..atomic import write_text_atomic
 from ._files import read_json, read_text
 from ._merge import merge_chunk
-from .bpe import BPETokenizer
+from .bpe_tokenizer import BPETokenizer
 from .byte_chars import byte_to_unicode, gpt2_bytes, gpt2_string
 from .pretokenize import GPT2_SPLIT_PATTERN
 

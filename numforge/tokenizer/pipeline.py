@@ -1,4 +1,4 @@
-"""Hugging Face's normalizers and pre-tokenizers, read as data: how a tokenizer.json cuts text before BPE.
+"""Hugging Face's pipeline, read as data: how a tokenizer.json cuts text before BPE, and what goes around the ids.
 
 numforge's own tokenizers cut text with one regular expression (``pretokenize``). A
 tokenizer.json chains steps instead; each cuts every piece the one before left. The steps
@@ -26,6 +26,10 @@ What is not here is refused by name, with the file: other normalizers (NFKC, Low
 Replace, ...), other pre-tokenizers (Metaspace, Whitespace, ...), a ByteLevel that adds a
 prefix space or is not the last step. A Split regex must be one of ``KNOWN_PATTERNS`` unless
 trusted; one that matches the empty string is stopped (``pretokenize.match_spans``).
+
+After BPE, a post-processor's TemplateProcessing puts tokens around the text (Llama 3: its BOS
+first): ``Prompt``, with the ids generation stops at. What the tokenizer does with these, and
+with added tokens and ``ignore_merges``, is ``BPETokenizer``'s (``bpe_tokenizer.py``).
 """
 
 from __future__ import annotations
@@ -49,6 +53,24 @@ def sentencepiece_refusal(source: str, part: str) -> ValueError:
         f"{source}: {part}: this is a sentencepiece-style tokenizer (Metaspace '▁' and byte fallback, as Llama 2, "
         "TinyLlama and Mistral use); numforge reads byte-level BPE only (GPT-2, Llama 3, Qwen2, SmolLM2)"
     )
+
+
+class Prompt(NamedTuple):
+    """What goes around a prompt and where generation stops, as a Hugging Face directory says.
+
+    ``prefix`` and ``suffix``: the ids the tokenizer's post-processor puts around a text (Llama 3:
+    its BOS ``<|begin_of_text|>`` first); ``eos_ids``: the ids ``generate`` stops at
+    (generation_config.json's ``eos_token_id``, one id or several); ``split_special_tokens``:
+    tokenizer_config.json's flag that encodes special-token strings as text.
+    """
+
+    prefix: tuple[int, ...] = ()
+    suffix: tuple[int, ...] = ()
+    eos_ids: tuple[int, ...] = ()
+    split_special_tokens: bool = False
+
+
+PROMPT_IDS = ("prefix", "suffix", "eos_ids")  # the fields of a Prompt that list ids
 
 
 class Step(NamedTuple):
