@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-
-def is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+from ..checks import is_int
 
 
 def check_byte_ids(byte_ids) -> list[int]:

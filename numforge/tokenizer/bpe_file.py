@@ -29,8 +29,8 @@ import binascii
 import json
 
 from ..atomic import write_text_atomic
-from ._checks import is_int
-from ._files import read_json
+from ..checks import is_int
+from ..files import read_json
 from .pipeline import PROMPT_IDS, Pipeline, Prompt
 from .pretokenize import check_pattern_allowed
 

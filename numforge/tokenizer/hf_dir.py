@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._checks import is_int
-from ._files import read_json
+from ..checks import is_int
+from ..files import read_json
 from .bpe import EOT
 from .bpe_file import FORMAT_NAME
 from .bpe_tokenizer import BPETokenizer

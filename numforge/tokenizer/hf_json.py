@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 
 from ..atomic import write_text_atomic
-from ._files import read_json
+from ..files import read_json
 from .bpe_tokenizer import BPETokenizer
 from .interop import from_gpt2_strings, gpt2_vocabulary
 from .pipeline import Pipeline, Prompt, sentencepiece_refusal

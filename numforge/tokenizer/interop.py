@@ -25,7 +25,7 @@ import binascii
 import json
 
 from ..atomic import write_text_atomic
-from ._files import read_json, read_text
+from ..files import read_json, read_text
 from ._merge import merge_chunk
 from .bpe_tokenizer import BPETokenizer
 from .byte_chars import byte_to_unicode, gpt2_bytes, gpt2_string
