@@ -1,4 +1,4 @@
-"""Elementwise activations: ReLU, GELU (tanh or exact erf form) and SwiGLU, and their registry ``ACTIVATIONS``.
+"""Elementwise activations: ReLU, ReLU², GELU (tanh or exact erf form) and SwiGLU; their registry ``ACTIVATIONS``.
 
 Every function keeps its input's shape and dtype: ``(..., F) -> (..., F)``. Each activation is written three
 ways: the fast op pair (``*_forward``, ``*_backward``), the textbook formula and its gradient that
@@ -53,6 +53,39 @@ def relu_textbook_backward(dy, x):
 
 def relu_torch(x):
     return x.relu()
+
+
+# ---------------------------------------------------------------- ReLU squared (nanochat's MLP)
+
+
+class Relu2Cache(NamedTuple):
+    relu_x: object  # (..., F): max(x, 0), the only thing the backward needs
+
+
+def relu2_forward(x):
+    """y = relu(x)^2 = max(x, 0)^2. Example: relu2([-1, 0, 3]) = [0, 0, 9]."""
+    check_float(x, "x")
+    relu_x = x * (x > 0)  # float * bool keeps x's dtype
+    return relu_x * relu_x, Relu2Cache(relu_x)
+
+
+def relu2_backward(dy, cache: Relu2Cache):
+    """dx = dy * 2 relu(x)  (continuous at 0, where it is 0)."""
+    dx = 2.0 * cache.relu_x  # forward: y = relu(x)^2, so dy/dx = 2 relu(x)
+    dx *= dy
+    return dx
+
+
+def relu2_textbook(x):
+    return get_xp(x).maximum(x, 0.0) ** 2  # (..., F): max(x, 0)^2
+
+
+def relu2_textbook_backward(dy, x):
+    return (dy * 2.0 * get_xp(x).maximum(x, 0.0),)  # (..., F): (relu(x)^2)' = 2 relu(x)
+
+
+def relu2_torch(x):
+    return x.relu().square()
 
 
 # ---------------------------------------------------------------- GELU
@@ -282,5 +315,10 @@ ACTIVATIONS = {  # name -> Activation: the one list the config, the model, the c
         ("up",), "max(u, 0)", relu_forward, relu_backward,
         textbook=relu_textbook, textbook_backward=relu_textbook_backward, torch=relu_torch,
         checks=(OpCheck("relu", lambda: {"x": away_from_zero(B, T, F)}),),
+    ),
+    "relu2": Activation(
+        ("up",), "max(u, 0)^2", relu2_forward, relu2_backward,
+        textbook=relu2_textbook, textbook_backward=relu2_textbook_backward, torch=relu2_torch,
+        checks=(OpCheck("relu2", lambda: {"x": away_from_zero(B, T, F)}),),
     ),
 }  # fmt: skip
