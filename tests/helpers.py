@@ -9,6 +9,14 @@ import numpy as np
 
 from numforge import backend
 from numforge.gradcheck import format_results
+from numforge.model.positions import POSITIONS
+from numforge.ops.activations import ACTIVATIONS
+from numforge.ops.norms import NORMS
+
+REGISTRIES = {"norm": NORMS, "activation": ACTIVATIONS, "position": POSITIONS}  # GPTConfig field -> its registry
+# every registered component, "field=name" -> the GPTConfig options that select it: the tests that compare the
+# textbook model, the fast model and the torch twin run each, so a new entry is compared as soon as it is entered
+REGISTERED = {f"{field}={name}": {field: name} for field, registry in REGISTRIES.items() for name in registry}
 
 
 def randn(*shape, dtype="float64", seed=0):

@@ -165,26 +165,28 @@ def test_gqa_head_dim_and_qk_norm_shapes():
     assert "position_embedding" not in parameter_shapes(rope)
 
 
+COMPONENT_CHOICES = {  # every value of each component field, the impossible combinations included
+    "norm": tuple(NORMS),
+    "position": tuple(POSITIONS),
+    "norm_weight": (True, False),
+    "qk_norm": (False, True),
+    "qk_norm_order": QK_NORM_ORDERS,
+    "num_kv_heads": (None, 1, 2),
+    "head_dim": (None, 6, 5),
+    "use_bias": (True, False),
+    "qkv_bias": (None, True),
+    "norm_bias": (None, True),
+}
+
+
 def field_combinations():
     """Every combination of the component fields, the impossible ones included."""
-    choices = {
-        "norm": tuple(NORMS),
-        "position": tuple(POSITIONS),
-        "norm_weight": (True, False),
-        "qk_norm": (False, True),
-        "qk_norm_order": QK_NORM_ORDERS,
-        "num_kv_heads": (None, 1, 2),
-        "head_dim": (None, 6, 5),
-        "use_bias": (True, False),
-        "qkv_bias": (None, True),
-        "norm_bias": (None, True),
-    }
-    for values in itertools.product(*choices.values()):
-        yield dict(zip(choices, values))
+    for values in itertools.product(*COMPONENT_CHOICES.values()):
+        yield dict(zip(COMPONENT_CHOICES, values))
 
 
 def test_every_possible_combination_round_trips_and_every_impossible_one_names_its_fields():
-    possible = 0
+    possible = []
     for fields_ in field_combinations():
         try:
             config = GPTConfig(**TINY, **fields_)
@@ -192,9 +194,12 @@ def test_every_possible_combination_round_trips_and_every_impossible_one_names_i
             named = [name for name in fields_ if name in str(err)]
             assert named, f"{fields_}: {err} names none of the fields"
             continue
-        possible += 1
+        possible.append(fields_)
         assert GPTConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config, fields_
-    assert 100 < possible < 1000  # the product has 1728 combinations; about half are possible
+    for field, values in COMPONENT_CHOICES.items():  # no value is refused in every combination: each can be built
+        assert {fields_[field] for fields_ in possible} == set(values), field
+    unrotated = [fields_ for fields_ in possible if POSITIONS[fields_["position"]].rotation is None]
+    assert unrotated and all(fields_["qk_norm_order"] == "before_rope" for fields_ in unrotated)  # nothing to follow
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ Skipped when torch is not installed (it is never a numforge dependency).
 
 import numpy as np
 import pytest
+from helpers import REGISTERED
 
 torch = pytest.importorskip("torch")
 
@@ -27,9 +28,9 @@ def torch_reference(model, ids, targets):
     return loss.item(), {name: t.grad.numpy() for name, t in params.items()}
 
 
-@pytest.mark.parametrize("option", NO_DROPOUT)
-def test_loss_and_every_gradient_match_torch(option):
-    model = randomized_model(OPTIONS[option], seed=1)
+def assert_matches_torch(options: dict):
+    """The tiny model of ``options``: its loss and every gradient equal torch autograd's to float64 rounding."""
+    model = randomized_model(options, seed=1)
     ids, targets = tiny_batch(model.config.vocab_size, seed=2)
     loss, cache = model.forward(ids, targets)
     grads = model.backward(cache)
@@ -41,6 +42,18 @@ def test_loss_and_every_gradient_match_torch(option):
         scale = np.abs(expected).max()
         assert scale > 0, name
         np.testing.assert_allclose(to_numpy(g), expected, rtol=0, atol=1e-12 * scale, err_msg=name)
+
+
+@pytest.mark.parametrize("option", NO_DROPOUT)
+def test_loss_and_every_gradient_match_torch(option):
+    assert_matches_torch(OPTIONS[option])
+
+
+@pytest.mark.parametrize("component", list(REGISTERED))
+def test_every_registered_component_matches_its_torch_twin(component):
+    """Each norm, activation and position scheme of the registries alone over the defaults: torch_loss reads its
+    twin from its registry entry, and autograd through it gives numforge's loss and gradients."""
+    assert_matches_torch(REGISTERED[component])
 
 
 def test_adamw_training_follows_torch():

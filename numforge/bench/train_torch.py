@@ -5,9 +5,10 @@ both of which run only when torch happens to be installed (it is never a
 dependency of numforge). The network reads numforge's parameter dict and its
 fixed position tables (``GPT.position_tables``), so both implementations run
 on identical weights; dropout is not modelled. Every component numforge
-registers has its torch twin here, by the same name: the norms (``F.layer_norm``,
-``F.rms_norm``), the activations, the rotation of q and k (Hugging Face's
-``rotate_half``), and grouped-query attention through ``scaled_dot_product_attention(enable_gqa=True)``.
+registers brings its torch twin in its registry entry (``torch``): the norms
+(``F.layer_norm``, ``F.rms_norm``), the activations, the rotation of q and k
+(Hugging Face's ``rotate_half``); grouped-query attention is
+``scaled_dot_product_attention(enable_gqa=True)``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ import torch
 import torch.nn.functional as F
 
 from ..backend import to_numpy
+from ..model.mlp_branch import projection
 from ..model.positions import POSITIONS
+from ..ops.activations import ACTIVATIONS
+from ..ops.norms import NORMS
 
 
 def torch_params(params: dict, requires_grad: bool = True) -> dict:
@@ -53,15 +57,16 @@ def torch_loss(p: dict, config, ids, targets, tables: dict | None = None):
         if norm_first:
             q, k = _norm(q, layer, "attn.q_norm", config), _norm(k, layer, "attn.k_norm", config)
         if rotation is not None:
-            q, k = _rotate(q, *rotation), _rotate(k, *rotation)
+            q, k = scheme.rotation.torch(q, *rotation), scheme.rotation.torch(k, *rotation)
         if config.qk_norm and not norm_first:
             q, k = _norm(q, layer, "attn.q_norm", config), _norm(k, layer, "attn.k_norm", config)
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=H_kv != H)  # (B,H,T,D)
         x = x + _linear(o.transpose(1, 2).reshape(B, T, H * D), layer, "attn.out_proj")
         h = _norm(x, layer, "pre_mlp_norm", config)
-        up = _linear(h, layer, "mlp.up_proj")  # (B,T,C) -> (B,T,F)
-        gate = _linear(h, layer, "mlp.gate_proj") if config.gated else None
-        x = x + _linear(ACTIVATIONS[config.activation](config, up, gate), layer, "mlp.down_proj")  # (B,T,F) -> (B,T,C)
+        activation = ACTIVATIONS[config.activation]
+        inputs = [_linear(h, layer, projection(name)) for name in activation.inputs]  # each (B,T,C) -> (B,T,F)
+        act = activation.torch(*inputs, **config.activation_options())  # (B,T,F)
+        x = x + _linear(act, layer, "mlp.down_proj")  # (B,T,F) -> (B,T,C)
     h = _norm(x, p, "final_norm", config)
     unembedding = p["token_embedding"] if config.tie_weights else p["lm_head.weight"]
     logits = h @ unembedding.T  # (B,T,C) -> (B,T,V)
@@ -75,22 +80,5 @@ def _linear(x, layer: dict, name: str):
 
 
 def _norm(x, layer: dict, name: str, config):
-    weight, bias = layer.get(f"{name}.weight"), layer.get(f"{name}.bias")
-    return NORMS[config.norm](x, weight, bias, config.norm_eps)
-
-
-def _rotate(x, cos, sin):
-    """Hugging Face's Llama rotation: ``x cos + rotate_half(x) sin``, ``rotate_half(x) = (-x2, x1)``."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
-
-
-NORMS = {  # ops.norms.NORMS name -> (x, weight, bias, eps) -> y
-    "layernorm": lambda x, w, b, eps: F.layer_norm(x, x.shape[-1:], w, b, eps),
-    "rmsnorm": lambda x, w, b, eps: F.rms_norm(x, x.shape[-1:], w, eps),
-}
-ACTIVATIONS = {  # ops.activations.ACTIVATIONS name -> (config, up, gate) -> act
-    "gelu": lambda config, up, gate: F.gelu(up, approximate=config.gelu_approximate),
-    "swiglu": lambda config, up, gate: F.silu(gate) * up,
-    "relu": lambda config, up, gate: F.relu(up),
-}
+    norm = NORMS[config.norm]
+    return norm.torch(x, *(layer.get(f"{name}.{param}") for param in norm.parameters), eps=config.norm_eps)

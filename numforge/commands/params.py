@@ -15,6 +15,8 @@ from ..data import DEFAULT_VOCAB_SIZE
 from ..model import POSITIONS, GPTConfig
 from ..model.config import BIAS_SWITCHES
 from ..model.flops import COMPONENTS, flop_counts, parameter_counts
+from ..model.mlp_branch import projection
+from ..ops.activations import ACTIVATIONS
 from ..ops.norms import NORMS
 from ..table import format_table
 from ..training import TrainSettings
@@ -69,11 +71,12 @@ def breakdown(config: GPTConfig) -> str:
     ]
     params = parameter_counts(config)
     norms = (2 * L + 1) + (2 * L if config.qk_norm else 0)
+    projections = ", ".join(projection(name).removeprefix("mlp.") for name in ACTIVATIONS[config.activation].inputs)
     notes = {
         "token table": f"V x C = {V} x {C}" + (", also the unembedding (tied)" if config.tie_weights else ""),
         "position table": POSITIONS[config.position].about,
         "attention": f"{L} layers x {params['attention'] // L:,} (qkv_proj C x (H + 2 H_kv) D, out_proj H D x C)",
-        "mlp": f"{L} layers x {params['mlp'] // L:,} ({'gate_proj, ' if config.gated else ''}up_proj, down_proj)",
+        "mlp": f"{L} layers x {params['mlp'] // L:,} ({projections}, down_proj)",
         "norms": f"{norms} {config.norm} norms" + (f", {2 * L} of them on q and k" if config.qk_norm else ""),
         "lm_head": "V x C, the untied unembedding" if not config.tie_weights else "none: tied to the token table",
     }

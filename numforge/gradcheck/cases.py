@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from importlib import import_module
 
 from .check import GradResult, check_op
@@ -82,55 +83,62 @@ def op_case(
     right gradient satisfies: both go into the report on a wrong gradient.
     """
 
+    def options() -> dict:
+        return dict(kwargs() if callable(kwargs) else (kwargs or {}))
+
     def run(learner=None) -> list[GradResult]:
-        options = kwargs() if callable(kwargs) else kwargs
         arrays = inputs()
         if learner is None:
-            return check_op(name, forward, backward, arrays, options, seed=seed)
+            return check_op(name, forward, backward, arrays, options(), seed=seed)
         mine = getattr(learner, backward.__name__)
         cache_forward = getattr(learner, forward.__name__) if fused else None
         results = check_op(
-            name, forward, mine, arrays, options, seed=seed, reference=backward, cache_forward=cache_forward
+            name, forward, mine, arrays, options(), seed=seed, reference=backward, cache_forward=cache_forward
         )
         sizes, _ = features()
         return [diagnosed(r, arrays, invariants, axes, sizes) for r in results]
 
-    def features() -> tuple[dict, dict]:
-        """The case's named sizes (by ``axes``) and its options (``causal``, ``dropout_p``, a ``mask`` or not)."""
-        arrays, options = inputs(), dict(kwargs() if callable(kwargs) else (kwargs or {}))
-        sizes = {}
-        for argument, letters in (axes or {}).items():
-            sizes.update(zip(letters.split(), arrays[argument].shape))
-        if "mask" in options:
-            options["mask"] = options["mask"] is not None
-        return sizes, {k: v for k, v in options.items() if isinstance(v, (bool, int, float))}
-
-    def describe(function: str) -> str:
-        arrays = inputs()
-        y, cache = forward(*arrays.values(), **(kwargs() if callable(kwargs) else (kwargs or {})))
-        shapes = ", ".join(f"{k} {_shape(v.shape)}" for k, v in arrays.items() if hasattr(v, "shape"))
-        op = forward_name or forward.__name__
-        if fused and function == forward.__name__:
-            return (
-                f"A forward that computes its gradients too: (loss, cache), the loss as the plain forward computes "
-                f"it and a cache that holds its gradients already, which {backward.__name__} only scales by the "
-                f"upstream gradient.\n\nIn the check {name!r}: {shapes} -> loss {_shape(y.shape)}."
-            )
-        slots = [k for k, v in arrays.items() if v is None or getattr(getattr(v, "dtype", None), "kind", "") == "f"]
-        grads = ", ".join(f"d{k} {_shape(arrays[k].shape)}" for k in slots if arrays[k] is not None)
-        return (
-            f"The gradients of {op}'s float array arguments ({', '.join(slots)}), in that order (a single array when "
-            f"there is one; None for an argument given as None), from the gradient of its output and the cache it "
-            f"returns ({type(cache).__name__}).\n\nIn the check {name!r}: {shapes}; the output's gradient "
-            f"{_shape(y.shape)} -> {grads}."
-        )
-
+    features = partial(_features, inputs, options, axes)
+    describe = partial(_describe, name, forward, backward, inputs, options, fused, forward_name)
     learner = (forward.__name__, backward.__name__) if fused else (backward.__name__,)
     forwards = (forward_name or forward.__name__,)
     return Case(
         name, run, backward.__module__, learner, forwards, features, describe=describe, inputs=inputs,
         invariants=tuple(i for i in invariants if hasattr(i, "values")),
     )  # fmt: skip
+
+
+def _features(inputs: Callable, options: Callable, axes: Mapping[str, str] | None) -> tuple[dict, dict]:
+    """An op case's named sizes (by ``axes``) and its options (``causal``, ``dropout_p``, a ``mask`` or not)."""
+    arrays, settings = inputs(), options()
+    sizes = {}
+    for argument, letters in (axes or {}).items():
+        sizes.update(zip(letters.split(), arrays[argument].shape))
+    if "mask" in settings:
+        settings["mask"] = settings["mask"] is not None
+    return sizes, {k: v for k, v in settings.items() if isinstance(v, (bool, int, float))}
+
+
+def _describe(name, forward, backward, inputs, options, fused: bool, forward_name: str | None, function: str) -> str:
+    """What the learner's ``function`` of an op case returns, with the case's shapes (a scaffold's docstring)."""
+    arrays = inputs()
+    y, cache = forward(*arrays.values(), **options())
+    shapes = ", ".join(f"{k} {_shape(v.shape)}" for k, v in arrays.items() if hasattr(v, "shape"))
+    op = forward_name or forward.__name__
+    if fused and function == forward.__name__:
+        return (
+            f"A forward that computes its gradients too: (loss, cache), the loss as the plain forward computes "
+            f"it and a cache that holds its gradients already, which {backward.__name__} only scales by the "
+            f"upstream gradient.\n\nIn the check {name!r}: {shapes} -> loss {_shape(y.shape)}."
+        )
+    slots = [k for k, v in arrays.items() if v is None or getattr(getattr(v, "dtype", None), "kind", "") == "f"]
+    grads = ", ".join(f"d{k} {_shape(arrays[k].shape)}" for k in slots if arrays[k] is not None)
+    return (
+        f"The gradients of {op}'s float array arguments ({', '.join(slots)}), in that order (a single array when "
+        f"there is one; None for an argument given as None), from the gradient of its output and the cache it "
+        f"returns ({type(cache).__name__}).\n\nIn the check {name!r}: {shapes}; the output's gradient "
+        f"{_shape(y.shape)} -> {grads}."
+    )
 
 
 def _shape(shape) -> str:

@@ -204,42 +204,43 @@ def check_op(
     A backward that changes ``dy`` or an input in place is a ``ValueError``.
     """
     kwargs = dict(kwargs or {})
-    names = list(inputs)
-    values = list(inputs.values())
+    names, values = list(inputs), list(inputs.values())
     y, cache = forward(*values, **kwargs)
     xp = get_xp(y)
-    dy_rng = np.random.default_rng(seed + 1)
-    dy = xp.asarray(dy_rng.standard_normal(np.shape(y)), dtype=np.float64)
+    dy = xp.asarray(np.random.default_rng(seed + 1).standard_normal(np.shape(y)), dtype=np.float64)
 
     slots = [i for i, v in enumerate(values) if v is None or _is_float_array(v)]
-    expected = {} if reference is None else _by_name(op, reference(dy, cache), names, values, slots)
+    expected = None if reference is None else _by_name(op, reference(dy, cache), names, values, slots)
     if cache_forward is not None:
-        y_mine, cache = cache_forward(*values, **kwargs)
-        if np.shape(y_mine) != np.shape(y) or relative_error(y_mine, y) > tol:
-            raise ValueError(f"{op}: {cache_forward.__name__} returns {y_mine!r}, where numforge's forward gives {y!r}")
-    before = {name: v.copy() for name, v in [("dy", dy), *inputs.items()] if hasattr(v, "copy")}
-    by_name = _by_name(op, backward(dy, cache), names, values, slots)
-    for name, v in [("dy", dy), *inputs.items()]:
-        if name in before and not bool((v == before[name]).all()):
-            raise ValueError(f"{op}: the backward changed {name!r} in place; a backward must leave it as it is")
-    wrt = tuple(by_name) if wrt is None else wrt
-    analytic = {name: by_name[name] for name in wrt}
+        cache = _learner_cache(op, cache_forward, values, kwargs, y, tol)
+    by_name = _by_name(op, _backward_untouched(op, backward, dy, cache, inputs), names, values, slots)
+    analytic = {name: by_name[name] for name in (tuple(by_name) if wrt is None else wrt)}
 
     def objective() -> float:
         out, _ = forward(*values, **kwargs)
         return float(xp.sum(out * dy))
 
     return check_gradients(
-        op,
-        objective,
-        inputs,
-        analytic,
-        eps=eps,
-        tol=tol,
-        max_coords=max_coords,
-        seed=seed,
-        reference=expected if reference is not None else None,
+        op, objective, inputs, analytic, eps=eps, tol=tol, max_coords=max_coords, seed=seed, reference=expected
     )
+
+
+def _learner_cache(op: str, cache_forward: Callable, values: list, kwargs: dict, y, tol: float):
+    """The cache of a learner's forward that computes the gradients itself; its output must be ``y``."""
+    y_mine, cache = cache_forward(*values, **kwargs)
+    if np.shape(y_mine) != np.shape(y) or relative_error(y_mine, y) > tol:
+        raise ValueError(f"{op}: {cache_forward.__name__} returns {y_mine!r}, where numforge's forward gives {y!r}")
+    return cache
+
+
+def _backward_untouched(op: str, backward: Callable, dy, cache, inputs: Mapping[str, object]):
+    """``backward(dy, cache)``; a ``ValueError`` if it changed ``dy`` or an input in place."""
+    before = {name: v.copy() for name, v in [("dy", dy), *inputs.items()] if hasattr(v, "copy")}
+    grads = backward(dy, cache)
+    for name, v in [("dy", dy), *inputs.items()]:
+        if name in before and not bool((v == before[name]).all()):
+            raise ValueError(f"{op}: the backward changed {name!r} in place; a backward must leave it as it is")
+    return grads
 
 
 def _by_name(op: str, grads, names: list[str], values: list, slots: list[int]) -> dict:

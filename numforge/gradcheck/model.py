@@ -75,7 +75,7 @@ OPTIONS = {  # every entry of each registry (norms, positions, activations), the
         "norm_weight": False,
         "qk_norm": True,
         "qk_norm_order": "after_rope",
-        "activation": "relu",
+        "activation": "relu2",  # nanochat's MLP: relu(x)^2
     },
     "dropout": {"drop_prob": 0.2},  # embeddings, branches and attention weights
     "dropout_plain_attention": {"drop_prob": 0.2, "attention": "plain"},

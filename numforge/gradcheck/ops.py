@@ -1,8 +1,10 @@
 """Gradient-check cases for every core op (attention has its own suite), float64, 3-D shapes; 4-D
 (B, H, T, D) heads for the rotary embedding and QK-norm (RMSNorm and RoPE composed, in both orders).
 
-Sizes are small and odd on purpose (T = 3, C = 5, V = 7) so a transposed or
-mis-broadcast axis cannot hide behind a square shape.
+The components' cases (every norm, position rotation and activation) are the checks their registry
+entries declare (``ops.OpCheck``), enumerated here: a component entered in its registry is
+checked with nothing written here. Sizes are small and odd on purpose (T = 3, C = 5, V = 7) so a
+transposed or mis-broadcast axis cannot hide behind a square shape.
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..backend import asarray, default_rng
-from ..ops.activations import gelu_backward, gelu_forward, relu_backward, relu_forward, swiglu_backward, swiglu_forward
+from ..model.positions import POSITIONS, rope_rows
+from ..ops import B, C, F, OpCheck, T
+from ..ops import normal as _randn
+from ..ops.activations import ACTIVATIONS
 from ..ops.cross_entropy import (
     cross_entropy_backward,
     cross_entropy_forward,
@@ -21,22 +26,17 @@ from ..ops.cross_entropy import (
 )
 from ..ops.dropout import dropout_backward, dropout_forward
 from ..ops.embedding import embedding_backward, embedding_forward
-from ..ops.layernorm import layer_norm_backward, layer_norm_forward
+from ..ops.layernorm import layer_norm_backward
 from ..ops.linear import linear_backward, linear_forward
+from ..ops.norms import NORMS
 from ..ops.rmsnorm import rms_norm_backward, rms_norm_forward
-from ..ops.rope import rope_backward, rope_forward, rope_table
+from ..ops.rope import rope_backward, rope_forward
 from .cases import Case, op_case
 from .check import check_op
 from .diagnose import Invariant, RepeatedIds
 
-B, T, C, F, V = 2, 3, 5, 4, 7
-H, D = 3, 8  # heads and head width of the rotary and QK-norm cases (D even: D/2 rotated pairs)
-# Llama 3 scaling that sorts D = 8's wavelengths 2 pi / inv_freq = 6.3, 63, 628, 6283 into all three bands:
-# below 64 / 4 kept, above 64 / 1 divided by the factor, 63 between (smoothed)
-LLAMA3_SCALING = {
-    "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-    "original_max_position_embeddings": 64,
-}  # fmt: skip
+V = 7  # vocabulary of the cross-entropy cases
+H, D = 3, 8  # heads and head width of the QK-norm cases (D even: D/2 rotated pairs)
 
 
 def _xhat(x):
@@ -83,16 +83,6 @@ TABLE_INVARIANT = Invariant(
 )
 
 
-def _randn(*shape, seed: int = 0):
-    return asarray(np.random.default_rng(seed).standard_normal(shape), dtype="float64")
-
-
-def _away_from_zero(*shape, seed: int = 0):
-    """Normal values pushed at least 0.1 from 0, so ReLU's kink stays outside the finite-difference step."""
-    x = np.random.default_rng(seed).standard_normal(shape)
-    return asarray(np.sign(x) * (np.abs(x) + 0.1), dtype="float64")
-
-
 def _targets(*shape, ignored: int = 1, seed: int = 3):
     """Targets in [0, V) with the first `ignored` set to -1 (ignore_index)."""
     t = np.random.default_rng(seed).integers(0, V, size=shape)
@@ -107,25 +97,6 @@ def _linear_inputs(bias: bool) -> dict:
 def _embedding_inputs() -> dict:
     ids = asarray(np.array([[1, 4, 1], [6, 1, 0]]))  # id 1 three times: repeats must accumulate
     return {"ids": ids, "table": _randn(V, C)}
-
-
-def _layer_norm_inputs(bias: bool) -> dict:
-    return {"x": _randn(B, T, C), "weight": _randn(C, seed=1), "bias": _randn(C, seed=2) if bias else None}
-
-
-def _rms_norm_inputs(weight: bool) -> dict:
-    return {"x": _randn(B, T, C), "weight": _randn(C, seed=1) if weight else None}
-
-
-def _rope_rows(start: int, length: int, scaling: dict | None = None) -> dict:
-    """cos and sin of positions [start, start + length), as a decoding step at an offset slices them."""
-    table = rope_table(start + length, D, scaling=scaling, dtype="float64")
-    return {"cos": asarray(table.cos[start:]), "sin": asarray(table.sin[start:])}
-
-
-def _rope(name: str, shape: tuple[int, ...], start: int, scaling: dict | None = None) -> Case:
-    rows = lambda: _rope_rows(start, shape[-2], scaling)
-    return op_case(name, rope_forward, rope_backward, lambda: {"x": _randn(*shape)}, rows)
 
 
 def _norm_then_rope(x, weight, cos, sin):
@@ -159,14 +130,9 @@ def _qk_norm(name: str, forward, backward, weight: bool) -> Case:
 
     def run() -> list:
         inputs = {"x": _randn(B, H, T, D), **({"weight": _randn(D, seed=1)} if weight else {})}
-        return check_op(name, forward, backward, inputs, _rope_rows(2, T))
+        return check_op(name, forward, backward, inputs, rope_rows(2, T))
 
     return Case(name, run)
-
-
-def _gelu(approximate: str) -> Case:
-    inputs = lambda: {"x": _randn(B, T, F) * 2.0}
-    return op_case(f"gelu[{approximate}]", gelu_forward, gelu_backward, inputs, {"approximate": approximate})
 
 
 def _dropout(training: bool) -> Case:
@@ -189,42 +155,28 @@ def _tied_cross_entropy(name: str, forward, backward, fused: bool) -> Case:
     return op_case(name, forward, backward, inputs, options, fused=fused, invariants=(TABLE_INVARIANT,))
 
 
+INVARIANTS = {  # an op's backward -> what every right gradient of it satisfies (the grader's diagnosis)
+    layer_norm_backward: LAYER_NORM_INVARIANTS,
+    rms_norm_backward: (RMS_NORM_INVARIANT,),
+}
+
+
+def _component_cases(pair, checks: tuple[OpCheck, ...]) -> list[Case]:
+    """One case per check a registry entry declares, of its op pair (an entry: ``.forward``, ``.backward``)."""
+    invariants = INVARIANTS.get(pair.backward, ())
+    return [op_case(c.name, pair.forward, pair.backward, c.inputs, c.options, invariants=invariants) for c in checks]
+
+
+ROTATIONS = [scheme.rotation for scheme in POSITIONS.values() if scheme.rotation is not None]
 CASES = [
     op_case("linear", linear_forward, linear_backward, lambda: _linear_inputs(bias=True)),
     op_case("linear[no bias]", linear_forward, linear_backward, lambda: _linear_inputs(bias=False)),
     op_case("embedding", embedding_forward, embedding_backward, _embedding_inputs, invariants=(RepeatedIds(),)),
-    *[
-        op_case(
-            name,
-            layer_norm_forward,
-            layer_norm_backward,
-            lambda bias=bias: _layer_norm_inputs(bias),
-            invariants=LAYER_NORM_INVARIANTS,
-        )
-        for name, bias in (("layer_norm", True), ("layer_norm[no bias]", False))
-    ],  # fmt: skip
-    *[
-        op_case(
-            name,
-            rms_norm_forward,
-            rms_norm_backward,
-            lambda weight=weight: _rms_norm_inputs(weight),
-            invariants=(RMS_NORM_INVARIANT,),
-        )
-        for name, weight in (("rms_norm", True), ("rms_norm[no weight]", False))
-    ],  # fmt: skip
-    _rope("rope", (B, T, D), start=0),
-    _rope("rope[4-D, start 5]", (B, H, 5, D), start=5),
-    _rope("rope[linear]", (B, H, 5, D), start=3, scaling={"rope_type": "linear", "factor": 4.0}),
-    _rope("rope[llama3]", (B, H, 5, D), start=3, scaling=LLAMA3_SCALING),
+    *[case for norm in NORMS.values() for case in _component_cases(norm, norm.checks)],
+    *[case for rotation in ROTATIONS for case in _component_cases(rotation, rotation.checks)],
     _qk_norm("qk_norm[norm, rope]", _norm_then_rope, _norm_then_rope_backward, weight=True),
     _qk_norm("qk_norm[rope, norm]", _rope_then_norm, _rope_then_norm_backward, weight=False),
-    op_case("relu", relu_forward, relu_backward, lambda: {"x": _away_from_zero(B, T, F)}),
-    _gelu("tanh"),
-    _gelu("none"),
-    op_case(
-        "swiglu", swiglu_forward, swiglu_backward, lambda: {"gate": _randn(B, T, F), "up": _randn(B, T, F, seed=1)}
-    ),
+    *[case for activation in ACTIVATIONS.values() for case in _component_cases(activation, activation.checks)],
     _dropout(training=True),
     _dropout(training=False),
     _cross_entropy(ignored=1),

@@ -77,8 +77,9 @@ LEGACY_DEFAULTS = {"attention_dropout": False}  # fields older checkpoints lack 
 
 
 def default_d_ff(d_model: int, activation: str) -> int:
-    """``4 * d_model``; for a gated activation ``ceil(8/3 * d_model / 64) * 64`` (e.g. 96 -> 256)."""
-    if ACTIVATIONS[activation].gated:
+    """``4 * d_model``; for a gated activation (two inputs, two projections) ``ceil(8/3 * d_model / 64) * 64``
+    (e.g. 96 -> 256)."""
+    if len(ACTIVATIONS[activation].inputs) > 1:
         return -(-8 * d_model // (3 * GATED_MULTIPLE)) * GATED_MULTIPLE
     return 4 * d_model
 
@@ -191,11 +192,6 @@ class GPTConfig:
             return False
         value = getattr(self, switch)
         return self.use_bias if value is None else value
-
-    @property
-    def gated(self) -> bool:
-        """Whether the activation takes two projections (gate and up), as SwiGLU does."""
-        return ACTIVATIONS[self.activation].gated
 
     def activation_options(self) -> dict:
         """The keyword options of the activation's forward: ``{"approximate": ...}`` for GELU, else none."""

@@ -38,12 +38,14 @@ import numpy as np
 
 from ..backend import array_module, get_xp, resolve_dtype
 from ..checks import check_bool, check_int, check_positive_int
+from ..ops.activations import ACTIVATIONS
 from ..ops.embedding import embedding_backward, embedding_forward
 from ..ops.norms import NORMS
 from .blocks import BlockCache, block_backward, block_forward
 from .config import GPTConfig
 from .kv_cache import KVCache
 from .layers import LayerParams, dropout_if, dropout_if_backward, no_record, norm_backward, norm_forward
+from .mlp_branch import projection
 from .positions import POSITIONS
 from .unembedding import unembedding_loss_backward, unembedding_loss_forward
 
@@ -66,9 +68,9 @@ def parameter_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
             shapes.update(_norm_shapes(layer + "attn.k_norm", D, config, bias=False))
         shapes.update(_linear_shapes(layer + "attn.out_proj", H * D, C, bias("out_bias")))
         shapes.update(_norm_shapes(layer + "pre_mlp_norm", C, config, bias("norm_bias")))
-        shapes.update(_linear_shapes(layer + "mlp.up_proj", C, F, bias("mlp_bias")))
-        if config.gated:
-            shapes.update(_linear_shapes(layer + "mlp.gate_proj", C, F, bias("mlp_bias")))
+        for name in sorted(ACTIVATIONS[config.activation].inputs, key=lambda name: name != "up"):
+            # up_proj first, then the other inputs' (SwiGLU's gate_proj): the order the init has always drawn them in
+            shapes.update(_linear_shapes(layer + projection(name), C, F, bias("mlp_bias")))
         shapes.update(_linear_shapes(layer + "mlp.down_proj", F, C, bias("mlp_bias")))
     shapes.update(_norm_shapes("final_norm", C, config, bias("norm_bias")))
     if not config.tie_weights:

@@ -1,8 +1,8 @@
-"""The MLP branch of a block: ``m = Drop(down_proj(act(up_proj(pre_mlp_norm(x)))))``.
+"""The MLP branch of a block: ``m = Drop(down_proj(act(*projections(pre_mlp_norm(x)))))``.
 
-A gated activation (SwiGLU) takes two projections of the same ``h``:
-``act(gate_proj(h), up_proj(h))``, so in the backward ``dh`` is the sum of
-the gate and up paths. The activation comes from ``ops.activations.ACTIVATIONS``.
+The activation comes from ``ops.activations.ACTIVATIONS`` and declares its inputs: ``("up",)`` (GELU, ReLU)
+or ``("gate", "up")`` (SwiGLU). Input ``name`` is the projection ``mlp.{name}_proj`` of the same normalized
+``h`` (``projection``), so in the backward ``dh`` is the sum of one path per input.
 """
 
 from __future__ import annotations
@@ -21,54 +21,60 @@ from .layers import (
 )
 
 
+def projection(input_name: str) -> str:
+    """The linear layer of ``h`` feeding the activation's input ``input_name``: ``mlp.up_proj``, ``mlp.gate_proj``."""
+    return f"mlp.{input_name}_proj"
+
+
 class MlpBranchCache(NamedTuple):
     norm: object
-    up_proj: object
-    gate_proj: object  # None unless the activation is gated (SwiGLU)
+    projections: tuple  # the linear caches of the activation's inputs, in its order
     activation: object
     down_proj: object
     dropout: object
 
 
 def mlp_branch_forward(x, p, config, *, rng=None):
-    """``Drop(down_proj(act(up_proj(pre_mlp_norm(x)))))``; gated (SwiGLU): ``act(gate_proj(h), up_proj(h))``."""
+    """``Drop(down_proj(act(*[projection(h) per input])))``, ``h = pre_mlp_norm(x)``.
+
+    GELU: ``act(up_proj(h))``; SwiGLU: ``act(gate_proj(h), up_proj(h))``."""
     B, T, C = x.shape
     h, norm_cache = norm_forward(x.reshape(B * T, C), p, "pre_mlp_norm", config)  # (B,T,C) -> (N,C)
-    up, up_cache = linear_layer_forward(h, p, "mlp.up_proj")  # (N,C) -> (N,F)
-    activation, gate_cache = ACTIVATIONS[config.activation], None
-    if activation.gated:
-        gate, gate_cache = linear_layer_forward(h, p, "mlp.gate_proj")  # (N,C) -> (N,F)
-        act, act_cache = activation.forward(gate, up)  # (N,F)
-    else:
-        act, act_cache = activation.forward(up, **config.activation_options())  # (N,F)
+    activation = ACTIVATIONS[config.activation]
+    projected = [linear_layer_forward(h, p, projection(name)) for name in activation.inputs]  # each (N,C) -> (N,F)
+    act, act_cache = activation.forward(*(y for y, _ in projected), **config.activation_options())  # (N,F)
     m, down_cache = linear_layer_forward(act, p, "mlp.down_proj")  # (N,F) -> (N,C)
     m, drop_cache = dropout_if(m, config, rng)
-    return m.reshape(B, T, C), MlpBranchCache(norm_cache, up_cache, gate_cache, act_cache, down_cache, drop_cache)
+    projection_caches = tuple(cache for _, cache in projected)
+    return m.reshape(B, T, C), MlpBranchCache(norm_cache, projection_caches, act_cache, down_cache, drop_cache)
 
 
 def mlp_branch_backward(dm, cache: MlpBranchCache, config, record=no_record):
-    """``(dx, grads)``; with a gated activation ``dh`` is the sum of the gate and up paths."""
+    """``(dx, grads)``; ``h`` feeds every input's projection, so ``dh`` is the sum of their paths."""
     B, T, C = dm.shape
     dm = dropout_if_backward(dm.reshape(B * T, C), cache.dropout)  # (B,T,C) -> (N,C)
     # forward: m = down_proj(act)
     dact, down_grads = linear_layer_backward(dm, cache.down_proj, "mlp.down_proj")  # (N,C) -> (N,F)
     record("MLP activation (down_proj input)", dact, down_grads)
     activation = ACTIVATIONS[config.activation]
-    if activation.gated:
-        # forward: act = swiglu(gate, up); gate = gate_proj(h); up = up_proj(h)
-        dgate, dup = activation.backward(dact, cache.activation)
-        dh_gate, gate_grads = linear_layer_backward(dgate, cache.gate_proj, "mlp.gate_proj")
-        record("MLP gate (pre-activation)", dgate, {})
-        record("MLP up (pre-activation)", dup, {})
-    else:
-        # forward: act = gelu(up) or relu(up)
-        dup, gate_grads = activation.backward(dact, cache.activation), {}
-        record("MLP pre-activation", dup, {})
-    dh, up_grads = linear_layer_backward(dup, cache.up_proj, "mlp.up_proj")  # (N,F) -> (N,C)
-    if activation.gated:
-        dh += dh_gate  # h feeds both projections: the two paths add
-    record("pre-MLP norm output", dh, up_grads | gate_grads)
+    # forward: act = activation(*inputs); input name = name_proj(h)
+    dinputs = activation.gradients(dact, cache.activation)  # one (N,F) per input, in its order
+    dhs, grads = [], {}
+    for name, dinput, projection_cache in zip(activation.inputs, dinputs, cache.projections):
+        record(_stage(activation, name), dinput, {})
+        dh_path, path_grads = linear_layer_backward(dinput, projection_cache, projection(name))  # (N,F) -> (N,C)
+        dhs.append(dh_path)
+        grads |= path_grads
+    dh = dhs[0]
+    for dh_path in dhs[1:]:
+        dh += dh_path  # h feeds every projection: the paths add
+    record("pre-MLP norm output", dh, grads)
     # forward: h = pre_mlp_norm(x)
     dx, norm_grads = norm_backward(dh, cache.norm, "pre_mlp_norm", config)
     record("MLP branch -> residual", dx, norm_grads)
-    return dx.reshape(B, T, C), down_grads | gate_grads | up_grads | norm_grads  # (N,C) -> (B,T,C)
+    return dx.reshape(B, T, C), down_grads | grads | norm_grads  # (N,C) -> (B,T,C)
+
+
+def _stage(activation, name: str) -> str:
+    """The study tools' name of the gradient reaching the activation's input ``name``."""
+    return "MLP pre-activation" if len(activation.inputs) == 1 else f"MLP {name} (pre-activation)"

@@ -8,7 +8,9 @@ A scheme acts at one of two places of the model:
   fixed table built once per model (``sinusoidal``).
 - ``rotation``: every attention layer rotates ``q`` and ``k`` by their
   absolute positions, an op pair ``forward(x, *tables[start:start+T])`` and
-  ``backward(dy, cache)`` reading the fixed tables named in ``tables``.
+  ``backward(dy, cache)`` reading the fixed tables named in ``tables``, with
+  its textbook twin (``model/reference.py``), its PyTorch twin
+  (``bench/train_torch.py``) and its gradient checks.
 
 ``POSITIONS`` is the one list the config, the model, the reference model, the
 study tools, ``numforge params`` and the CLI read: a new scheme is its op file
@@ -24,7 +26,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..ops.rope import rope_backward, rope_forward, rope_table
+from ..backend import asarray
+from ..ops import B, OpCheck, T, normal
+from ..ops.rope import rope_backward, rope_forward, rope_table, rope_textbook, rope_textbook_backward, rope_torch
+
+H, D = 3, 8  # heads and head width of the rotation's checks (D even: D/2 rotated pairs)
+# Llama 3 scaling that sorts D = 8's wavelengths 2 pi / inv_freq = 6.3, 63, 628, 6283 into all three bands:
+# below 64 / 4 kept, above 64 / 1 divided by the factor, 63 between (smoothed)
+LLAMA3_SCALING = {
+    "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64,
+}  # fmt: skip
 
 
 def sinusoidal_positions(max_seq_len: int, d_model: int, dtype) -> np.ndarray:
@@ -42,11 +54,28 @@ def sinusoidal_positions(max_seq_len: int, d_model: int, dtype) -> np.ndarray:
 
 
 class Rotation(NamedTuple):
-    """``y, cache = forward(x, *[table[start:start+T] for table in tables])``; ``dx = backward(dy, cache)``."""
+    """``y, cache = forward(x, *rows)``, ``dx = backward(dy, cache)``, ``rows = [table[start:start+T] for table in
+    tables]``; ``y = textbook(x, *rows)`` and ``(dx,) = textbook_backward(dy, x, *rows)`` as the textbook writes them;
+    ``y = torch(x, *rows)`` on torch tensors; ``checks``: the float64 gradient checks of the op pair."""
 
     forward: Callable
     backward: Callable
     tables: tuple[str, ...]  # the fixed tables it reads, by name
+    textbook: Callable
+    textbook_backward: Callable
+    torch: Callable
+    checks: tuple[OpCheck, ...]
+
+
+def rope_rows(start: int, length: int, scaling: dict | None = None) -> dict:
+    """The checks' cos and sin (width ``D``) of positions [start, start + length), as a decoding step at an offset
+    slices them."""
+    table = rope_table(start + length, D, scaling=scaling, dtype="float64")
+    return {"cos": asarray(table.cos[start:]), "sin": asarray(table.sin[start:])}  # (length, D) each
+
+
+def _rope_check(name: str, shape: tuple[int, ...], start: int, scaling: dict | None = None) -> OpCheck:
+    return OpCheck(name, lambda: {"x": normal(*shape)}, lambda: rope_rows(start, shape[-2], scaling))
 
 
 class PositionScheme(NamedTuple):
@@ -87,6 +116,15 @@ POSITIONS = {  # name -> PositionScheme
             zip(("rope_cos", "rope_sin"), rope_table(c.max_seq_len, c.head_dim, c.rope_theta, c.rope_scaling, dtype))
         ),
         added=None,
-        rotation=Rotation(rope_forward, rope_backward, ("rope_cos", "rope_sin")),
+        rotation=Rotation(
+            rope_forward, rope_backward, ("rope_cos", "rope_sin"),
+            textbook=rope_textbook, textbook_backward=rope_textbook_backward, torch=rope_torch,
+            checks=(
+                _rope_check("rope", (B, T, D), start=0),
+                _rope_check("rope[4-D, start 5]", (B, H, 5, D), start=5),
+                _rope_check("rope[linear]", (B, H, 5, D), start=3, scaling={"rope_type": "linear", "factor": 4.0}),
+                _rope_check("rope[llama3]", (B, H, 5, D), start=3, scaling=LLAMA3_SCALING),
+            ),
+        ),
     ),
-}
+}  # fmt: skip

@@ -9,13 +9,16 @@ gradients (tested equal to 1e-12 in float64 under every ``GPTConfig`` option,
 - attention holds its ``(B,H,T,T)`` scores and weights (no tiles, no online softmax);
 - the logits ``(B,T,V)`` exist, the loss is a plain softmax cross-entropy,
   and its gradient ``softmax - onehot`` is computed in the backward, not fused into the forward;
-- each component is its formula, by name: LayerNorm and RMSNorm (``_NORMS``),
-  the activations (``_ACTIVATIONS``), the rotation of q and k as an explicit
-  turn of each pair of coordinates (``_rotate``), grouped-query attention by
-  repeating each key/value head for its group of query heads (``repeat``);
+- each component is its textbook formula, read from its registry entry: the
+  norm's ``textbook`` and ``textbook_backward`` (``ops.norms.NORMS``: LayerNorm,
+  RMSNorm), the activation's (``ops.activations.ACTIVATIONS``), the rotation's
+  (``model.positions.POSITIONS``: RoPE as an explicit turn of each pair of
+  coordinates). Those formulas live beside their op (``ops/layernorm.py::layer_norm_textbook``, ...),
+  written as plainly as this file; grouped-query attention is a ``repeat`` of each key/value head
+  for its group of query heads;
 - no array is changed in place once computed (the two embedding gradients are
-  filled into zeros); no op of ``numforge/ops`` is called (only the normal CDF
-  of exact GELU, the position schemes' fixed tables and the attention-dropout mask are imported);
+  filled into zeros); no fast op of ``numforge/ops`` is called (only the components' textbook
+  formulas, the position schemes' fixed tables and the attention-dropout mask are imported);
 - ``reference_backward`` is one function that walks ``reference_forward`` in
   exact reverse order, each step naming the forward line it reverses.
 
@@ -56,11 +59,12 @@ import math
 from ..backend import get_xp, scatter_add, to_numpy
 from ..checks import check_int
 from ..ops._attention_dropout import AttentionDropout
-from ..ops._erf import normal_cdf
+from ..ops.activations import ACTIVATIONS
+from ..ops.norms import NORMS
 from .config import GPTConfig
+from .mlp_branch import projection
 from .positions import POSITIONS
 
-GELU_CUBIC = 0.044715  # GPT-2's tanh approximation: u = sqrt(2/pi) (x + 0.044715 x^3)
 IGNORE_INDEX = -1
 
 
@@ -118,15 +122,15 @@ def reference_forward(params: dict, config: GPTConfig, token_ids, targets, rng=N
         saved.update(q=q, k_rep=k_rep, v_rep=v_rep, weights=weights, merged=merged)
         x = x + a  # (B,T,C), the residual
 
-        # MLP branch: m = Drop(down_proj(act(up_proj(pre_mlp_norm(x)))))
+        # MLP branch: m = Drop(down_proj(act(up_proj(pre_mlp_norm(x))))); gated: act(gate_proj(h), up_proj(h))
         h, saved["mlp_norm"] = _norm(x, w, "pre_mlp_norm", config)  # (B,T,C)
         saved["mlp_h"] = h
-        up = _linear(h, w, "mlp.up_proj")  # (B,T,C) @ (C,F) -> (B,T,F)
-        gate = _linear(h, w, "mlp.gate_proj") if config.gated else None  # (B,T,C) @ (C,F) -> (B,T,F)
-        act = _ACTIVATIONS[config.activation][0](config, up, gate)  # (B,T,F)
+        activation = ACTIVATIONS[config.activation]
+        inputs = [_linear(h, w, projection(name)) for name in activation.inputs]  # each (B,T,C) @ (C,F) -> (B,T,F)
+        act = activation.textbook(*inputs, **config.activation_options())  # (B,T,F)
         m = _linear(act, w, "mlp.down_proj")  # (B,T,F) @ (F,C) -> (B,T,C)
         m, saved["mlp_keep"] = _dropout(m, p_drop, rng)  # (B,T,C)
-        saved.update(up=up, gate=gate, act=act)
+        saved.update(mlp_inputs=inputs, act=act)
         x = x + m  # (B,T,C), the residual
         cache["layers"].append(saved)
 
@@ -179,12 +183,13 @@ def reference_backward(params: dict, config: GPTConfig, cache: dict) -> dict:
         dm = _dropout_backward(dx, saved["mlp_keep"], config.drop_prob)  # forward: m = Drop(m); (B,T,C)
         # forward: m = act @ down_proj + b
         dact = _linear_backward(dm, saved["act"], w, "mlp.down_proj", g)  # (B,T,C) -> (B,T,F)
-        # forward: act = activation(up) or activation(gate, up)
-        dup, dgate = _ACTIVATIONS[config.activation][1](config, dact, saved["up"], saved["gate"])  # (B,T,F)
-        # forward: up = h @ up_proj + b   (and gate = h @ gate_proj + b: h feeds both, their gradients add)
-        dh = _linear_backward(dup, saved["mlp_h"], w, "mlp.up_proj", g)  # (B,T,F) -> (B,T,C)
-        if config.gated:
-            dh = dh + _linear_backward(dgate, saved["mlp_h"], w, "mlp.gate_proj", g)  # (B,T,C) + (B,T,C)
+        # forward: act = activation(*inputs), inputs = (up,) or (gate, up): one (B,T,F) gradient per input
+        activation = ACTIVATIONS[config.activation]
+        dinputs = activation.textbook_backward(dact, *saved["mlp_inputs"], **config.activation_options())
+        # forward: up = h @ up_proj + b (and gate = h @ gate_proj + b): h feeds each, their gradients add
+        dh = sum(
+            _linear_backward(d, saved["mlp_h"], w, projection(name), g) for name, d in zip(activation.inputs, dinputs)
+        )  # (B,T,F) @ (F,C) -> (B,T,C), summed over the inputs
         # forward: h = pre_mlp_norm(x)
         dx_mlp = _norm_backward(dh, saved["mlp_norm"], w, "pre_mlp_norm", config, g)  # (B,T,C)
         dx = dx + dx_mlp  # (B,T,C): the skip path plus the branch path
@@ -250,9 +255,11 @@ def _qk_forward(q, k, w: dict, config: GPTConfig, tables: dict, saved: dict):
     if norm_first:
         q, saved["q_norm"] = _norm(q, w, "attn.q_norm", config)  # (B,H,T,D)
         k, saved["k_norm"] = _norm(k, w, "attn.k_norm", config)  # (B,H_kv,T,D)
-    if "cos" in tables:
-        q = _rotate(q, tables["cos"], tables["sin"])  # (B,H,T,D): pair (i, i + D/2) of position t turned by t theta_i
-        k = _rotate(k, tables["cos"], tables["sin"])  # (B,H_kv,T,D)
+    rotation = POSITIONS[config.position].rotation
+    if rotation is not None:  # RoPE: pair (i, i + D/2) of position t turned by t theta_i
+        saved["q_rotation"], saved["k_rotation"] = q, k  # the rotation's inputs
+        q = rotation.textbook(q, *tables["rotation"])  # (B,H,T,D)
+        k = rotation.textbook(k, *tables["rotation"])  # (B,H_kv,T,D)
     if config.qk_norm and not norm_first:
         q, saved["q_norm"] = _norm(q, w, "attn.q_norm", config)
         k, saved["k_norm"] = _norm(k, w, "attn.k_norm", config)
@@ -265,9 +272,10 @@ def _qk_backward(dq, dk, w: dict, config: GPTConfig, tables: dict, saved: dict, 
     if config.qk_norm and not norm_first:
         dq = _norm_backward(dq, saved["q_norm"], w, "attn.q_norm", config, grads)
         dk = _norm_backward(dk, saved["k_norm"], w, "attn.k_norm", config, grads)
-    if "cos" in tables:  # forward: q = rotate(q, +angle), so dq = rotate(dq, -angle): the inverse rotation
-        dq = _rotate(dq, tables["cos"], -tables["sin"])  # (B,H,T,D)
-        dk = _rotate(dk, tables["cos"], -tables["sin"])  # (B,H_kv,T,D)
+    rotation = POSITIONS[config.position].rotation
+    if rotation is not None:  # forward: q = rotate(q, +angle), so dq = rotate(dq, -angle): the inverse rotation
+        (dq,) = rotation.textbook_backward(dq, saved["q_rotation"], *tables["rotation"])  # (B,H,T,D)
+        (dk,) = rotation.textbook_backward(dk, saved["k_rotation"], *tables["rotation"])  # (B,H_kv,T,D)
     if norm_first:
         dq = _norm_backward(dq, saved["q_norm"], w, "attn.q_norm", config, grads)
         dk = _norm_backward(dk, saved["k_norm"], w, "attn.k_norm", config, grads)
@@ -295,74 +303,22 @@ def _linear_backward(dy, x, w: dict, name: str, grads: dict):
 
 
 def _norm(x, w: dict, name: str, config: GPTConfig):
-    """``(y, saved)``: ``config.norm`` over the last axis of ``x``, with ``w[name.weight]`` and ``w[name.bias]``
-    (absent: none), by its formula below."""
-    weight, bias = w.get(f"{name}.weight"), w.get(f"{name}.bias")
-    return _NORMS[config.norm][0](x, weight, bias, config.norm_eps)
+    """``(y, x)``: ``config.norm`` over the last axis of ``x`` by its textbook formula, with its parameters
+    ``w[name.weight]``, ``w[name.bias]``, ... (absent: None); ``x`` is what its backward reads."""
+    norm = NORMS[config.norm]
+    return norm.textbook(x, *_norm_params(w, name, config), eps=config.norm_eps), x
 
 
-def _norm_backward(dy, saved, w: dict, name: str, config: GPTConfig, grads: dict):
-    """``dx``; writes ``grads[name.weight]`` and ``grads[name.bias]`` (kept only where ``params`` has them)."""
-    dx, grads[f"{name}.weight"], grads[f"{name}.bias"] = _NORMS[config.norm][1](dy, saved, w.get(f"{name}.weight"))
+def _norm_backward(dy, x, w: dict, name: str, config: GPTConfig, grads: dict):
+    """``dx``; writes ``grads[name.weight]``, ... (``reference_backward`` keeps those ``params`` has)."""
+    norm = NORMS[config.norm]
+    dx, *dparams = norm.textbook_backward(dy, x, *_norm_params(w, name, config), eps=config.norm_eps)
+    grads.update({f"{name}.{param}": d for param, d in zip(norm.parameters, dparams)})
     return dx
 
 
-def _layer_norm(x, weight, bias, eps: float):
-    """``xhat = (x - mean) / sqrt(var + eps)`` over the last axis, ``y = xhat weight + bias``;
-    saves ``(xhat, rstd)``."""
-    xp = get_xp(x)
-    mean = x.mean(axis=-1, keepdims=True)  # (...,C) -> (...,1)
-    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)  # (...,1), the biased variance
-    rstd = 1.0 / xp.sqrt(var + eps)  # (...,1)
-    xhat = (x - mean) * rstd  # (...,C)
-    y = xhat * weight  # (...,C) * (C,) -> (...,C)
-    return (y if bias is None else y + bias), (xhat, rstd)
-
-
-def _layer_norm_backward(dy, saved, weight):
-    """``(dx, dweight, dbias)``: ``dx = rstd (g - mean(g) - xhat mean(g xhat))`` with ``g = dy weight``, means over
-    the last axis; ``dweight = sum of dy xhat``, ``dbias = sum of dy`` over every leading axis."""
-    xhat, rstd = saved
-    leading = tuple(range(dy.ndim - 1))
-    g = dy * weight  # (...,C): the gradient reaching xhat
-    dx = rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))  # (...,C)
-    return dx, (dy * xhat).sum(axis=leading), dy.sum(axis=leading)  # (...,C), (C,), (C,)
-
-
-def _rms_norm(x, weight, bias, eps: float):
-    """``xhat = x / sqrt(mean(x^2) + eps)`` over the last axis (nothing subtracted), ``y = xhat weight``
-    (no weight: ``y = xhat``); saves ``(xhat, rstd)``."""
-    rstd = 1.0 / get_xp(x).sqrt((x**2).mean(axis=-1, keepdims=True) + eps)  # (...,1)
-    xhat = x * rstd  # (...,C)
-    return (xhat if weight is None else xhat * weight), (xhat, rstd)
-
-
-def _rms_norm_backward(dy, saved, weight):
-    """``(dx, dweight, None)``: ``dx = rstd (g - xhat mean(g xhat))`` with ``g = dy weight`` (or ``dy``),
-    the mean over the last axis (only the scale path: nothing was subtracted); ``dweight = sum of dy xhat``."""
-    xhat, rstd = saved
-    g = dy if weight is None else dy * weight  # (...,C): the gradient reaching xhat
-    dx = rstd * (g - xhat * (g * xhat).mean(axis=-1, keepdims=True))  # (...,C)
-    return dx, (dy * xhat).sum(axis=tuple(range(dy.ndim - 1))), None  # (...,C), (C,)
-
-
-_NORMS = {  # ops.norms.NORMS name -> (formula, its backward)
-    "layernorm": (_layer_norm, _layer_norm_backward),
-    "rmsnorm": (_rms_norm, _rms_norm_backward),
-}
-
-
-def _rotate(x, cos, sin):
-    """Each pair ``(x_i, x_{i+D/2})`` of a head turned by the angle whose cosine and sine are the tables' column ``i``::
-
-        y_i       = x_i cos - x_{i+D/2} sin
-        y_{i+D/2} = x_{i+D/2} cos + x_i sin
-
-    ``cos, sin (T,D)`` in Hugging Face's layout (both halves of a row alike); ``-sin`` turns back."""
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]  # (...,T,D/2) each
-    c, s = cos[:, :half], sin[:, :half]  # (T,D/2)
-    return get_xp(x).concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)  # (...,T,D)
+def _norm_params(w: dict, name: str, config: GPTConfig) -> list:
+    return [w.get(f"{name}.{param}") for param in NORMS[config.norm].parameters]  # (C,) each, or None
 
 
 def _softmax(z):
@@ -389,57 +345,15 @@ def _dropout_backward(dy, keep, p: float):
     return dy if keep is None else dy * keep / (1.0 - p)
 
 
-def _relu(config: GPTConfig, up, gate):
-    return get_xp(up).maximum(up, 0.0)  # max(x, 0)
-
-
-def _relu_backward(config: GPTConfig, dact, up, gate):
-    return dact * (up > 0), None  # relu'(x) = [x > 0]
-
-
-def _gelu(config: GPTConfig, up, gate):
-    if config.gelu_approximate == "none":
-        return up * normal_cdf(up)  # x Phi(x)
-    u = math.sqrt(2.0 / math.pi) * (up + GELU_CUBIC * up**3)
-    return 0.5 * up * (1.0 + get_xp(up).tanh(u))  # x (1 + tanh(u)) / 2
-
-
-def _gelu_backward(config: GPTConfig, dact, up, gate):
-    xp = get_xp(up)
-    if config.gelu_approximate == "none":
-        phi = xp.exp(-0.5 * up**2) / math.sqrt(2.0 * math.pi)  # the normal density
-        return dact * (normal_cdf(up) + up * phi), None  # (x Phi(x))' = Phi(x) + x phi(x)
-    u = math.sqrt(2.0 / math.pi) * (up + GELU_CUBIC * up**3)
-    du = math.sqrt(2.0 / math.pi) * (1.0 + 3.0 * GELU_CUBIC * up**2)
-    tanh_u = xp.tanh(u)
-    return dact * (0.5 * (1.0 + tanh_u) + 0.5 * up * (1.0 - tanh_u**2) * du), None  # product and chain rules
-
-
-def _swiglu(config: GPTConfig, up, gate):
-    return gate / (1.0 + get_xp(gate).exp(-gate)) * up  # silu(g) up, silu(g) = g sigma(g)
-
-
-def _swiglu_backward(config: GPTConfig, dact, up, gate):
-    sigma = 1.0 / (1.0 + get_xp(gate).exp(-gate))  # (B,T,F)
-    dgate = dact * up * sigma * (1.0 + gate * (1.0 - sigma))  # d(g sigma(g))/dg = sigma + g sigma (1 - sigma)
-    return dact * gate * sigma, dgate  # d/dup = silu(g)
-
-
-_ACTIVATIONS = {  # ops.activations.ACTIVATIONS name -> (act(config, up, gate), its backward -> (dup, dgate or None))
-    "gelu": (_gelu, _gelu_backward),
-    "swiglu": (_swiglu, _swiglu_backward),
-    "relu": (_relu, _relu_backward),
-}
-
-
 def _position_tables(params: dict, config: GPTConfig, T: int, xp) -> dict:
     """The first ``T`` rows of the position scheme's arrays: ``"added"`` ``(T,C)`` for a scheme that adds rows
-    to the embeddings (the trained table or the fixed one), ``"cos"``, ``"sin"`` ``(T,D)`` for a rotation."""
+    to the embeddings (the trained table or the fixed one), ``"rotation"`` the rotation's tables (RoPE's cos and
+    sin, ``(T,D)`` each)."""
     scheme = POSITIONS[config.position]
     tables = {**params, **scheme.tables(config, params["token_embedding"].dtype)}
     found = {} if scheme.added is None else {"added": xp.asarray(tables[scheme.added][:T])}  # (T,C)
-    if scheme.rotation is not None:  # a rotation's tables are its cosines and sines
-        found["cos"], found["sin"] = (xp.asarray(tables[name][:T]) for name in scheme.rotation.tables)  # (T,D) each
+    if scheme.rotation is not None:
+        found["rotation"] = [xp.asarray(tables[name][:T]) for name in scheme.rotation.tables]  # RoPE: (T,D) each
     return found
 
 

@@ -1,6 +1,10 @@
-"""Elementwise activations: ReLU, GELU (tanh or exact erf form) and SwiGLU.
+"""Elementwise activations: ReLU, ReLU², GELU (tanh or exact erf form) and SwiGLU; their registry ``ACTIVATIONS``.
 
-Every function keeps its input's shape and dtype: ``(..., F) -> (..., F)``.
+Every function keeps its input's shape and dtype: ``(..., F) -> (..., F)``. Each activation is written three
+ways: the fast op pair (``*_forward``, ``*_backward``), the textbook formula and its gradient that
+``model/reference.py`` uses (``*_textbook``, ``*_textbook_backward``: no in-place step, no saved smooth step),
+and the PyTorch twin that the comparisons with autograd use (``*_torch``, on torch tensors; torch is imported
+inside it, never here).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from typing import NamedTuple
 
 from ..backend import get_xp, overflow_to_inf_allowed
 from ..checks import check_float, check_same_dtype
+from . import B, F, OpCheck, T, away_from_zero, normal
 from ._erf import normal_cdf
 
 GELU_APPROXIMATIONS = ("tanh", "none")
@@ -36,6 +41,51 @@ def relu_forward(x):
 def relu_backward(dy, cache: ReluCache):
     """dx = dy * [x > 0]  (the derivative at exactly 0 is taken as 0)."""
     return dy * cache.positive  # forward: y = x * [x > 0]
+
+
+def relu_textbook(x):
+    return get_xp(x).maximum(x, 0.0)  # (..., F): max(x, 0)
+
+
+def relu_textbook_backward(dy, x):
+    return (dy * (x > 0),)  # (..., F): relu'(x) = [x > 0]
+
+
+def relu_torch(x):
+    return x.relu()
+
+
+# ---------------------------------------------------------------- ReLU squared (nanochat's MLP)
+
+
+class Relu2Cache(NamedTuple):
+    relu_x: object  # (..., F): max(x, 0), the only thing the backward needs
+
+
+def relu2_forward(x):
+    """y = relu(x)^2 = max(x, 0)^2. Example: relu2([-1, 0, 3]) = [0, 0, 9]."""
+    check_float(x, "x")
+    relu_x = x * (x > 0)  # float * bool keeps x's dtype
+    return relu_x * relu_x, Relu2Cache(relu_x)
+
+
+def relu2_backward(dy, cache: Relu2Cache):
+    """dx = dy * 2 relu(x)  (continuous at 0, where it is 0)."""
+    dx = 2.0 * cache.relu_x  # forward: y = relu(x)^2, so dy/dx = 2 relu(x)
+    dx *= dy
+    return dx
+
+
+def relu2_textbook(x):
+    return get_xp(x).maximum(x, 0.0) ** 2  # (..., F): max(x, 0)^2
+
+
+def relu2_textbook_backward(dy, x):
+    return (dy * 2.0 * get_xp(x).maximum(x, 0.0),)  # (..., F): (relu(x)^2)' = 2 relu(x)
+
+
+def relu2_torch(x):
+    return x.relu().square()
 
 
 # ---------------------------------------------------------------- GELU
@@ -103,6 +153,32 @@ def gelu_backward(dy, cache: GeluCache):
     return grad
 
 
+def gelu_textbook(x, approximate: str = "tanh"):
+    """``x Phi(x)``, or GPT-2's ``x (1 + tanh(u)) / 2`` with ``u = sqrt(2/pi) (x + 0.044715 x^3)``."""
+    if approximate == "none":
+        return x * normal_cdf(x)  # (..., F)
+    u = _SQRT_2_OVER_PI * (x + _GELU_CUBIC * x**3)  # (..., F)
+    return 0.5 * x * (1.0 + get_xp(x).tanh(u))  # (..., F)
+
+
+def gelu_textbook_backward(dy, x, approximate: str = "tanh"):
+    """``(dx,)``: ``(x Phi(x))' = Phi(x) + x phi(x)``; the tanh form by the product and chain rules."""
+    xp = get_xp(x)
+    if approximate == "none":
+        phi = xp.exp(-0.5 * x**2) * _INV_SQRT_2PI  # (..., F): the normal density
+        return (dy * (normal_cdf(x) + x * phi),)  # (..., F)
+    u = _SQRT_2_OVER_PI * (x + _GELU_CUBIC * x**3)  # (..., F)
+    du = _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_CUBIC * x**2)  # (..., F): du/dx
+    tanh_u = xp.tanh(u)  # (..., F)
+    return (dy * (0.5 * (1.0 + tanh_u) + 0.5 * x * (1.0 - tanh_u**2) * du),)  # (..., F)
+
+
+def gelu_torch(x, approximate: str = "tanh"):
+    import torch.nn.functional as functional
+
+    return functional.gelu(x, approximate=approximate)
+
+
 def _one_over_one_plus_exp(t):
     """``1 / (1 + exp(t)) = sigma(-t)``, computed in place in ``t``; accurate in both tails.
 
@@ -165,26 +241,84 @@ def swiglu_backward(dy, cache: SwigluCache):
     return dgate, dup
 
 
+def swiglu_textbook(gate, up):
+    return gate / (1.0 + get_xp(gate).exp(-gate)) * up  # (..., F): silu(g) up, silu(g) = g sigma(g)
+
+
+def swiglu_textbook_backward(dy, gate, up):
+    """``(dgate, dup)``: ``d(g sigma(g))/dg = sigma + g sigma (1 - sigma)``, ``d/dup = silu(g)``."""
+    sigma = 1.0 / (1.0 + get_xp(gate).exp(-gate))  # (..., F)
+    dgate = dy * up * sigma * (1.0 + gate * (1.0 - sigma))  # (..., F)
+    return dgate, dy * gate * sigma  # (..., F), (..., F)
+
+
+def swiglu_torch(gate, up):
+    import torch.nn.functional as functional
+
+    return functional.silu(gate) * up
+
+
 # ---------------------------------------------------------------- the registry
 
 
 class Activation(NamedTuple):
-    """One feed-forward activation, as the model uses it.
+    """One feed-forward activation: everything the model, the textbook model, the torch twin and the gradient
+    checks need of it.
 
-    ``gated`` activations (SwiGLU) take two pre-activations, ``forward(gate, up)``,
-    and their backward returns ``(dgate, dup)``; the others take one,
-    ``forward(u, **options)``, and return ``du``. ``options`` names the keyword
-    options the forward takes (GELU's ``approximate``).
+    ``inputs`` names the pre-activations it takes, in its forward's order: ``("up",)`` or, gated,
+    ``("gate", "up")``; the model feeds input ``name`` from the projection ``mlp.{name}_proj`` of the
+    normalized ``h``. ``options`` names the keyword options every form of it takes (GELU's ``approximate``)::
+
+        y, cache = forward(*inputs, **options)       dinputs = gradients(dy, cache)        the op pair
+        y = textbook(*inputs, **options)             dinputs = textbook_backward(dy, *inputs, **options)
+        y = torch(*inputs, **options)                on torch tensors, differentiated by autograd
+
+    ``dinputs`` is a tuple aligned with ``inputs``, also for one input. ``checks``: the float64 gradient
+    checks of the op pair that ``numforge gradcheck`` runs. Adding an activation is its functions in this
+    file (or its own op file) and one entry here.
     """
 
+    inputs: tuple[str, ...]
+    equation: str  # its formula in the letters of its inputs (u, g), as the study tools show it
     forward: Callable
-    backward: Callable
-    gated: bool
+    backward: Callable  # the op's own: one gradient per input, a single array for one (the op contract)
+    textbook: Callable
+    textbook_backward: Callable
+    torch: Callable
+    checks: tuple[OpCheck, ...]
     options: tuple[str, ...] = ()
+
+    def gradients(self, dy, cache) -> tuple:
+        """The op's backward, as a tuple aligned with ``inputs``."""
+        grads = self.backward(dy, cache)
+        return grads if isinstance(grads, tuple) else (grads,)
+
+
+def _gelu_check(approximate: str) -> OpCheck:
+    inputs = lambda: {"x": normal(B, T, F, scale=2.0)}
+    return OpCheck(f"gelu[{approximate}]", inputs, lambda: {"approximate": approximate})
 
 
 ACTIVATIONS = {  # name -> Activation: the one list the config, the model, the checks and the benches read
-    "gelu": Activation(gelu_forward, gelu_backward, gated=False, options=("approximate",)),
-    "swiglu": Activation(swiglu_forward, swiglu_backward, gated=True),
-    "relu": Activation(relu_forward, relu_backward, gated=False),
-}
+    "gelu": Activation(
+        ("up",), "u Phi(u)", gelu_forward, gelu_backward,
+        textbook=gelu_textbook, textbook_backward=gelu_textbook_backward, torch=gelu_torch,
+        checks=tuple(_gelu_check(approximate) for approximate in GELU_APPROXIMATIONS),
+        options=("approximate",),
+    ),
+    "swiglu": Activation(
+        ("gate", "up"), "silu(g) * u", swiglu_forward, swiglu_backward,
+        textbook=swiglu_textbook, textbook_backward=swiglu_textbook_backward, torch=swiglu_torch,
+        checks=(OpCheck("swiglu", lambda: {"gate": normal(B, T, F), "up": normal(B, T, F, seed=1)}),),
+    ),
+    "relu": Activation(
+        ("up",), "max(u, 0)", relu_forward, relu_backward,
+        textbook=relu_textbook, textbook_backward=relu_textbook_backward, torch=relu_torch,
+        checks=(OpCheck("relu", lambda: {"x": away_from_zero(B, T, F)}),),
+    ),
+    "relu2": Activation(
+        ("up",), "max(u, 0)^2", relu2_forward, relu2_backward,
+        textbook=relu2_textbook, textbook_backward=relu2_textbook_backward, torch=relu2_torch,
+        checks=(OpCheck("relu2", lambda: {"x": away_from_zero(B, T, F)}),),
+    ),
+}  # fmt: skip

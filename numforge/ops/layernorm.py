@@ -1,6 +1,7 @@
 """Layer normalization over the last axis.
 
-Shapes: x (..., C), weight (C,), bias (C,) or None -> y (..., C).
+Shapes: x (..., C), weight (C,), bias (C,) or None -> y (..., C). The fast pair, then the textbook formula
+that ``model/reference.py`` uses and the PyTorch twin (torch imported inside it).
 """
 
 from __future__ import annotations
@@ -89,3 +90,38 @@ def layer_norm_backward(dy, cache: LayerNormCache):
     dx -= xhat * gx_mean
     dx *= rstd
     return dx.reshape(dy.shape), dweight, dbias  # (N, C) -> (..., C)
+
+
+def layer_norm_textbook(x, weight, bias=None, eps: float = 1e-5):
+    """``y = xhat weight + bias`` (no bias: no ``+ bias``), ``xhat = (x - mean) / sqrt(var + eps)`` over the last
+    axis, as the textbook writes it."""
+    xhat, _ = _textbook_xhat(x, eps)  # (...,C)
+    y = xhat * weight  # (...,C) * (C,) -> (...,C)
+    return y if bias is None else y + bias
+
+
+def layer_norm_textbook_backward(dy, x, weight, bias=None, eps: float = 1e-5):
+    """``(dx, dweight, dbias)``: ``dx = rstd (g - mean(g) - xhat mean(g xhat))`` with ``g = dy weight``, means over
+    the last axis; ``dweight = sum of dy xhat``, ``dbias = sum of dy`` (None without a bias) over every leading
+    axis. ``xhat`` and ``rstd`` are recomputed from ``x``."""
+    xhat, rstd = _textbook_xhat(x, eps)  # (...,C), (...,1)
+    leading = tuple(range(dy.ndim - 1))
+    g = dy * weight  # (...,C): the gradient reaching xhat
+    dx = rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))  # (...,C)
+    dbias = None if bias is None else dy.sum(axis=leading)  # (C,)
+    return dx, (dy * xhat).sum(axis=leading), dbias  # (...,C), (C,), (C,)
+
+
+def _textbook_xhat(x, eps: float):
+    """``(xhat, rstd)``: ``rstd = 1 / sqrt(var + eps)``, ``xhat = (x - mean) rstd``, mean and biased var over the
+    last axis."""
+    mean = x.mean(axis=-1, keepdims=True)  # (...,C) -> (...,1)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)  # (...,1), the biased variance
+    rstd = 1.0 / get_xp(x).sqrt(var + eps)  # (...,1)
+    return (x - mean) * rstd, rstd  # (...,C), (...,1)
+
+
+def layer_norm_torch(x, weight, bias=None, eps: float = 1e-5):
+    import torch.nn.functional as functional
+
+    return functional.layer_norm(x, x.shape[-1:], weight, bias, eps)

@@ -1,7 +1,8 @@
 """Root-mean-square normalization over the last axis (Llama's RMSNorm; nanochat's without a weight).
 
 Shapes: x (..., C), weight (C,) or None -> y (..., C). The model calls it on its (B, T, C) rows and,
-for QK-norm, on each head's q and k, (B, H, T, D) with a weight of shape (D,).
+for QK-norm, on each head's q and k, (B, H, T, D) with a weight of shape (D,). The fast pair, then the textbook
+formula that ``model/reference.py`` uses and the PyTorch twin (torch imported inside it).
 """
 
 from __future__ import annotations
@@ -80,3 +81,33 @@ def rms_norm_backward(dy, cache: RMSNormCache):
     xp.subtract(g, dx, out=dx)
     dx *= rstd
     return dx.reshape(dy.shape), dweight  # (N, C) -> (..., C)
+
+
+def rms_norm_textbook(x, weight=None, eps: float = 1e-6):
+    """``y = xhat weight`` (no weight: ``y = xhat``), ``xhat = x / sqrt(mean(x^2) + eps)`` over the last axis
+    (nothing subtracted), as the textbook writes it."""
+    xhat, _ = _textbook_xhat(x, eps)  # (...,C)
+    return xhat if weight is None else xhat * weight  # (...,C)
+
+
+def rms_norm_textbook_backward(dy, x, weight=None, eps: float = 1e-6):
+    """``(dx, dweight)``: ``dx = rstd (g - xhat mean(g xhat))`` with ``g = dy weight`` (or ``dy``), the mean over
+    the last axis (only the scale path: nothing was subtracted); ``dweight = sum of dy xhat`` over every leading
+    axis (None without a weight). ``xhat`` and ``rstd`` are recomputed from ``x``."""
+    xhat, rstd = _textbook_xhat(x, eps)  # (...,C), (...,1)
+    g = dy if weight is None else dy * weight  # (...,C): the gradient reaching xhat
+    dx = rstd * (g - xhat * (g * xhat).mean(axis=-1, keepdims=True))  # (...,C)
+    dweight = None if weight is None else (dy * xhat).sum(axis=tuple(range(dy.ndim - 1)))  # (C,)
+    return dx, dweight
+
+
+def _textbook_xhat(x, eps: float):
+    """``(xhat, rstd)``: ``rstd = 1 / sqrt(mean(x^2) + eps)`` over the last axis, ``xhat = x rstd``."""
+    rstd = 1.0 / get_xp(x).sqrt((x**2).mean(axis=-1, keepdims=True) + eps)  # (...,1)
+    return x * rstd, rstd  # (...,C), (...,1)
+
+
+def rms_norm_torch(x, weight=None, eps: float = 1e-6):
+    import torch.nn.functional as functional
+
+    return functional.rms_norm(x, x.shape[-1:], weight, eps)

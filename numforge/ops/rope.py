@@ -7,7 +7,8 @@ At position t pair i is rotated by the angle t * inv_freq[i]:
     y = x * cos + rotate_half(x) * sin,   rotate_half(cat(x1, x2)) = cat(-x2, x1)
 
 Shapes: x (..., T, D), the model's q or k (B, H, T, D); cos, sin (T, D), the rows of a table
-(``rope_table``, (T_max, D)) at x's positions. No learned parameters.
+(``rope_table``, (T_max, D)) at x's positions. No learned parameters. The fast pair, then the textbook
+rotation that ``model/reference.py`` uses and the PyTorch twin (torch imported inside it).
 """
 
 from __future__ import annotations
@@ -190,3 +191,31 @@ def _rotate(x, cos, signed_sin):
     swapped *= signed_sin
     y += swapped
     return y
+
+
+def rope_textbook(x, cos, sin):
+    """Each pair ``(x_i, x_{i+D/2})`` of a head turned by the angle whose cosine and sine are the tables' column ``i``,
+    as the textbook writes it::
+
+        y_i       = x_i cos - x_{i+D/2} sin
+        y_{i+D/2} = x_{i+D/2} cos + x_i sin
+
+    ``cos, sin (T,D)`` in Hugging Face's layout (both halves of a row alike)."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]  # (...,T,D/2) each
+    c, s = cos[:, :half], sin[:, :half]  # (T,D/2)
+    return get_xp(x).concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)  # (...,T,D)
+
+
+def rope_textbook_backward(dy, x, cos, sin):
+    """``(dx,)``: the forward turns each pair by +angle, a rotation, whose transpose turns it back by -angle
+    (``x`` is not read: the gradient of a linear map does not depend on its input)."""
+    return (rope_textbook(dy, cos, -sin),)  # (...,T,D)
+
+
+def rope_torch(x, cos, sin):
+    """Hugging Face's Llama rotation: ``x cos + rotate_half(x) sin``, ``rotate_half(x) = (-x2, x1)``."""
+    import torch
+
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin

@@ -51,7 +51,7 @@ BACKWARD = {
     "MLP pre-activation": "du = dm * act'(u)",
     "MLP gate (pre-activation)": "dg = dm * u * silu'(g)",
     "MLP up (pre-activation)": "du = dm * silu(g)",
-    "pre-MLP norm output": "dh' = du W_up^T{gate}",
+    "pre-MLP norm output": "dh' = {paths}",
     "MLP branch -> residual": "the branch's part of dx' = {norm} backward of dh'",
     "residual after attention (skip + MLP)": "dx' = dx'' (the skip) + the MLP branch's part",
     "heads merged (out_proj input)": "dy = dx' W_out^T",
@@ -78,6 +78,8 @@ def stage_equation(name: str, config, backward: bool = False) -> str | None:
     key = _LAYER.sub("", name, count=1)
     if key not in table:
         return None
-    gated = ACTIVATIONS[config.activation].gated
-    act = f"{config.activation}(g, u) = silu(g) * u" if gated else f"{config.activation}(u)"
-    return table[key].format(act=act, gate=" + dg W_gate^T" if gated else "", norm=config.norm)
+    activation = ACTIVATIONS[config.activation]
+    letters = [name[0] for name in activation.inputs]  # u; gated: g, u
+    act = f"{config.activation}({', '.join(letters)}) = {activation.equation}"
+    paths = " + ".join(f"d{letter} W_{name}^T" for letter, name in zip(letters, activation.inputs))
+    return table[key].format(act=act, paths=paths, norm=config.norm)

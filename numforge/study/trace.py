@@ -18,7 +18,7 @@ layer i q, k, v                     ``attention.q / .k / .v``, ``(B,H,T,D)`` (k,
 layer i heads merged                ``out_proj.x``: the heads side by side, before the output projection
 layer i attention branch output     residual after attention minus residual before: what ``out_proj`` added
 layer i residual after attention    the pre-MLP norm input ``mlp.norm.x``
-layer i pre-MLP norm output         ``up_proj.x``
+layer i pre-MLP norm output         ``projections[0].x`` (the input of every projection)
 layer i MLP pre-activation          GELU: ``activation.x``; SwiGLU: ``activation.gate``, ``.up``;
                                     ReLU keeps only a mask, so none
 layer i MLP activation              ``down_proj.x``
@@ -109,7 +109,7 @@ def forward_stages(model, prompt) -> list[Stage]:
                 f"{layer} attention branch output", rows(mlp.norm.x - residuals[i]), f"{mp}.norm.x - {at}.norm.x"
             ),
             summarize(f"{layer} residual after attention", rows(mlp.norm.x), f"{mp}.norm.x"),
-            summarize(f"{layer} pre-MLP norm output", rows(mlp.up_proj.x), f"{mp}.up_proj.x"),
+            summarize(f"{layer} pre-MLP norm output", rows(mlp.projections[0].x), f"{mp}.projections[0].x"),
         ]
         stages += [
             summarize(f"{layer} MLP {name}", rows(array), f"{mp}.activation.{field}")
