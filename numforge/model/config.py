@@ -193,6 +193,12 @@ class GPTConfig:
         return self.use_bias if value is None else value
 
     @property
+    def score_modifiers(self) -> tuple[str, ...]:
+        """What every attention layer does to its scores (``ops/scores.py``): causal, then the position scheme's."""
+        added = POSITIONS[self.position].score_modifier
+        return ("causal",) if added is None else ("causal", added)
+
+    @property
     def gated(self) -> bool:
         """Whether the activation takes two projections (gate and up), as SwiGLU does."""
         return ACTIVATIONS[self.activation].gated

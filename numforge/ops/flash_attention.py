@@ -109,9 +109,15 @@ the group inside themselves, ``dK_J`` of the shared head being the sum of the
 
     dV_J += P^T dO_I   and   dK_J += s dS^T Q_I           inner size nq G
 
-Causal masking (bottom-right aligned: query ``i`` sees keys ``j <= i + Tk - Tq``)
-skips every key tile that lies wholly above the diagonal (about half the work
-when ``Tq == Tk``) and masks only the tiles the diagonal crosses. A query row
+Score modifiers
+---------------
+The causal mask, a boolean mask and ALiBi's bias act on each score tile through one seam
+(``ops/scores.py``): ``S' = S + term(b, h, i, j)``, added in the forward and again in the
+backward's recomputation ``P = exp(S' - L)`` (in base 2, a bias times ``log2 e``), with no
+code of the kernel's own for any of them. A mask also says which keys a query tile may see,
+so tiles it hides wholly are skipped: causal masking (bottom-right aligned: query ``i`` sees
+keys ``j <= i + Tk - Tq``) skips every key tile that lies wholly above the diagonal (about
+half the work when ``Tq == Tk``) and masks only the tiles the diagonal crosses. A query row
 that sees no key at all (``Tq > Tk``) has ``l = 0``: its output is 0 and its
 ``L`` is ``-inf``; every one of its scores is masked, so the backward subtracts
 0 instead: ``P = exp(-inf) = 0`` and its gradients are 0, never ``NaN``.
@@ -172,10 +178,10 @@ from typing import NamedTuple
 from ..backend import get_xp
 from ..checks import check_bool, check_positive_int
 from ._attention_dropout import AttentionDropout, check_dropout, dropped
-from ._kv_groups import stack_heads, stacked_buffer, unstack_into
+from ._kv_groups import repeat_kv, stack_heads, stacked_buffer, unstack_into
 from ._parallel import head_parts, pairs_per_part, run_parts, worker_count
 from ._tiles import tiles
-from .attention import check_causal, check_grad_out, check_qkv, resolve_scale
+from .attention import AttentionCache, check_causal, check_grad_out, check_qkv, resolve_scale
 from .scores import ScoreSeam, score_modifiers
 
 DEFAULT_BLOCK_Q = 128
@@ -363,6 +369,31 @@ def _forward_tiles(q, k, v, out, lse, group, seam, settings, keep_probs, dropout
         probs *= xp.exp2(tile_max - final_max[:, :, rows]) / row_sum[:, :, rows]  # exp2(S2 - m) / l = exp(S - L)
         kept[q_start, k_start] = probs
     return kept
+
+
+def attention_weights(cache):
+    """The weights ``P (B,H,Tq,Tk)`` (before dropout) of a plain or tiled attention cache, on its backend, read
+    from the cache, never re-derived (the study tools call this):
+
+    - plain (``AttentionCache``): the ``P`` it keeps, ``cache.probs``;
+    - tiled (``FlashAttentionCache``): ``P = exp(S' - L)`` from its ``q, k``, scale, score modifiers
+      (``cache.seam``) and log-sum-exp ``L``, ``S' = s Q K^T + terms`` with the very terms its forward added:
+      the line its backward recomputes each tile with, on the whole square. A row that saw no key has
+      ``L = -inf`` and weights 0; every other row sums to 1.
+    """
+    if isinstance(cache, AttentionCache):
+        return cache.probs
+    if not isinstance(cache, FlashAttentionCache):
+        raise TypeError(f"expected an AttentionCache or FlashAttentionCache, got {type(cache).__name__}")
+    q, k = cache.q, repeat_kv(cache.k, cache.q.shape[1] // cache.k.shape[1])  # (B,H_kv,Tk,D) -> (B,H,Tk,D)
+    xp = get_xp(q)
+    scores = xp.matmul(q, k.swapaxes(-1, -2))  # (B,H,Tq,D) @ (B,H,D,Tk) -> (B,H,Tq,Tk)
+    scores *= cache.scale
+    Tq, Tk = scores.shape[-2:]
+    cache.seam.add(scores, range(Tq), range(Tk), Tk - Tq, masked=True)  # S' = S + terms, one tile (g = 1)
+    lse = xp.where(xp.isneginf(cache.lse), xp.inf, cache.lse)  # a row that sees no key: P = exp(S' - inf) = 0
+    scores -= lse
+    return xp.exp(scores, out=scores)  # P = exp(S' - L), (B,H,Tq,Tk)
 
 
 def flash_attention_backward(dout, cache: FlashAttentionCache):

@@ -239,6 +239,15 @@ SCORE_MODIFIERS = {  # name -> ScoreModifier
 }
 
 
+def torch_attention_options(names: Sequence[str], shape: tuple, dtype) -> dict:
+    """``scaled_dot_product_attention``'s keyword arguments for the modifiers ``names`` on ``(B,H,Tq,Tk)``: their
+    torch twins summed into one additive float ``attn_mask``; ``is_causal=True`` for the causal mask alone with
+    ``Tq == Tk`` (the same mask, tested equal, by SDPA's own causal kernel: faster on the CPU than an array)."""
+    if tuple(names) == ("causal",) and shape[2] == shape[3]:
+        return {"is_causal": True}
+    return {"attn_mask": sum(SCORE_MODIFIERS[name].torch_twin(None, shape, dtype) for name in names)}
+
+
 # ------------------------------------------------------------------ the seam the kernels call
 
 
