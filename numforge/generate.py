@@ -160,6 +160,25 @@ def decodable_ids(tokenizer, vocab_size: int) -> np.ndarray | None:
     return allowed
 
 
+def prompt_token_ids(tokenizer, prompt: str, context: int, on_notice: Callable[[str], None] | None) -> list[int]:
+    """The ids ``generate`` starts from: ``prompt`` encoded (``encode_prompt``), or the BOS (else the first end id)
+    when it is empty; cropped to the last ``context`` ids, ``on_notice`` told so."""
+    prompt_ids = tokenizer.encode_prompt(prompt)
+    if not prompt_ids:
+        start = tokenizer.bos_id if tokenizer.bos_id is not None else next(iter(tokenizer.eos_ids), None)
+        if start is None:
+            raise ValueError("the prompt is empty and the tokenizer has no BOS or end token to start from")
+        prompt_ids = [start]
+    if len(prompt_ids) > context:
+        if on_notice is not None:
+            on_notice(
+                f"the prompt is {len(prompt_ids)} tokens and the model's context is {context}: "
+                f"keeping the last {context} tokens"
+            )
+        prompt_ids = prompt_ids[-context:]
+    return prompt_ids
+
+
 def generate(
     model,
     tokenizer,
@@ -187,20 +206,7 @@ def generate(
     if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     stop_ids = tokenizer.eos_ids
-    prompt_ids = tokenizer.encode_prompt(prompt)
-    if not prompt_ids:
-        start = tokenizer.bos_id if tokenizer.bos_id is not None else next(iter(stop_ids), None)
-        if start is None:
-            raise ValueError("the prompt is empty and the tokenizer has no BOS or end token to start from")
-        prompt_ids = [start]
-    context = model.config.max_seq_len
-    if len(prompt_ids) > context:
-        if on_notice is not None:
-            on_notice(
-                f"the prompt is {len(prompt_ids)} tokens and the model's context is {context}: "
-                f"keeping the last {context} tokens"
-            )
-        prompt_ids = prompt_ids[-context:]
+    prompt_ids = prompt_token_ids(tokenizer, prompt, model.config.max_seq_len, on_notice)
     decoder = tokenizer.incremental_decoder()
     pieces, new_ids, stopped = [], [], None
     for token in generate_ids(

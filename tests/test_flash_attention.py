@@ -16,6 +16,7 @@ from numforge.gradcheck.attention import CASES
 from numforge.ops import flash_attention as flash
 from numforge.ops.attention import attention_backward, attention_forward
 from numforge.ops.flash_attention import flash_attention_backward, flash_attention_forward
+from numforge.ops.scores import ScoreSeam, score_modifiers
 
 
 def qkv(B, H, Tq, Tk, D, Dv, dtype="float64", seed=0, kv_heads=None):
@@ -211,20 +212,26 @@ def test_tiled_grouped_query_attention_agrees_with_torch_sdpa_enable_gqa(monkeyp
         np.testing.assert_allclose(to_numpy(mine), theirs.numpy(), rtol=1e-11, atol=1e-12)
 
 
+def _visits(k_start, k_stop, Tq, Tk, causal, block_q):
+    """The tiled kernel's (q_start, q_stop, key_lo, key_hi, masked) for one key tile."""
+    seam = ScoreSeam.whole(score_modifiers(causal, None, (), (1, 1, Tq, Tk)), 1)
+    return list(flash._query_tiles(k_start, k_stop, Tq, Tk, seam, block_q))
+
+
 def test_causal_skips_tiles_above_the_diagonal_and_masks_only_the_diagonal():
     # Tq = Tk = 8, blocks of 2: key tile j is seen by query tiles j..3, and only tile j needs a mask.
-    visits = {k0: list(flash._query_tiles(k0, k0 + 2, 8, 8, True, 2)) for k0 in range(0, 8, 2)}
-    assert visits[0] == [(0, 2, 2, True), (2, 4, 2, False), (4, 6, 2, False), (6, 8, 2, False)]
-    assert visits[6] == [(6, 8, 8, True)]
+    visits = {k0: _visits(k0, k0 + 2, 8, 8, True, 2) for k0 in range(0, 8, 2)}
+    assert visits[0] == [(0, 2, 0, 2, True), (2, 4, 0, 2, False), (4, 6, 0, 2, False), (6, 8, 0, 2, False)]
+    assert visits[6] == [(6, 8, 6, 8, True)]
     # a query tile that stops inside a key tile sees only the keys up to its last query: blocks 2 x 4
-    assert list(flash._query_tiles(0, 4, 8, 8, True, 2)) == [(0, 2, 2, True), (2, 4, 4, True), (4, 6, 4, False),
-                                                            (6, 8, 4, False)]  # fmt: skip
+    assert _visits(0, 4, 8, 8, True, 2) == [(0, 2, 0, 2, True), (2, 4, 0, 4, True), (4, 6, 0, 4, False),
+                                            (6, 8, 0, 4, False)]  # fmt: skip
     # Tq = 2 new tokens after 5 cached (Tk = 7): the queries sit at positions 5 and 6.
-    assert list(flash._query_tiles(0, 4, 2, 7, True, 4)) == [(0, 2, 4, False)]
-    assert list(flash._query_tiles(4, 7, 2, 7, True, 4)) == [(0, 2, 7, True)]
+    assert _visits(0, 4, 2, 7, True, 4) == [(0, 2, 0, 4, False)]
+    assert _visits(4, 7, 2, 7, True, 4) == [(0, 2, 4, 7, True)]
     # Tq > Tk: queries 0..2 of 5 see nothing when Tk = 2, so only the second query tile visits the keys.
-    assert list(flash._query_tiles(0, 2, 5, 2, True, 3)) == [(3, 5, 2, True)]
-    assert list(flash._query_tiles(3, 6, 8, 8, False, 3)) == [(0, 3, 6, False), (3, 6, 6, False), (6, 8, 6, False)]
+    assert _visits(0, 2, 5, 2, True, 3) == [(3, 5, 0, 2, True)]
+    assert _visits(3, 6, 8, 8, False, 3) == [(0, 3, 3, 6, False), (3, 6, 3, 6, False), (6, 8, 3, 6, False)]
 
 
 def test_no_score_sized_array_survives_the_forward():
@@ -246,7 +253,7 @@ def test_kept_probabilities_are_the_plain_softmax_and_skip_the_backward_recomput
     for (q0, k0), tile in kept.items():
         want = to_numpy(plain_cache.probs)[:, :, q0 : q0 + 3, k0 : k0 + 2][..., : tile.shape[-1]]
         np.testing.assert_allclose(to_numpy(tile), want, rtol=1e-13, atol=1e-15)
-    monkeypatch.setattr(flash, "_mask_scores", None)  # the backward must not rebuild score tiles
+    monkeypatch.setattr(flash, "_recomputed_probs", None)  # the backward must not rebuild score tiles
     flash_attention_backward(randn(2, 2, 7, 3, seed=5), cache)
 
 

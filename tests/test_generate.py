@@ -103,6 +103,22 @@ def test_greedy_tokens_identical_with_and_without_kv_cache(prompt):
     assert with_cache.cache_lengths == [8]  # the prompt and 14 new tokens would need more than the context
 
 
+@pytest.mark.parametrize("attention", ["tiled", "plain"])
+@pytest.mark.parametrize("position", ["learned", "alibi", "rope"])
+def test_decoding_token_by_token_with_the_cache_gives_the_full_forward_s_logits(position, attention):
+    """The cached queries sit at offset positions (the cache's length): the causal mask and ALiBi's bias
+    -m_h (i - j) must see them there, in both kernels."""
+    config = GPTConfig(vocab_size=50, max_seq_len=12, d_model=16, num_heads=4, num_kv_heads=2, num_layers=2,
+                       position=position, attention=attention)  # fmt: skip
+    model = GPT(config, seed=1, dtype="float64")
+    ids = np.random.default_rng(0).integers(0, 50, (2, 9))
+    full = model.logits(ids)  # (B,T,V)
+    cache = model.new_kv_cache(2)
+    steps = [model.logits(ids[:, :3], kv_cache=cache)]  # a 3-token prompt, then one token at a time
+    steps += [model.logits(ids[:, t : t + 1], kv_cache=cache) for t in range(3, 9)]
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, rtol=1e-10, atol=1e-12)
+
+
 def test_the_kv_cache_holds_what_the_call_can_reach():
     model = tiny_model()  # a context of 8
     short = LogitsSpy(model)

@@ -38,6 +38,29 @@ def test_tiled_weights_rebuilt_from_the_log_sum_exp_equal_the_plain_ones(dtype):
     np.testing.assert_allclose(rebuilt.sum(axis=-1), 1.0, atol=10 * TOLERANCE[dtype])
 
 
+@pytest.mark.parametrize("modifiers", [(), ("alibi",)])
+def test_tiled_weights_apply_the_kernels_score_modifiers(modifiers):
+    """With ALiBi the rebuilt weights must carry its bias too: each row sums to 1 and equals the plain kernel's P
+    (Tq = 4 queries after 5 cached keys, grouped-query heads)."""
+    q, k, v = randn(2, 4, 4, 3, seed=1), randn(2, 2, 9, 3, seed=2), randn(2, 2, 9, 3, seed=3)
+    _, plain = attention_forward(q, k, v, causal=True, modifiers=modifiers)
+    _, tiled = flash_attention_forward(q, k, v, causal=True, block_q=3, block_k=2, modifiers=modifiers)
+    rebuilt = attention_weights(tiled)
+    np.testing.assert_allclose(rebuilt.sum(axis=-1), 1.0, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(rebuilt, attention_weights(plain), rtol=0, atol=1e-12)
+    assert np.all(np.triu(rebuilt, k=9 - 4 + 1) == 0)  # the causal mask, bottom-right: exactly zero
+
+
+@pytest.mark.parametrize("position", ["learned", "alibi"])
+def test_a_model_s_study_weights_sum_to_one_and_are_the_plain_kernels(tokenizer, position):
+    model = tiny_model(tokenizer, dtype="float64", position=position)
+    tiled = model_attention_weights(run_prompt(model, tokenizer, STUDY_PROMPT).cache)
+    plain = model_attention_weights(run_prompt(plain_twin(model), tokenizer, STUDY_PROMPT).cache)
+    for a, b in zip(tiled, plain):
+        np.testing.assert_allclose(a.sum(axis=-1), 1.0, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("kv_heads", [1, 2])
 def test_grouped_query_caches_give_every_query_head_its_weights_and_scores(kv_heads):
     # 4 query heads on 1 or 2 kv heads: the caches hold k of H_kv heads, the weights are per query head

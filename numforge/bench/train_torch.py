@@ -7,8 +7,9 @@ fixed position tables (``GPT.position_tables``), so both implementations run
 on identical weights; dropout is not modelled. Every component numforge
 registers brings its torch twin in its registry entry (``torch``): the norms
 (``F.layer_norm``, ``F.rms_norm``), the activations, the rotation of q and k
-(Hugging Face's ``rotate_half``); grouped-query attention is
-``scaled_dot_product_attention(enable_gqa=True)``.
+(Hugging Face's ``rotate_half``), and the score modifiers (the causal mask, ALiBi)
+as an additive float ``attn_mask`` (``ops.scores.torch_attention_options``);
+grouped-query attention is ``scaled_dot_product_attention(enable_gqa=True)``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..model.mlp_branch import projection
 from ..model.positions import POSITIONS
 from ..ops.activations import ACTIVATIONS
 from ..ops.norms import NORMS
+from ..ops.scores import torch_attention_options
 
 
 def torch_params(params: dict, requires_grad: bool = True) -> dict:
@@ -46,6 +48,7 @@ def torch_loss(p: dict, config, ids, targets, tables: dict | None = None):
     if scheme.added is not None:
         x = x + {**p, **tables}[scheme.added][:T]
     rotation = None if scheme.rotation is None else [tables[name][:T] for name in scheme.rotation.tables]  # cos, sin
+    scores = torch_attention_options(config.score_modifiers, (B, H, T, T), x.dtype)  # causal, ALiBi: attn_mask
     for i in range(config.num_layers):
         layer = {n[len(f"layers.{i}.") :]: t for n, t in p.items() if n.startswith(f"layers.{i}.")}
         h = _norm(x, layer, "pre_attn_norm", config)
@@ -60,7 +63,7 @@ def torch_loss(p: dict, config, ids, targets, tables: dict | None = None):
             q, k = scheme.rotation.torch(q, *rotation), scheme.rotation.torch(k, *rotation)
         if config.qk_norm and not norm_first:
             q, k = _norm(q, layer, "attn.q_norm", config), _norm(k, layer, "attn.k_norm", config)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=H_kv != H)  # (B,H,T,D)
+        o = F.scaled_dot_product_attention(q, k, v, **scores, enable_gqa=H_kv != H)  # (B,H,T,D)
         x = x + _linear(o.transpose(1, 2).reshape(B, T, H * D), layer, "attn.out_proj")
         h = _norm(x, layer, "pre_mlp_norm", config)
         activation = ACTIVATIONS[config.activation]

@@ -7,6 +7,10 @@ fix ``dropout_seed``, so every evaluation of the objective drops the same
 weights (the mask is a function of the seed, not of the values). The ``gqa``
 and ``mqa`` cases give ``k, v`` fewer heads than ``q`` (grouped-query and
 multi-query attention): their ``dk, dv`` sum over the query heads of a group.
+Every score modifier of ``ops.scores.SCORE_MODIFIERS`` is checked on both kernels
+with the arguments its entry draws (``gradcheck``), alone and after the causal
+mask, with Tq != Tk and grouped-query heads: ``attention.scores.alibi``,
+``flash_attention.scores.causal+alibi``, ...
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import numpy as np
 from .. import backend
 from ..ops.attention import attention_backward, attention_forward
 from ..ops.flash_attention import flash_attention_backward, flash_attention_forward
+from ..ops.scores import SCORE_MODIFIERS
 from .cases import Case, op_case
 from .diagnose import Invariant
 
@@ -45,16 +50,45 @@ def _mask(B: int, Tq: int, Tk: int, seed: int):
     return backend.asarray(allowed)
 
 
-def _case(name: str, shape: tuple, seed: int, masked: bool = False, kv_heads: int | None = None, **kwargs) -> Case:
+def _case(
+    name: str, shape: tuple, seed: int, masked: bool = False, kv_heads: int | None = None, options=None, **kwargs
+) -> Case:
     """A check of ``attention`` or ``flash_attention`` (by the name's prefix) on ``shape = (B, H, Tq, Tk, D, Dv)``,
-    with ``kv_heads`` key/value heads (default H)."""
+    with ``kv_heads`` key/value heads (default H); ``options`` (a function making the kernel's options) in place
+    of ``kwargs``."""
     tiled = name.startswith("flash_attention")
     forward = flash_attention_forward if tiled else attention_forward
     backward = flash_attention_backward if tiled else attention_backward
     B, H, Tq, Tk, D, Dv = shape
-    options = (lambda: {**kwargs, "mask": _mask(B, Tq, Tk, seed)}) if masked else kwargs
+    if options is None:
+        options = (lambda: {**kwargs, "mask": _mask(B, Tq, Tk, seed)}) if masked else kwargs
     inputs = lambda: _qkv(*shape, seed=seed, kv_heads=kv_heads)
     return op_case(name, forward, backward, inputs, options, seed=seed, axes=AXES, invariants=(KEYS_INVARIANT,))
+
+
+def _modifier_case(kernel: str, names: tuple[str, ...], shape: tuple, seed: int) -> Case:
+    """A check of ``kernel`` with the score modifiers ``names`` (each with the argument its entry's ``gradcheck``
+    draws), on ``shape = (B, H, Tq, Tk, D, Dv)`` with 2 key/value heads; the tiled kernel on ragged 2 x 3 tiles."""
+    B, H, Tq, Tk = shape[:4]
+    tiles = {"block_q": 2, "block_k": 3} if kernel == "flash_attention" else {}
+
+    def options() -> dict:
+        rng = np.random.default_rng(seed)
+        args = [SCORE_MODIFIERS[name].gradcheck(rng, (B, H, Tq, Tk)) for name in names]
+        uses = tuple((name, None if arg is None else backend.asarray(arg)) for name, arg in zip(names, args))
+        return {"causal": False, "modifiers": uses, **tiles}
+
+    return _case(f"{kernel}.scores.{'+'.join(names)}", shape, seed=seed, kv_heads=2, options=options)
+
+
+def _modifier_cases() -> list[Case]:
+    """Every score modifier on both kernels, alone and after the causal mask; Tq < Tk (decoding after a cache)."""
+    uses = [(name,) for name in SCORE_MODIFIERS] + [("causal", name) for name in SCORE_MODIFIERS if name != "causal"]
+    return [
+        _modifier_case(kernel, names, (1, 4, 3, 7, 3, 2), seed=40 + i)
+        for i, names in enumerate(uses)
+        for kernel in ("attention", "flash_attention")
+    ]
 
 
 # shape: (B, H, Tq, Tk, D, Dv)
@@ -143,4 +177,4 @@ CASES = [
         dropout_p=0.5,
         dropout_seed=7,
     ),  # fmt: skip
-]
+] + _modifier_cases()

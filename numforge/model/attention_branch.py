@@ -18,6 +18,7 @@ masks from them, tile by tile.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from ..backend import get_xp, to_numpy
@@ -87,31 +88,46 @@ def attention_seeds(config, rng, batch: int) -> list[int] | None:
     return [int(u * 2**53) for u in uniforms]  # 53 random bits each
 
 
-def _plain(q, k, v, keep_probs: bool, **dropout):
-    return attention_forward(q, k, v, causal=True, **dropout)  # keeps its (B,H,T,T) weights anyway
+def _plain(q, k, v, keep_probs: bool, modifiers: tuple, **dropout):
+    return attention_forward(q, k, v, causal=False, modifiers=modifiers, **dropout)  # keeps its (B,H,T,T) weights
 
 
-def _tiled(q, k, v, keep_probs: bool, **dropout):
+def _tiled(q, k, v, keep_probs: bool, modifiers: tuple, **dropout):
     return flash_attention_forward(
-        q, k, v, causal=True, block_q=ATTENTION_BLOCK_Q, block_k=ATTENTION_BLOCK_K, keep_probs=keep_probs, **dropout
-    )
+        q, k, v, causal=False, block_q=ATTENTION_BLOCK_Q, block_k=ATTENTION_BLOCK_K, keep_probs=keep_probs,
+        modifiers=modifiers, **dropout,
+    )  # fmt: skip
 
 
-KERNELS = {"tiled": (_tiled, flash_attention_backward), "plain": (_plain, attention_backward)}  # config.attention
+class AttentionKernel(NamedTuple):
+    """``o, cache = forward(q, k, v, keep_probs, modifiers, **dropout)``; ``dq, dk, dv = backward(do, cache)``."""
+
+    forward: Callable
+    backward: Callable
+
+
+KERNELS = {  # config.attention -> AttentionKernel
+    "tiled": AttentionKernel(_tiled, flash_attention_backward),
+    "plain": AttentionKernel(_plain, attention_backward),
+}
 
 
 def attend(q, k, v, config, *, for_backward: bool = False, dropout_seed: list[int] | None = None):
-    """Causal attention by the configured kernel (``KERNELS``); the weights dropped with
-    ``config.drop_prob`` when a ``dropout_seed`` is given. ``for_backward`` lets the kernel keep
-    what speeds up its backward."""
+    """Attention by the configured kernel (``KERNELS``) with the config's score modifiers (causal, ALiBi, ...:
+    ``config.score_modifiers``); the weights dropped with ``config.drop_prob`` when a ``dropout_seed`` is given.
+    ``for_backward`` lets the kernel keep what speeds up its backward.
+
+    With a KV cache, ``q`` holds the ``Tq`` new positions and ``k, v`` all ``Tk`` (cached + new): the
+    kernels align them bottom-right, so query row ``r`` is at position ``r + Tk - Tq``, the cached
+    length added, for every modifier (``ops/scores.py``)."""
     dropout = {} if dropout_seed is None else {"dropout_p": config.drop_prob, "dropout_seed": dropout_seed}
     B, H, Tq, _ = q.shape
     keep_probs = for_backward and B * H * Tq * k.shape[2] <= KEEP_PROBS_LIMIT
-    return KERNELS[config.attention][0](q, k, v, keep_probs, **dropout)
+    return KERNELS[config.attention].forward(q, k, v, keep_probs, config.score_modifiers, **dropout)
 
 
 def attend_backward(do, cache, config):
-    return KERNELS[config.attention][1](do, cache)
+    return KERNELS[config.attention].backward(do, cache)
 
 
 # ---------------------------------------------------------------- q and k: QK-norm and the rotation

@@ -193,6 +193,12 @@ class GPTConfig:
         value = getattr(self, switch)
         return self.use_bias if value is None else value
 
+    @property
+    def score_modifiers(self) -> tuple[str, ...]:
+        """What every attention layer does to its scores (``ops/scores.py``): causal, then the position scheme's."""
+        added = POSITIONS[self.position].score_modifier
+        return ("causal",) if added is None else ("causal", added)
+
     def activation_options(self) -> dict:
         """The keyword options of the activation's forward: ``{"approximate": ...}`` for GELU, else none."""
         options = {"approximate": self.gelu_approximate}

@@ -1,6 +1,6 @@
 """How a model knows where a token is: the position schemes, by name, and the fixed sinusoidal table.
 
-A scheme acts at one of two places of the model:
+A scheme acts at one of three places of the model:
 
 - ``added``: rows ``[start, start + T)`` of a ``(T_max, C)`` array are added to
   the token embeddings. The array is a trained parameter (``learned``:
@@ -11,6 +11,8 @@ A scheme acts at one of two places of the model:
   ``backward(dy, cache)`` reading the fixed tables named in ``tables``, with
   its textbook twin (``model/reference.py``), its PyTorch twin
   (``bench/train_torch.py``) and its gradient checks.
+- ``score_modifier``: every attention layer adds a term to its scores
+  (``ops/scores.py``; ``alibi``: ``-m_h (i - j)``), after the causal mask.
 
 ``POSITIONS`` is the one list the config, the model, the reference model, the
 study tools, ``numforge params`` and the CLI read: a new scheme is its op file
@@ -87,6 +89,7 @@ class PositionScheme(NamedTuple):
     tables: Callable[..., dict]  # (config, dtype) -> {name: NumPy array}, built once per model
     added: str | None  # the (T_max, C) parameter or table added to the token embeddings, if any
     rotation: Rotation | None = None  # the rotation of q and k, if any
+    score_modifier: str | None = None  # a name in ops.scores.SCORE_MODIFIERS every attention layer adds, if any
 
 
 def _none(*_) -> dict:
@@ -126,5 +129,13 @@ POSITIONS = {  # name -> PositionScheme
                 _rope_check("rope[llama3]", (B, H, 5, D), start=3, scaling=LLAMA3_SCALING),
             ),
         ),
+    ),
+    "alibi": PositionScheme(
+        "alibi: a bias -m_h (i - j) on every attention score, no parameters",
+        parameter_shapes=_none,
+        table_shapes=_none,
+        tables=_none,
+        added=None,
+        score_modifier="alibi",
     ),
 }  # fmt: skip

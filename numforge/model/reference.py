@@ -18,7 +18,8 @@ gradients (tested equal to 1e-12 in float64 under every ``GPTConfig`` option,
   for its group of query heads;
 - no array is changed in place once computed (the two embedding gradients are
   filled into zeros); no fast op of ``numforge/ops`` is called (only the components' textbook
-  formulas, the position schemes' fixed tables and the attention-dropout mask are imported);
+  formulas, the score modifiers' textbook terms (the causal mask, ALiBi's bias), the position
+  schemes' fixed tables and the attention-dropout mask are imported);
 - ``reference_backward`` is one function that walks ``reference_forward`` in
   exact reverse order, each step naming the forward line it reverses.
 
@@ -29,7 +30,7 @@ The network (pre-norm; ``s = sqrt(C)`` if ``scale_embeddings`` else 1; ``G = H /
     for each layer:  h = pre_attn_norm(x)                                  LayerNorm or RMSNorm
                      q | k | v = h @ qkv_proj                              q (B,H,T,D), k, v (B,H_kv,T,D)
                      q, k = QK-norm and the rotation, in the config's order (either may be absent)
-                     o = Drop(softmax(q repeat(k, G)^T / sqrt(D))) @ repeat(v, G)
+                     o = Drop(softmax(q repeat(k, G)^T / sqrt(D) + terms)) @ repeat(v, G)
                      x = x + Drop(o @ out_proj)
                      x = x + Drop(mlp(pre_mlp_norm(x)))
     logits = final_norm(x) @ unembedding^T                     token_embedding (tied) or lm_head.weight
@@ -61,6 +62,7 @@ from ..checks import check_int
 from ..ops._attention_dropout import AttentionDropout
 from ..ops.activations import ACTIVATIONS
 from ..ops.norms import NORMS
+from ..ops.scores import SCORE_MODIFIERS
 from .config import GPTConfig
 from .mlp_branch import projection
 from .positions import POSITIONS
@@ -106,8 +108,8 @@ def reference_forward(params: dict, config: GPTConfig, token_ids, targets, rng=N
         k_rep = xp.repeat(k, G, axis=1)  # (B,H_kv,T,D) -> (B,H,T,D): query head h reads key head h // G
         v_rep = xp.repeat(v, G, axis=1)  # (B,H,T,D)
         scores = (q @ k_rep.transpose(0, 1, 3, 2)) / math.sqrt(D)  # (B,H,T,D) @ (B,H,D,T) -> (B,H,T,T)
-        future = xp.triu(xp.ones((T, T), dtype=bool), k=1)  # (T,T): True where key j > query i
-        scores = xp.where(future, -xp.inf, scores)  # (B,H,T,T), the future hidden
+        for name in config.score_modifiers:  # causal: -inf where key j > query i (the future); alibi: -m_h (i - j)
+            scores = scores + SCORE_MODIFIERS[name].textbook(xp, None, scores.shape, scores.dtype)  # (B,H,T,T)
         weights = _softmax(scores)  # (B,H,T,T), each row sums to 1
         saved["weights_keep"] = None
         if p_drop > 0 and config.attention_dropout:
@@ -208,6 +210,7 @@ def reference_backward(params: dict, config: GPTConfig, cache: dict) -> dict:
         dweights = _dropout_with(ddropped, keep, config.drop_prob)  # (B,H,T,T)
         # forward: weights = softmax(scores): dscores = P * (dP - rowsum(P * dP)); a hidden key has P = 0
         dscores = weights * (dweights - (weights * dweights).sum(axis=-1, keepdims=True))  # (B,H,T,T)
+        # forward: scores = scores + terms (constants: dscores passes on unchanged)
         # forward: scores = q @ k_rep^T / sqrt(D)
         dq = (dscores @ saved["k_rep"]) / math.sqrt(D)  # (B,H,T,T) @ (B,H,T,D) -> (B,H,T,D)
         dk_rep = (dscores.transpose(0, 1, 3, 2) @ saved["q"]) / math.sqrt(D)  # (B,H,T,T) @ (B,H,T,D) -> (B,H,T,D)

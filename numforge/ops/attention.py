@@ -10,7 +10,8 @@ attention, the plainest form. Write ``K, V`` below for the repeated ones.
 Forward, for every batch ``b`` and head ``h`` (scale ``s = 1/sqrt(D)`` by default)::
 
     S = s Q K^T                                   (Tq, Tk)  scores
-    S[i, j] = -inf  where query i may not see key j
+    S[i, j] += term(h, i, j)                      each score modifier's (ops/scores.py): -inf where
+                                                  query i may not see key j, or a bias (ALiBi)
     P = softmax(S)  row by row: P = exp(S - max) / sum(exp(S - max))
     O = P V                                       (Tq, Dv)
 
@@ -26,7 +27,8 @@ new) query ``i`` is the token at position ``i + Tk - Tq``. Example, Tq = 2, Tk =
 
 A row with nothing to see is all ``-inf`` and would give
 ``exp(-inf - -inf) = NaN``; its max is taken as 0 and its sum as 1, so its
-weights, its output and its gradients are exactly zero.
+weights, its output and its gradients are exactly zero. A bias without parameters
+adds a constant to ``S``: the backward below needs nothing for it.
 
 With ``dropout_p = p > 0`` the weights are dropped after the softmax
 (``ops/_attention_dropout.py`` draws the mask from ``dropout_seed``, the same
@@ -57,9 +59,10 @@ import math
 from typing import NamedTuple
 
 from ..backend import get_xp
-from ..checks import check_array, check_bool, check_float
+from ..checks import check_bool, check_float
 from ._attention_dropout import AttentionDropout, check_dropout, dropped
 from ._kv_groups import repeat_kv, sum_over_group
+from .scores import score_modifiers, textbook_scores
 
 
 class AttentionCache(NamedTuple):
@@ -127,57 +130,37 @@ def check_grad_out(dout, like_shape: tuple, like_dtype) -> None:
         )
 
 
-def causal_allowed(xp, q_start: int, q_stop: int, k_start: int, k_stop: int, offset: int):
-    """Which keys of ``[k_start, k_stop)`` each query of ``[q_start, q_stop)`` may see.
-
-    ``allowed[i, j] = (k_start + j) <= (q_start + i) + offset`` with ``offset = Tk - Tq``
-    (bottom-right alignment). Example, Tq = Tk = 3 (offset 0): the lower triangle
-    ``[[1,0,0], [1,1,0], [1,1,1]]``.
-    """
-    query_position = xp.arange(q_start, q_stop)[:, None] + offset  # (nq, 1)
-    key_position = xp.arange(k_start, k_stop)[None, :]  # (1, nk)
-    return key_position <= query_position  # (nq, nk)
-
-
-def _allowed(xp, mask, causal: bool, shape: tuple[int, int, int, int]):
-    """The boolean visibility pattern, broadcastable to ``(B,H,Tq,Tk)``, or None (all visible)."""
-    B, H, Tq, Tk = shape
-    if mask is not None:
-        check_array(mask, "mask")
-        if mask.dtype.kind != "b":
-            raise TypeError(f"mask must be boolean (True = may attend), got dtype {mask.dtype}")
-        trailing = tuple(mask.shape)[-4:] if mask.ndim else ()
-        fits = mask.ndim <= 4 and all(m in (1, n) for m, n in zip(reversed(trailing), reversed(shape)))
-        if not fits:
-            raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to (B,H,Tq,Tk) = {shape}")
-    if not causal:
-        return mask
-    lower = causal_allowed(xp, 0, Tq, 0, Tk, Tk - Tq)  # (Tq, Tk)
-    return lower if mask is None else mask & lower  # broadcast -> up to (B,H,Tq,Tk)
-
-
 def attention_forward(
-    q, k, v, causal: bool = True, mask=None, scale: float | None = None, dropout_p: float = 0.0, dropout_seed: int = 0
+    q,
+    k,
+    v,
+    causal: bool = True,
+    mask=None,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    dropout_seed: int = 0,
+    modifiers: tuple = (),
 ):
-    """``O = dropout(softmax(s Q K^T, masked)) V`` on ``q (B,H,Tq,D)``, ``k (B,H_kv,Tk,D)``, ``v (B,H_kv,Tk,Dv)``.
+    """``O = dropout(softmax(s Q K^T + terms)) V`` on ``q (B,H,Tq,D)``, ``k (B,H_kv,Tk,D)``, ``v (B,H_kv,Tk,Dv)``.
 
     ``H`` a multiple of ``H_kv``: query head ``h`` reads kv head ``h // (H / H_kv)``.
-    ``mask``: boolean, True = may attend, broadcastable to ``(B,H,Tq,Tk)``.
-    ``causal``: also hide keys ``j > i + Tk - Tq``. ``dropout_p``: drop each weight with
-    this probability, the mask a function of ``dropout_seed`` (0 <= seed < 2**64, or one
-    such seed per batch row) and the weight's (batch row, query head, query, key). Returns ``(o (B,H,Tq,Dv), cache)``.
+    The score modifiers (``ops/scores.py``), each its textbook term on the whole square: ``causal`` hides keys
+    ``j > i + Tk - Tq``; ``mask``, boolean, True = may attend, broadcastable to ``(B,H,Tq,Tk)``, hides the
+    others; ``modifiers`` adds more by name (``("alibi",)``) or ``(name, argument)``.
+    ``dropout_p``: drop each weight with this probability, the mask a function of ``dropout_seed``
+    (0 <= seed < 2**64, or one such seed per batch row) and the weight's (batch row, query head, query, key).
+    Returns ``(o (B,H,Tq,Dv), cache)``.
     """
     B, H, H_kv, Tq, Tk, D, Dv = check_qkv(q, k, v)
     p, seed, row_seeds = check_dropout(dropout_p, dropout_seed, B)
     xp = get_xp(q, k, v, mask)  # a TypeError if the mask lives on the other backend
     scale = resolve_scale(scale, D)
-    allowed = _allowed(xp, mask, check_causal(causal), (B, H, Tq, Tk))
+    applied = score_modifiers(check_causal(causal), mask, modifiers, (B, H, Tq, Tk))
     keys, values = repeat_kv(k, H // H_kv), repeat_kv(v, H // H_kv)  # (B,H_kv,Tk,.) -> (B,H,Tk,.): the plain form
 
     scores = xp.matmul(q, keys.swapaxes(-1, -2))  # (B,H,Tq,D) @ (B,H,D,Tk) -> (B,H,Tq,Tk)
     scores *= scale
-    if allowed is not None:
-        scores = xp.where(allowed, scores, xp.asarray(-xp.inf, dtype=scores.dtype))
+    textbook_scores(scores, applied)  # S' = S + bias, or -inf where hidden: (B,H,Tq,Tk), in place
     row_max = scores.max(axis=-1, keepdims=True)  # (B,H,Tq,Tk) -> (B,H,Tq,1)
     row_max[xp.isneginf(row_max)] = 0.0  # an empty row: exp(-inf - 0) = 0, never NaN
     scores -= row_max

@@ -109,9 +109,15 @@ the group inside themselves, ``dK_J`` of the shared head being the sum of the
 
     dV_J += P^T dO_I   and   dK_J += s dS^T Q_I           inner size nq G
 
-Causal masking (bottom-right aligned: query ``i`` sees keys ``j <= i + Tk - Tq``)
-skips every key tile that lies wholly above the diagonal (about half the work
-when ``Tq == Tk``) and masks only the tiles the diagonal crosses. A query row
+Score modifiers
+---------------
+The causal mask, a boolean mask and ALiBi's bias act on each score tile through one seam
+(``ops/scores.py``): ``S' = S + term(b, h, i, j)``, added in the forward and again in the
+backward's recomputation ``P = exp(S' - L)`` (in base 2, a bias times ``log2 e``), with no
+code of the kernel's own for any of them. A mask also says which keys a query tile may see,
+so tiles it hides wholly are skipped: causal masking (bottom-right aligned: query ``i`` sees
+keys ``j <= i + Tk - Tq``) skips every key tile that lies wholly above the diagonal (about
+half the work when ``Tq == Tk``) and masks only the tiles the diagonal crosses. A query row
 that sees no key at all (``Tq > Tk``) has ``l = 0``: its output is 0 and its
 ``L`` is ``-inf``; every one of its scores is masked, so the backward subtracts
 0 instead: ``P = exp(-inf) = 0`` and its gradients are 0, never ``NaN``.
@@ -164,6 +170,7 @@ single row, so there is no memory to save by splitting the keys: pass
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -171,10 +178,11 @@ from typing import NamedTuple
 from ..backend import get_xp
 from ..checks import check_bool, check_positive_int
 from ._attention_dropout import AttentionDropout, check_dropout, dropped
-from ._kv_groups import stack_heads, stacked_buffer, unstack_into
+from ._kv_groups import repeat_kv, stack_heads, stacked_buffer, unstack_into
 from ._parallel import head_parts, pairs_per_part, run_parts, worker_count
 from ._tiles import tiles
-from .attention import causal_allowed, check_causal, check_grad_out, check_qkv, resolve_scale
+from .attention import AttentionCache, check_causal, check_grad_out, check_qkv, resolve_scale
+from .scores import ScoreSeam, score_modifiers
 
 DEFAULT_BLOCK_Q = 128
 DEFAULT_BLOCK_K = 256
@@ -196,7 +204,7 @@ class FlashAttentionCache(NamedTuple):
     out: object
     lse: object
     scale: float
-    causal: bool
+    seam: ScoreSeam  # the score modifiers of the call (ops/scores.py), for the backward's recomputation
     block_q: int
     block_k: int
     parts: list  # the (batches, heads) slices the threads walked (ops/_parallel.py); the backward reuses them
@@ -205,35 +213,20 @@ class FlashAttentionCache(NamedTuple):
     dropout: AttentionDropout | None  # the rate and seed that redraw each tile's mask; None without dropout
 
 
-def _query_tiles(k_start, k_stop, Tq, Tk, causal, block_q) -> Iterator[tuple[int, int, int, bool]]:
-    """The query tiles that see any key of ``[k_start, k_stop)``, each with the end of the keys it sees
-    (a causal tile may stop short of ``k_stop``) and "needs a mask" (the diagonal crosses it)."""
-    offset = Tk - Tq  # query i sees keys j <= i + offset
-    first_query = max(0, k_start - offset) if causal else 0  # the first query that sees key k_start
+def _query_tiles(k_start, k_stop, Tq, Tk, seam: ScoreSeam, block_q) -> Iterator[tuple[int, int, int, int, bool]]:
+    """The query tiles that see any key of ``[k_start, k_stop)``, each with the keys ``[lo, hi)`` it may see
+    there (its masks asked: a causal tile may stop short of ``k_stop``) and "needs its masks" (one crosses it)."""
+    offset = Tk - Tq  # query row i is at position i + offset
     for q_start, q_stop in tiles(Tq, block_q):
-        if q_stop <= first_query:
-            continue
-        seen_stop = min(k_stop, q_stop + offset) if causal else k_stop  # keys past the last query's last are skipped
-        yield q_start, q_stop, seen_stop, causal and seen_stop - 1 > q_start + offset
+        some, every = seam.key_span(range(q_start, q_stop), offset, Tk)
+        lo, hi = max(k_start, some.start), min(k_stop, some.stop)
+        if lo < hi:  # else every key of the tile is hidden from every query: skipped
+            yield q_start, q_stop, lo, hi, not (every.start <= lo and hi <= every.stop)
 
 
 def _with_column(a, column):
     """``[a, column]``: ``(..., n, D)`` and ``(..., n, 1)`` -> ``(..., n, D + 1)``."""
     return get_xp(a).concatenate((a, column), axis=-1)
-
-
-def _mask_scores(scores, q_start, q_stop, k_start, k_stop, offset) -> None:
-    """In place: -inf on the scores of a diagonal tile ``(B,R,nq g,nk)`` where a query may not see a key.
-
-    The rows are ``g`` stacked query heads a position (``ops/_kv_groups.py``; g = 1 without GQA); the
-    ``(nq, 1, nk)`` bias covers the whole tile, in one contiguous pass (``ops/WHY_FAST.md``).
-    """
-    xp = get_xp(scores)
-    *stacks, rows, keys = scores.shape
-    allowed = causal_allowed(xp, q_start, q_stop, k_start, k_stop, offset)  # (nq, nk)
-    bias = xp.where(allowed, scores.dtype.type(0), scores.dtype.type(-xp.inf))  # 0 where visible, -inf where not
-    # the tile viewed as (B,R,nq,g,nk): the g stacked rows of a position get that position's bias row (nq,1,nk)
-    scores.reshape(*stacks, q_stop - q_start, -1, keys)[...] += bias[:, None, :]
 
 
 def flash_attention_forward(
@@ -247,15 +240,19 @@ def flash_attention_forward(
     keep_probs: bool = False,
     dropout_p: float = 0.0,
     dropout_seed: int = 0,
+    mask=None,
+    modifiers: tuple = (),
 ):
-    """``O = dropout(softmax(s Q K^T, causal)) V`` tile by tile, with the online softmax.
+    """``O = dropout(softmax(s Q K^T + terms)) V`` tile by tile, with the online softmax.
 
     ``q (B,H,Tq,D)``, ``k (B,H_kv,Tk,D)``, ``v (B,H_kv,Tk,Dv)``, ``H`` a multiple of
     ``H_kv`` (query head ``h`` reads kv head ``h // (H / H_kv)``, module docstring,
     Grouped-query attention); ``s = 1/sqrt(D)`` by default. Returns
     ``(o (B,H,Tq,Dv), cache)``; equal to ``attention_forward`` up to rounding.
+    The score modifiers (``ops/scores.py``: ``causal``, a boolean ``mask``, more by name in
+    ``modifiers``) are added tile by tile; a tile every query of which a mask hides is skipped.
     The ``(B, H)`` pairs are split into parts walked by threads of their own
-    (``ops/_parallel.py``); ``_forward_tiles`` is one part's walk, on the part's
+    (``ops/_parallel.py``); ``_forward_part`` is one part's walk, on the part's
     query heads stacked by kv head (``ops/_kv_groups.py``).
 
     ``keep_probs=True`` trades memory for speed: the cache keeps every
@@ -271,37 +268,36 @@ def flash_attention_forward(
     """
     B, H, H_kv, Tq, Tk, D, Dv = check_qkv(q, k, v)
     p, seed, row_seeds = check_dropout(dropout_p, dropout_seed, B)
-    dropout = AttentionDropout(p, seed, range(B), range(H), Tk, row_seeds) if p > 0 else None
-    xp = get_xp(q, k, v)
-    causal = check_causal(causal)
-    scale = resolve_scale(scale, D)
+    xp = get_xp(q, k, v, mask)
+    seam = ScoreSeam.whole(score_modifiers(check_causal(causal), mask, modifiers, (B, H, Tq, Tk)), H)
     block_q, block_k = check_positive_int(block_q, "block_q"), check_positive_int(block_k, "block_k")
     check_bool(keep_probs, "keep_probs")
-
-    out = xp.empty((B, H, Tq, Dv), dtype=q.dtype)
-    lse = xp.empty((B, H, Tq, 1), dtype=q.dtype)
     workers = worker_count(xp, B, H, Tq, Tk)
     pairs = pairs_per_part(workers, B, H, min(block_q, Tq), min(block_k, Tk), q.dtype.itemsize)
     parts = head_parts(B, H, pairs, group=H // H_kv)
-    stack = _stacked_heads(parts, H // H_kv)
-
-    def forward_part(part):  # writes out[part] and lse[part]; returns the part's kept tiles or None
-        part_dropout = None if dropout is None else dropout.part(part)
-        kv = _kv_part(part, H // H_kv)
-        out_rows, lse_rows = stacked_buffer(out[part], stack), stacked_buffer(lse[part], stack)  # (b,r,Tq g,.)
-        kept = _forward_tiles(
-            stack_heads(q[part], stack), k[kv], v[kv], out_rows, lse_rows, stack,
-            scale, causal, block_q, block_k, keep_probs, part_dropout,
-        )  # fmt: skip
-        unstack_into(out[part], out_rows, stack)
-        unstack_into(lse[part], lse_rows, stack)
-        return kept
-
-    kept = run_parts(forward_part, parts, workers)
+    out, lse = xp.empty((B, H, Tq, Dv), dtype=q.dtype), xp.empty((B, H, Tq, 1), dtype=q.dtype)
+    dropout = AttentionDropout(p, seed, range(B), range(H), Tk, row_seeds) if p > 0 else None
     cache = FlashAttentionCache(
-        q, k, v, out, lse, scale, causal, block_q, block_k, parts, workers, kept if keep_probs else None, dropout
+        q, k, v, out, lse, resolve_scale(scale, D), seam, block_q, block_k, parts, workers, None, dropout
     )
-    return out, cache
+    kept = run_parts(functools.partial(_forward_part, cache, keep_probs), parts, workers)
+    return out, cache._replace(probs=kept if keep_probs else None)
+
+
+def _forward_part(cache: FlashAttentionCache, keep_probs: bool, part):
+    """One part's walk: writes ``out[part]`` and ``lse[part]`` of the cache; returns the part's kept tiles or None."""
+    group = cache.q.shape[1] // cache.k.shape[1]
+    stack = _stacked_heads(cache.parts, group)
+    dropout = None if cache.dropout is None else cache.dropout.part(part)
+    kv = _kv_part(part, group)
+    out, lse = cache.out[part], cache.lse[part]
+    out_rows, lse_rows = stacked_buffer(out, stack), stacked_buffer(lse, stack)  # (b,r,Tq g,.)
+    seam = cache.seam.part(part, stack)
+    kept = _forward_tiles(stack_heads(cache.q[part], stack), cache.k[kv], cache.v[kv], out_rows, lse_rows, stack, seam,
+                          cache, keep_probs, dropout)  # fmt: skip
+    unstack_into(out, out_rows, stack)
+    unstack_into(lse, lse_rows, stack)
+    return kept
 
 
 def _stacked_heads(parts: list, group: int) -> int:
@@ -316,10 +312,11 @@ def _kv_part(part, group: int) -> tuple[slice, slice]:
     return batches, slice(heads.start // group, (heads.stop - 1) // group + 1)
 
 
-def _forward_tiles(q, k, v, out, lse, group, scale, causal, block_q, block_k, keep_probs, dropout) -> dict | None:
+def _forward_tiles(q, k, v, out, lse, group, seam, settings, keep_probs, dropout) -> dict | None:
     """The online softmax over every tile of one part, key tile by key tile (the outer loop), then the query
     tiles that see it: fills ``out (b,r,Tq g,Dv)`` and ``lse (b,r,Tq g,1)`` in place; returns the normalized
-    probability tiles when ``keep_probs``, keyed ``(q_start, k_start)``.
+    probability tiles when ``keep_probs``, keyed ``(q_start, k_start)``. ``seam``: the score modifiers placed
+    on the part; ``settings``: the call's cache (scale, block sizes).
 
     ``q (b,r,Tq g,D)`` holds the ``g = group`` query heads that read each of the ``r`` kv heads of ``k, v
     (b,r,Tk,.)``, stacked row by row (``ops/_kv_groups.py``; ``g = 1``, the heads themselves, without GQA):
@@ -334,15 +331,15 @@ def _forward_tiles(q, k, v, out, lse, group, scale, causal, block_q, block_k, ke
     row_max = xp.full((B, R, stacked_rows, 1), -xp.inf, dtype=dtype)  # m, in base 2 like the scores
     row_sum = xp.zeros((B, R, stacked_rows, 1), dtype=dtype)  # l
     out[...] = 0  # acc, the unnormalized output
-    ones = xp.ones((min(block_k, Tk), 1), dtype=dtype)  # row sums as products: P @ 1 (ops/_sums.py)
+    ones = xp.ones((min(settings.block_k, Tk), 1), dtype=dtype)  # row sums as products: P @ 1 (ops/_sums.py)
     tile_probs = []  # keep_probs: (q_start, k_start, exp2(S2_t - m_t), m_t) for each tile
-    for k_start, k_stop in tiles(Tk, block_k):
-        keys_t = _transposed(k[:, :, k_start:k_stop], scale * LOG2_E)  # (s log2 e) K^T (B,R,D,nk), contiguous
-        for q_start, q_stop, seen_stop, masked in _query_tiles(k_start, k_stop, Tq, Tk, causal, block_q):
-            rows, keys, seen = slice(q_start * group, q_stop * group), slice(k_start, seen_stop), seen_stop - k_start
-            scores = xp.matmul(q[:, :, rows], keys_t[..., :seen])  # S2 = S log2(e): (B,R,nq g,D) @ (B,R,D,nk)
-            if masked:
-                _mask_scores(scores, q_start, q_stop, k_start, seen_stop, Tk - Tq)
+    for k_start, k_stop in tiles(Tk, settings.block_k):
+        keys_t = _transposed(k[:, :, k_start:k_stop], settings.scale * LOG2_E)  # (s log2 e) K^T (B,R,D,nk)
+        for q_start, q_stop, lo, hi, masked in _query_tiles(k_start, k_stop, Tq, Tk, seam, settings.block_q):
+            rows, keys = slice(q_start * group, q_stop * group), slice(lo, hi)
+            scores = xp.matmul(q[:, :, rows], keys_t[..., lo - k_start : hi - k_start])  # S2 = S log2(e)
+            if masked or seam.biased:  # (B,R,nq g,D) @ (B,R,D,nk) -> (B,R,nq g,nk), then S2 + terms log2(e)
+                seam.add(scores, range(q_start, q_stop), range(lo, hi), Tk - Tq, masked, LOG2_E)
             old_max = row_max[:, :, rows]  # (B,R,nq g,1)
             new_max = xp.maximum(old_max, scores.max(axis=-1, keepdims=True))
             safe_max = xp.where(xp.isneginf(new_max), 0.0, new_max).astype(dtype, copy=False)  # no -inf - -inf
@@ -350,10 +347,10 @@ def _forward_tiles(q, k, v, out, lse, group, scale, causal, block_q, block_k, ke
             probs = xp.exp2(scores, out=scores)  # P_t = exp2(S2_t - m_new) = exp(S_t - m_new ln 2), in place
             rescale = xp.exp2(old_max - safe_max)  # exp2(m - m_new), (B,R,nq g,1); 0 while m = -inf
             row_sum[:, :, rows] *= rescale
-            row_sum[:, :, rows] += xp.matmul(probs, ones[:seen])  # rowsum(P_t): (B,R,nq g,nk) @ (nk,1)
+            row_sum[:, :, rows] += xp.matmul(probs, ones[: hi - lo])  # rowsum(P_t): (B,R,nq g,nk) @ (nk,1)
             weights = probs  # forward: O = P V, or with dropout O = (P Z) V (l sums P, not P Z)
             if dropout is not None:
-                keep = _stacked_keep(xp, dropout, q_start, q_stop, k_start, seen_stop, group)  # (B,R,nq g,nk) bool
+                keep = _stacked_keep(xp, dropout, q_start, q_stop, lo, hi, group)  # (B,R,nq g,nk) bool
                 weights = dropped(probs, keep, dropout.scale(dtype), out=None if keep_probs else probs)  # kept: a copy
             out[:, :, rows] *= rescale
             out[:, :, rows] += xp.matmul(weights, v[:, :, keys])  # acc: (B,R,nq g,nk) @ (B,R,nk,Dv) -> (B,R,nq g,Dv)
@@ -372,6 +369,31 @@ def _forward_tiles(q, k, v, out, lse, group, scale, causal, block_q, block_k, ke
         probs *= xp.exp2(tile_max - final_max[:, :, rows]) / row_sum[:, :, rows]  # exp2(S2 - m) / l = exp(S - L)
         kept[q_start, k_start] = probs
     return kept
+
+
+def attention_weights(cache):
+    """The weights ``P (B,H,Tq,Tk)`` (before dropout) of a plain or tiled attention cache, on its backend, read
+    from the cache, never re-derived (the study tools call this):
+
+    - plain (``AttentionCache``): the ``P`` it keeps, ``cache.probs``;
+    - tiled (``FlashAttentionCache``): ``P = exp(S' - L)`` from its ``q, k``, scale, score modifiers
+      (``cache.seam``) and log-sum-exp ``L``, ``S' = s Q K^T + terms`` with the very terms its forward added:
+      the line its backward recomputes each tile with, on the whole square. A row that saw no key has
+      ``L = -inf`` and weights 0; every other row sums to 1.
+    """
+    if isinstance(cache, AttentionCache):
+        return cache.probs
+    if not isinstance(cache, FlashAttentionCache):
+        raise TypeError(f"expected an AttentionCache or FlashAttentionCache, got {type(cache).__name__}")
+    q, k = cache.q, repeat_kv(cache.k, cache.q.shape[1] // cache.k.shape[1])  # (B,H_kv,Tk,D) -> (B,H,Tk,D)
+    xp = get_xp(q)
+    scores = xp.matmul(q, k.swapaxes(-1, -2))  # (B,H,Tq,D) @ (B,H,D,Tk) -> (B,H,Tq,Tk)
+    scores *= cache.scale
+    Tq, Tk = scores.shape[-2:]
+    cache.seam.add(scores, range(Tq), range(Tk), Tk - Tq, masked=True)  # S' = S + terms, one tile (g = 1)
+    lse = xp.where(xp.isneginf(cache.lse), xp.inf, cache.lse)  # a row that sees no key: P = exp(S' - inf) = 0
+    scores -= lse
+    return xp.exp(scores, out=scores)  # P = exp(S' - L), (B,H,Tq,Tk)
 
 
 def flash_attention_backward(dout, cache: FlashAttentionCache):
@@ -394,7 +416,8 @@ def flash_attention_backward(dout, cache: FlashAttentionCache):
         dq_rows = stacked_buffer(dq[part], stack)  # (b,r,Tq g,D)
         neg_delta = _neg_delta(dout[part], out[part], cache.block_q)  # (b,h,Tq,1)
         stacked = (stack_heads(a, stack) for a in (dout[part], q[part], cache.lse[part], neg_delta))  # (b,r,Tq g,.)
-        _backward_tiles(*stacked, k[kv], v[kv], stack, probs, dropout, dq_rows, dk_part, dv_part, cache)
+        seam = cache.seam.part(part, stack)
+        _backward_tiles(*stacked, k[kv], v[kv], stack, seam, probs, dropout, dq_rows, dk_part, dv_part, cache)
         unstack_into(dq[part], dq_rows, stack)
         return (kv, dk_part, dv_part) if shared else None
 
@@ -433,22 +456,23 @@ def _transposed(a, scale=1.0, ones_row=False):
     return out
 
 
-def _recomputed_probs(queries, keys_t, masked, q_start, q_stop, k_start, offset):
-    """``P = exp(S - L)`` of one tile from ``[Q, -L] (b,r,nq g,D+1)`` and ``[s K^T; 1] (b,r,D+1,nk)``."""
+def _recomputed_probs(queries, keys_t, seam, query_rows: range, key_rows: range, offset: int, masked: bool):
+    """``P = exp(S' - L)`` of one tile from ``[Q, -L] (b,r,nq g,D+1)`` and ``[s K^T; 1] (b,r,D+1,nk)``, ``S'``
+    the scores with the seam's terms, as the forward added them."""
     xp = get_xp(queries)
-    scores = xp.matmul(queries, keys_t)  # S - L: (b,r,nq g,D+1) @ (b,r,D+1,nk) -> (b,r,nq g,nk)
-    if masked:
-        _mask_scores(scores, q_start, q_stop, k_start, k_start + keys_t.shape[-1], offset)
-    return xp.exp2(scores, out=scores)  # exp2(S2 - L log2 e) = exp(S - L), in place
+    scores = xp.matmul(queries, keys_t)  # S2 - L2: (b,r,nq g,D+1) @ (b,r,D+1,nk) -> (b,r,nq g,nk)
+    if masked or seam.biased:
+        seam.add(scores, query_rows, key_rows, offset, masked, LOG2_E)  # + terms log2(e)
+    return xp.exp2(scores, out=scores)  # exp2(S2' - L log2 e) = exp(S' - L), in place
 
 
-def _backward_tiles(dout, q, lse, neg_delta, k, v, group, kept, dropout, dq, dk, dv, cache) -> None:
+def _backward_tiles(dout, q, lse, neg_delta, k, v, group, seam, kept, dropout, dq, dk, dv, cache) -> None:
     """The backward over every tile of one part, key tile by key tile (the outer loop), then the query tiles
     that see it: adds into ``dq (b,r,Tq g,D)``, ``dk, dv (b,r,Tk,.)`` in place.
 
     ``dout, q, lse, neg_delta (-D), dq`` hold the ``g = group`` query heads of each kv head stacked row by row, as in
     ``_forward_tiles``: ``dK_J += s dS^T Q_I`` and ``dV_J += P^T dO_I`` then sum over the group inside the
-    product, whose inner size is the tile's ``nq g`` stacked rows.
+    product, whose inner size is the tile's ``nq g`` stacked rows. ``seam``: the score modifiers on the part.
 
     Two subtractions ride inside matrix products, with one more column: ``S - L = [Q, -L] [s K^T; 1]``
     and ``dP - D = [dO, -D] [V^T; 1]`` (without dropout). The key tile's ``[s K^T; 1]`` and ``[V^T; 1]``
@@ -463,26 +487,27 @@ def _backward_tiles(dout, q, lse, neg_delta, k, v, group, kept, dropout, dq, dk,
     for k_start, k_stop in tiles(Tk, cache.block_k):
         keys_t = _transposed(k[:, :, k_start:k_stop], scale * LOG2_E, ones_row=True)  # [(s log2 e) K^T; 1]
         values_t = _transposed(v[:, :, k_start:k_stop], ones_row=True)  # [V^T; 1] (b,r,Dv+1,nk)
-        for q_start, q_stop, seen_stop, masked in _query_tiles(k_start, k_stop, Tq, Tk, cache.causal, cache.block_q):
-            rows, keys, seen = slice(q_start * group, q_stop * group), slice(k_start, seen_stop), seen_stop - k_start
+        for q_start, q_stop, lo, hi, masked in _query_tiles(k_start, k_stop, Tq, Tk, seam, cache.block_q):
+            rows, keys, seen = slice(q_start * group, q_stop * group), slice(lo, hi), slice(lo - k_start, hi - k_start)
             dout_tile = dout[:, :, rows]  # (b,r,nq g,Dv)
             if kept is not None:
                 probs = kept[q_start, k_start]  # P, kept by the forward (keep_probs)
             else:  # forward: S = s Q K^T, P = exp(S - L)
                 queries = _with_column(q[:, :, rows], neg_lse[:, :, rows])  # [Q, -L] (b,r,nq g,D+1)
-                probs = _recomputed_probs(queries, keys_t[..., :seen], masked, q_start, q_stop, k_start, Tk - Tq)
+                probs = _recomputed_probs(queries, keys_t[..., seen], seam, range(q_start, q_stop), range(lo, hi),
+                                          Tk - Tq, masked)  # fmt: skip
                 del queries  # not held beside dprobs
             # forward: O = P V, so dV = P^T dO and dP = dO V^T; with dropout O = (P Z) V, so
             # dV = (P Z)^T dO and dP = (dO V^T) Z, Z drawn again from the seed
-            keep = None if dropout is None else _stacked_keep(xp, dropout, q_start, q_stop, k_start, seen_stop, group)
+            keep = None if dropout is None else _stacked_keep(xp, dropout, q_start, q_stop, lo, hi, group)
             weights = probs if keep is None else dropped(probs, keep, dropout.scale(q.dtype))  # keep (b,r,nq g,nk) bool
             dv[:, :, keys] += xp.matmul(weights.swapaxes(-1, -2), dout_tile)  # (b,r,nk,nq g) @ (b,r,nq g,Dv)
             del weights  # (b,r,nq g,nk): not held beside dprobs
             # forward: P = softmax(S), so dS = P * (dP - D)
             if keep is None:
-                dprobs = xp.matmul(_with_column(dout_tile, neg_delta[:, :, rows]), values_t[..., :seen])  # dP - D
+                dprobs = xp.matmul(_with_column(dout_tile, neg_delta[:, :, rows]), values_t[..., seen])  # dP - D
             else:  # (b,r,nq g,Dv+1) @ (b,r,Dv+1,nk) -> (b,r,nq g,nk)
-                dprobs = xp.matmul(dout_tile, values_t[:, :, :-1, :seen])  # dO V^T: (b,r,nq g,Dv) @ (b,r,Dv,nk)
+                dprobs = xp.matmul(dout_tile, values_t[:, :, :-1, seen])  # dO V^T: (b,r,nq g,Dv) @ (b,r,Dv,nk)
                 xp.multiply(dprobs, keep, out=dprobs)
                 dprobs *= dropout.scale(q.dtype)
                 dprobs += neg_delta[:, :, rows]

@@ -1,21 +1,14 @@
 """Attention weights and scores, read from the caches of the model's own forward pass.
 
-Every layer's attention cache holds what is needed (``ops/attention.py``,
-``ops/flash_attention.py``):
+The weights come from ``ops.flash_attention.attention_weights``: the plain path's cache keeps
+``P`` itself, the tiled path's is rebuilt from its saved log-sum-exp ``L`` as
+``P = exp(S' - L)``, ``S'`` the scores with the same score modifiers the kernel
+added (the causal mask, ALiBi, ...: ``ops/scores.py``), the very line its
+backward uses. The study tools never re-derive them, so they cannot disagree
+with the kernel (``tests/test_study_attention.py``: rows sum to 1 and equal the
+plain path's weights, 1e-6 in float32, 1e-12 in float64).
 
-- the plain path (``AttentionCache``) keeps the weights ``P`` ``(B,H,T,T)``
-  themselves: ``cache.probs``;
-- the tiled path (``FlashAttentionCache``) keeps no ``(T,T)`` array, only
-  ``q, k``, the scale ``s`` and each query row's log-sum-exp ``L``. Since
-  ``L_i = log sum_j exp(S_ij)``, the weights are rebuilt exactly as::
-
-      S = s Q K^T  (masked: -inf where j > i)       P = exp(S - L)
-
-  which is the very line its backward uses to recompute each tile. They equal
-  the plain path's weights to rounding (``tests/test_study_attention.py``:
-  1e-6 in float32, 1e-12 in float64).
-
-``attention_scores`` gives ``S = s Q K^T`` before the mask and the softmax,
+``attention_scores`` gives ``S = s Q K^T`` before the modifiers and the softmax,
 from the same cached ``q, k`` and scale (no cache keeps ``S``: the plain path
 overwrites it with ``P``).
 """
@@ -29,8 +22,7 @@ import numpy as np
 
 from ..backend import get_xp, to_numpy
 from ..ops._kv_groups import repeat_kv
-from ..ops.attention import AttentionCache, causal_allowed
-from ..ops.flash_attention import FlashAttentionCache
+from ..ops.flash_attention import attention_weights as kernel_attention_weights
 from ..table import format_table
 
 
@@ -48,20 +40,9 @@ def attention_scores(attention_cache) -> np.ndarray:
 
 
 def attention_weights(attention_cache) -> np.ndarray:
-    """The softmax weights ``P`` ``(B,H,Tq,Tk)`` (NumPy), 0 where masked: kept (plain) or rebuilt (tiled)."""
-    if isinstance(attention_cache, AttentionCache):
-        return to_numpy(attention_cache.probs)
-    if not isinstance(attention_cache, FlashAttentionCache):
-        raise TypeError(f"expected an AttentionCache or FlashAttentionCache, got {type(attention_cache).__name__}")
-    (q, k), lse = _cached_qk(attention_cache), attention_cache.lse
-    xp = get_xp(q)
-    scores = xp.matmul(q, k.swapaxes(-1, -2)) * attention_cache.scale  # (B,H,Tq,D) @ (B,H,D,Tk) -> (B,H,Tq,Tk)
-    Tq, Tk = scores.shape[-2:]
-    if attention_cache.causal:
-        allowed = causal_allowed(xp, 0, Tq, 0, Tk, Tk - Tq)  # (Tq,Tk)
-        scores = xp.where(allowed, scores, xp.asarray(-xp.inf, dtype=scores.dtype))
-    lse = xp.where(xp.isneginf(lse), xp.inf, lse)  # a row that sees no key: P = exp(S - inf) = 0
-    return to_numpy(xp.exp(scores - lse))  # P = exp(S - L), (B,H,Tq,Tk)
+    """The softmax weights ``P`` ``(B,H,Tq,Tk)`` (NumPy), 0 where masked, as the kernel's cache holds them
+    (``ops.flash_attention.attention_weights``)."""
+    return to_numpy(kernel_attention_weights(attention_cache))
 
 
 def model_attention_weights(cache) -> list[np.ndarray]:

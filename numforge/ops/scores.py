@@ -1,0 +1,336 @@
+"""Score modifiers: what changes the attention scores ``S = s Q K^T`` before the softmax, declared once each.
+
+A causal mask, a boolean mask (key padding), ALiBi, and later a sliding window, softcapping or sinks all
+act on the score matrix, entry by entry, knowing only where an entry sits: its query's position ``i``, its
+key's position ``j``, its query head ``h`` (and batch row)::
+
+    S'[b, h, i, j] = S[b, h, i, j] + term(b, h, i, j)         term = bias (a number) or 0 / -inf (a mask)
+
+``SCORE_MODIFIERS`` holds each one as a ``ScoreModifier``. The plain kernel (``ops/attention.py``) adds
+each ``textbook`` term, the whole ``(Tq, Tk)`` square at once; the tiled kernel (``ops/flash_attention.py``)
+adds each ``tile`` term to one score tile at a time, in its forward and again in its backward's recomputation
+of ``P = exp(S' - L)``; ``attention_weights`` (``ops/attention_weights.py``) rebuilds the tiled kernel's
+weights through the same ``tile`` terms. The reference model uses ``textbook``, the PyTorch comparison
+``torch_twin`` (an additive float ``attn_mask`` for ``scaled_dot_product_attention``), the gradient checks
+``gradcheck``. KV-cache decoding needs nothing more: the ``Tq`` new queries are the last positions of
+``Tk`` keys (bottom-right alignment), so query row ``r`` sits at position ``i = r + Tk - Tq``, the
+cached length added (``ScoreTile.offset``).
+
+The backward: a modifier without parameters adds a constant to ``S``, so ``dS`` reaches ``s Q K^T``
+unchanged; where a mask hides an entry, ``P = 0`` and so ``dS = P * (dP - D) = 0``. Neither kernel's
+backward has anything to add: the recomputation of ``P`` applies the same terms.
+
+Skipping: a mask (``hides``) also says which keys a run of queries may see (``visible_keys``), so the tiled
+kernel skips every tile it hides wholly and adds the mask only to the tiles it crosses (causal attention:
+about half the tiles skipped, the diagonal ones masked). A bias is added to every tile.
+
+Example, Tq = 2, Tk = 4 (decoding 2 tokens after 2 cached), causal and ALiBi with slope m::
+
+    query 0 (position 2): terms [-2m, -m, 0, -inf]
+    query 1 (position 3): terms [-3m, -2m, -m, 0]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from ..backend import get_xp, to_numpy
+from ..checks import check_array
+
+
+class ScoreTile(NamedTuple):
+    """Where a score tile sits, the tile seen as ``(b, r, nq, g, nk)``: ``r`` groups of ``g`` query heads.
+
+    The tiled kernel stacks the ``g`` query heads that share a key/value head row by row (``ops/_kv_groups.py``):
+    its ``(b, r, nq g, nk)`` tile is the ``(b, r, nq, g, nk)`` view. The plain kernel's ``(B, H, Tq, Tk)`` square is
+    one tile with ``r = H``, ``g = 1``. A term broadcasts to ``(b, r, nq, g, nk)``.
+    """
+
+    batches: slice  # the tile's batch rows
+    heads: object  # (r,1,g,1) ints: the query head of each (group, stacked row)
+    num_heads: int  # H, every query head of the call (ALiBi's slopes depend on it)
+    queries: range  # query rows [q_start, q_stop)
+    keys: range  # keys [k_start, k_stop)
+    offset: int  # Tk - Tq: query row r is at position r + offset
+
+    def query_positions(self, xp):
+        """``(nq, 1, 1)`` positions ``i`` of the tile's queries."""
+        return xp.arange(self.queries.start + self.offset, self.queries.stop + self.offset)[:, None, None]
+
+    def key_positions(self, xp):
+        """``(nk,)`` positions ``j`` of the tile's keys."""
+        return xp.arange(self.keys.start, self.keys.stop)
+
+
+class ScoreModifier(NamedTuple):
+    """One way of changing the scores (module docstring), declared once.
+
+    ``hides``: a mask (terms 0 or -inf; hidden entries get P = 0, so dS = 0 there) rather than a bias
+    (a number added; without parameters dS passes through unchanged).
+    """
+
+    about: str
+    hides: bool
+    tile: Callable  # (xp, arg, ScoreTile, dtype) -> term broadcastable to (b,r,nq,g,nk)
+    textbook: Callable  # (xp, arg, (B,H,Tq,Tk), dtype) -> term broadcastable to (B,H,Tq,Tk), the plain formula
+    torch_twin: Callable  # (arg, (B,H,Tq,Tk), torch dtype) -> a float attn_mask broadcastable to (B,H,Tq,Tk)
+    gradcheck: Callable  # (rng, (B,H,Tq,Tk)) -> the arg of a gradient check (a NumPy array or None)
+    check: Callable  # (arg, (B,H,Tq,Tk)) -> None, or a TypeError / ValueError naming the bad argument
+    visible_keys: Callable | None = None  # masks: (arg, queries range, offset, Tk) -> (any, every) ranges of keys
+
+
+# ------------------------------------------------------------------ causal: query i sees keys j <= i
+
+
+def _causal_tile(xp, arg, tile: ScoreTile, dtype):
+    allowed = tile.key_positions(xp) <= tile.query_positions(xp)[:, 0]  # (nk,) <= (nq,1) -> (nq,nk)
+    return xp.where(allowed, dtype.type(0), dtype.type(-np.inf))[:, None, :]  # (nq,1,nk): one row per position
+
+
+def _causal_textbook(xp, arg, shape, dtype):
+    B, H, Tq, Tk = shape
+    future = xp.triu(xp.ones((Tq, Tk), dtype=bool), k=Tk - Tq + 1)  # True where key j > position i = row + Tk - Tq
+    return xp.where(future, dtype.type(-np.inf), dtype.type(0))  # (Tq,Tk)
+
+
+def _causal_torch(arg, shape, dtype):
+    import torch
+
+    B, H, Tq, Tk = shape
+    seen = torch.ones(Tq, Tk, dtype=torch.bool).tril(diagonal=Tk - Tq)
+    return torch.zeros(Tq, Tk, dtype=dtype).masked_fill(~seen, -math.inf)  # (Tq,Tk)
+
+
+def _causal_keys(arg, queries: range, offset: int, Tk: int) -> tuple[range, range]:
+    """Query rows ``[q0, q1)`` see keys ``j <= row + offset``: some of them ``[0, q1 + offset)``,
+    all of them ``[0, q0 + offset + 1)``."""
+    return range(max(0, min(Tk, queries.stop + offset))), range(max(0, min(Tk, queries.start + offset + 1)))
+
+
+# ------------------------------------------------------------------ mask: a boolean (B,H,Tq,Tk), True = may attend
+
+
+def _as_4d(mask):
+    return mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))  # (...) -> (B|1,H|1,Tq|1,Tk|1)
+
+
+def _mask_tile(xp, mask, tile: ScoreTile, dtype):
+    m = _as_4d(mask)
+    m = m if m.shape[0] == 1 else m[tile.batches]  # (b|1,H|1,Tq|1,Tk|1)
+    rows = slice(tile.queries.start, tile.queries.stop) if m.shape[2] > 1 else slice(None)
+    keys = slice(tile.keys.start, tile.keys.stop) if m.shape[3] > 1 else slice(None)
+    m = m[:, :, rows, keys]  # (b|1,H|1,nq|1,nk|1)
+    if m.shape[1] == 1:
+        m = m[:, :, :, None, :]  # (b|1,1,nq|1,1,nk|1)
+    else:  # the tile's query heads, then (b,r g,nq,nk) -> (b,r,g,nq,nk) -> (b,r,nq,g,nk)
+        r, _, g, _ = tile.heads.shape
+        m = m[:, xp.asarray(tile.heads).ravel()].reshape(m.shape[0], r, g, *m.shape[2:]).swapaxes(2, 3)
+    return xp.where(m, dtype.type(0), dtype.type(-np.inf))
+
+
+def _mask_textbook(xp, mask, shape, dtype):
+    return xp.where(mask, dtype.type(0), dtype.type(-np.inf))  # broadcastable to (B,H,Tq,Tk)
+
+
+def _mask_torch(mask, shape, dtype):
+    import torch
+
+    return torch.zeros(mask.shape, dtype=dtype).masked_fill(~torch.as_tensor(to_numpy(mask)), -math.inf)
+
+
+def _mask_gradcheck(rng, shape):
+    B, H, Tq, Tk = shape
+    allowed = rng.random((B, 1, Tq, Tk)) < 0.6
+    allowed[:, :, 0, :] = False  # a row that sees nothing: its gradients must be exactly 0
+    return allowed
+
+
+def _check_mask(mask, shape) -> None:
+    check_array(mask, "mask")
+    if mask.dtype.kind != "b":
+        raise TypeError(f"mask must be boolean (True = may attend), got dtype {mask.dtype}")
+    trailing = tuple(mask.shape)[-4:] if mask.ndim else ()
+    if not (mask.ndim <= 4 and all(m in (1, n) for m, n in zip(reversed(trailing), reversed(shape)))):
+        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to (B,H,Tq,Tk) = {tuple(shape)}")
+
+
+def _any_keys(arg, queries: range, offset: int, Tk: int) -> tuple[range, range]:
+    return range(Tk), range(0)  # any key may be seen, none is seen by all: every tile is masked
+
+
+# ------------------------------------------------------------------ ALiBi: bias -m_h (i - j)
+
+
+def alibi_slopes(num_heads: int) -> np.ndarray:
+    """ALiBi's slope per head ``(H,)`` float64: ``m_h = 2^(-8 h / H)``, ``h = 1 .. H``, for ``H`` a power of two;
+    otherwise those of the power of two ``n < H`` just below, then every other one of ``2n``'s, to ``H`` slopes.
+
+    Example: H = 8 -> 1/2, 1/4, ..., 1/256; H = 6 -> the four of 4 (1/4, 1/16, 1/64, 1/256), then 1/2, 1/8.
+    """
+    n = 2 ** int(math.floor(math.log2(num_heads)))
+    geometric = lambda count: 2.0 ** (-8.0 * np.arange(1, count + 1) / count)  # noqa: E731
+    return np.concatenate([geometric(n), geometric(2 * n)[0::2][: num_heads - n]])
+
+
+def _alibi_tile(xp, arg, tile: ScoreTile, dtype):
+    slopes = xp.asarray(alibi_slopes(tile.num_heads), dtype=dtype)[xp.asarray(tile.heads)]  # (r,1,g,1)
+    distance = (tile.query_positions(xp) - tile.key_positions(xp)).astype(dtype)  # i - j: (nq,1,nk)
+    return -slopes * distance  # (r,1,g,1) * (nq,1,nk) -> (r,nq,g,nk)
+
+
+def _alibi_textbook(xp, arg, shape, dtype):
+    B, H, Tq, Tk = shape
+    i = xp.arange(Tq)[:, None] + (Tk - Tq)  # (Tq,1) positions of the queries
+    j = xp.arange(Tk)[None, :]  # (1,Tk)
+    slopes = xp.asarray(alibi_slopes(H), dtype=dtype)[:, None, None]  # (H,1,1)
+    return -slopes * (i - j).astype(dtype)  # (H,1,1) * (Tq,Tk) -> (H,Tq,Tk)
+
+
+def _alibi_torch(arg, shape, dtype):
+    import torch
+
+    B, H, Tq, Tk = shape
+    n = 2 ** int(math.floor(math.log2(H)))
+    slopes = torch.cat([2.0 ** (-8.0 * torch.arange(1, c + 1, dtype=torch.float64) / c) for c in (n, 2 * n)])
+    slopes = torch.cat([slopes[:n], slopes[n::2][: H - n]]).to(dtype)  # (H,)
+    distance = (torch.arange(Tq)[:, None] + Tk - Tq - torch.arange(Tk)[None, :]).to(dtype)  # (Tq,Tk)
+    return -slopes[:, None, None] * distance  # (H,Tq,Tk)
+
+
+def _no_arg(arg, shape) -> None:
+    if arg is not None:
+        raise TypeError(f"this score modifier takes no argument, got {type(arg).__name__}")
+
+
+SCORE_MODIFIERS = {  # name -> ScoreModifier
+    "causal": ScoreModifier(
+        "causal: query i sees keys j <= i (bottom-right aligned when Tq < Tk)",
+        hides=True,
+        tile=_causal_tile,
+        textbook=_causal_textbook,
+        torch_twin=_causal_torch,
+        gradcheck=lambda rng, shape: None,
+        check=_no_arg,
+        visible_keys=_causal_keys,
+    ),
+    "mask": ScoreModifier(
+        "mask: a boolean array, True = may attend, broadcast to (B,H,Tq,Tk); key padding is (B,1,1,Tk)",
+        hides=True,
+        tile=_mask_tile,
+        textbook=_mask_textbook,
+        torch_twin=_mask_torch,
+        gradcheck=_mask_gradcheck,
+        check=_check_mask,
+        visible_keys=_any_keys,
+    ),
+    "alibi": ScoreModifier(
+        "alibi: a bias -m_h (i - j), one slope m_h per head, no parameters",
+        hides=False,
+        tile=_alibi_tile,
+        textbook=_alibi_textbook,
+        torch_twin=_alibi_torch,
+        gradcheck=lambda rng, shape: None,
+        check=_no_arg,
+    ),
+}
+
+
+def torch_attention_options(names: Sequence[str], shape: tuple, dtype) -> dict:
+    """``scaled_dot_product_attention``'s keyword arguments for the modifiers ``names`` on ``(B,H,Tq,Tk)``: their
+    torch twins summed into one additive float ``attn_mask``; ``is_causal=True`` for the causal mask alone with
+    ``Tq == Tk`` (the same mask, tested equal, by SDPA's own causal kernel: faster on the CPU than an array)."""
+    if tuple(names) == ("causal",) and shape[2] == shape[3]:
+        return {"is_causal": True}
+    return {"attn_mask": sum(SCORE_MODIFIERS[name].torch_twin(None, shape, dtype) for name in names)}
+
+
+# ------------------------------------------------------------------ the seam the kernels call
+
+
+class Applied(NamedTuple):
+    """A modifier as one kernel call applies it: its name, its entry, its argument (the mask array, or None)."""
+
+    name: str
+    modifier: ScoreModifier
+    arg: object
+
+
+def score_modifiers(causal: bool, mask, modifiers: Sequence, shape: tuple) -> tuple[Applied, ...]:
+    """The modifiers a kernel call applies, in order: ``"causal"`` when ``causal``, ``"mask"`` with ``mask`` when
+    given, then ``modifiers``, each a name of ``SCORE_MODIFIERS`` or a ``(name, arg)`` pair; each checked
+    against the call's ``shape = (B,H,Tq,Tk)``."""
+    if isinstance(modifiers, str) or not isinstance(modifiers, (list, tuple)):
+        raise TypeError(f"modifiers must be a tuple of names or (name, argument) pairs, got {modifiers!r}")
+    uses = [("causal", None)] * bool(causal) + [("mask", mask)] * (mask is not None)
+    uses += [(m, None) if isinstance(m, str) else tuple(m) for m in modifiers]
+    names = [name for name, _ in uses]
+    for name in names:
+        if name not in SCORE_MODIFIERS:
+            raise ValueError(f"unknown score modifier {name!r}; expected one of {sorted(SCORE_MODIFIERS)}")
+        if names.count(name) > 1:
+            raise ValueError(f"the score modifier {name!r} is given twice (causal=True is 'causal', mask= is 'mask')")
+    for name, arg in uses:
+        SCORE_MODIFIERS[name].check(arg, shape)
+    return tuple(Applied(name, SCORE_MODIFIERS[name], arg) for name, arg in uses)
+
+
+def textbook_scores(scores, applied: Sequence[Applied]):
+    """``S + sum of the textbook terms`` on a whole ``(B,H,Tq,Tk)`` score array, in place (the plain kernel)."""
+    xp = get_xp(scores)
+    for a in applied:
+        scores += a.modifier.textbook(xp, a.arg, scores.shape, scores.dtype)  # (B,H,Tq,Tk) += (..,Tq,Tk)
+    return scores
+
+
+class ScoreSeam(NamedTuple):
+    """The modifiers of one tiled kernel call, placed on the part of ``(batches, heads)`` that one walk covers."""
+
+    applied: tuple[Applied, ...]
+    batches: slice
+    heads: object  # (r,1,g,1) the part's query heads, r groups of g stacked heads
+    num_heads: int
+
+    @classmethod
+    def whole(cls, applied, num_heads: int) -> ScoreSeam:
+        """Every batch row and head, unstacked (``g = 1``)."""
+        return cls(tuple(applied), slice(None), np.arange(num_heads).reshape(num_heads, 1, 1, 1), num_heads)
+
+    def part(self, part: tuple[slice, slice], stack: int) -> ScoreSeam:
+        """The seam of the part ``(batches, query heads)``, its heads stacked ``stack`` to a kv head."""
+        batches, heads = part
+        count = heads.stop - heads.start
+        stacked = np.arange(heads.start, heads.stop).reshape(count // stack, 1, stack, 1)  # (r,1,g,1)
+        return self._replace(batches=batches, heads=stacked)
+
+    def key_span(self, queries: range, offset: int, Tk: int) -> tuple[range, range]:
+        """``(any, every)``: the keys some query of ``queries`` may see under every mask, and those all of them see."""
+        any_keys, every_keys = range(Tk), range(Tk)
+        for a in self.applied:
+            if a.modifier.hides:
+                some, all_ = a.modifier.visible_keys(a.arg, queries, offset, Tk)
+                any_keys = range(max(any_keys.start, some.start), max(min(any_keys.stop, some.stop), 0))
+                every_keys = range(max(every_keys.start, all_.start), max(min(every_keys.stop, all_.stop), 0))
+        return any_keys, every_keys
+
+    def add(self, scores, queries: range, keys: range, offset: int, masked: bool, unit: float = 1.0) -> None:
+        """In place: each term on a ``(b, r, nq g, nk)`` tile; the masks only when ``masked`` (a tile no mask
+        crosses is left alone), the biases times ``unit`` (``log2 e`` when the scores are in base 2;
+        a mask's 0 and -inf are the same in any base)."""
+        xp, dtype = get_xp(scores), scores.dtype
+        tile = ScoreTile(self.batches, self.heads, self.num_heads, queries, keys, offset)
+        b, r, rows, nk = scores.shape
+        view = scores.reshape(b, r, len(queries), rows // len(queries), nk)  # (b,r,nq,g,nk), a view
+        for a in self.applied:
+            if a.modifier.hides and not masked:
+                continue
+            term = a.modifier.tile(xp, a.arg, tile, dtype)
+            view += term if a.modifier.hides or unit == 1.0 else term * dtype.type(unit)
+
+    @property
+    def biased(self) -> bool:
+        """Whether a bias is added to every tile (not only masks to the tiles they cross)."""
+        return any(not a.modifier.hides for a in self.applied)
