@@ -121,3 +121,20 @@ def test_the_map_names_every_module_and_nothing_else():
     assert listed == on_disk, f"in the map, not on disk: {sorted(listed - on_disk)}; on disk, not in the map: " + str(
         sorted(on_disk - listed)
     )
+
+
+MAX_FUNCTION_LINES = 60  # a function a reader takes in at once; the textbook model alone is one walk of the network
+LONG_BY_DESIGN = {"model/reference.py"}  # reference_forward and reference_backward: the whole pass, each in one place
+
+
+def test_no_function_outside_the_textbook_model_is_over_60_lines():
+    long = []
+    for path in sorted(ROOT.rglob("*.py")):
+        if path.relative_to(ROOT).as_posix() in LONG_BY_DESIGN:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+    assert not long, "functions over 60 lines: " + ", ".join(long)
