@@ -243,8 +243,8 @@ class GPT:
     def _blocks(self, x, *, rng, for_backward: bool, kv_cache: KVCache | None = None, keep_caches: bool = True):
         """Every layer in turn on ``x (B,T,C)``: ``(x, [BlockCache per layer])``.
 
-        Without ``keep_caches`` (evaluation, inference) each layer's cache is dropped before the
-        next layer starts, so memory does not grow with the number of layers; the list is empty.
+        Without ``keep_caches`` (evaluation, inference) no layer keeps a cache (``block_forward``'s
+        ``keep_cache``), so memory does not grow with the number of layers; the list is empty.
         """
         caches = []
         for i, layer in enumerate(self.layers):
@@ -257,10 +257,10 @@ class GPT:
                 kv_cache=kv_cache,
                 layer=i,
                 tables=self.position_tables,
+                keep_cache=keep_caches,
             )  # (B,T,C)
             if keep_caches:
                 caches.append(block_cache)
-            del block_cache  # not alive while the next layer runs (unless the list holds it)
         return x, caches
 
     # -------------------------------------------------------------- embeddings
