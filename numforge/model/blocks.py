@@ -38,20 +38,34 @@ class BlockCache(NamedTuple):
 
 
 def block_forward(
-    x, p, config, *, rng=None, for_backward: bool = False, kv_cache=None, layer: int = 0, tables: dict | None = None
+    x,
+    p,
+    config,
+    *,
+    rng=None,
+    for_backward: bool = False,
+    kv_cache=None,
+    layer: int = 0,
+    tables: dict | None = None,
+    keep_cache: bool = True,
 ):
     """``x + a``, then ``+ m``: one block on ``x (B,T,C)``; ``(x, BlockCache)``.
 
     ``for_backward`` lets the attention keep what speeds up its backward;
     ``kv_cache``, ``layer`` and ``tables`` as in ``attention_branch_forward``.
+    Without ``keep_cache`` (evaluation, inference) the cache is ``None``, and the
+    attention's is dropped before the MLP runs: the block's peak is its larger branch's.
     """
     a, attention_cache = attention_branch_forward(
         x, p, config, rng=rng, for_backward=for_backward, kv_cache=kv_cache, layer=layer, tables=tables
     )
+    if not keep_cache:
+        attention_cache = None
     x = x + a  # (B,T,C)
+    del a
     m, mlp_cache = mlp_branch_forward(x, p, config, rng=rng)
     x = x + m  # (B,T,C)
-    return x, BlockCache(attention_cache, mlp_cache)
+    return x, (BlockCache(attention_cache, mlp_cache) if keep_cache else None)
 
 
 def block_backward(dx, cache: BlockCache, config, record=no_record):

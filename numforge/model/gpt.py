@@ -47,7 +47,7 @@ from .kv_cache import KVCache
 from .layers import LayerParams, dropout_if, dropout_if_backward, no_record, norm_backward, norm_forward
 from .mlp_branch import projection
 from .positions import POSITIONS
-from .unembedding import unembedding_loss_backward, unembedding_loss_forward
+from .unembedding import unembedding_loss, unembedding_loss_backward, unembedding_loss_forward
 
 INIT_STD = 0.02
 IGNORE_INDEX = -1
@@ -176,7 +176,8 @@ class GPT:
         and ``drop_prob > 0``: its masks are drawn from ``rng``. ``for_backward`` (the default) keeps
         what ``backward`` needs and what speeds it up (the loss's gradients, fused into its pass;
         the attention's probability tiles). Evaluation passes False and gets ``(loss, None)``: it keeps
-        no cache (each layer's is dropped before the next runs), so its memory does not grow with the layers.
+        no cache (each layer's is dropped before the next runs), so its memory does not grow with the layers,
+        and its loss holds a chunk of rows of logits at a time, never the ``(B,T,V)`` logits.
         ``keep_caches`` (the study tools) keeps every cache without those speed-ups: a backward still runs
         on it, computing the loss's gradients then.
         """
@@ -190,13 +191,12 @@ class GPT:
         x, embedding_dropout = dropout_if(x, self.config, rng)
         x, blocks = self._blocks(x, rng=rng, for_backward=for_backward, keep_caches=keep_caches)  # (B,T,C)
         h, final_norm_cache = norm_forward(x, self.params, "final_norm", self.config)  # (B,T,C)
-        if not keep_caches:
-            del x, final_norm_cache  # evaluation: only h goes on into the loss
+        if not keep_caches:  # evaluation: only h goes on, into the loss alone, a chunk of rows of logits at a time
+            del x, final_norm_cache
+            return unembedding_loss(h, self._unembedding(), targets, IGNORE_INDEX), None  # (B,T,C) -> ()
         loss, loss_cache = unembedding_loss_forward(
             h, self._unembedding(), targets, IGNORE_INDEX, with_gradients=for_backward
         )  # (B,T,C) -> ()
-        if not keep_caches:
-            return loss, None
         cache = ModelCache(
             tuple(token_ids.shape), embedding_cache, embedding_dropout, blocks, final_norm_cache, loss_cache
         )
@@ -243,8 +243,8 @@ class GPT:
     def _blocks(self, x, *, rng, for_backward: bool, kv_cache: KVCache | None = None, keep_caches: bool = True):
         """Every layer in turn on ``x (B,T,C)``: ``(x, [BlockCache per layer])``.
 
-        Without ``keep_caches`` (evaluation, inference) each layer's cache is dropped before the
-        next layer starts, so memory does not grow with the number of layers; the list is empty.
+        Without ``keep_caches`` (evaluation, inference) no layer keeps a cache (``block_forward``'s
+        ``keep_cache``), so memory does not grow with the number of layers; the list is empty.
         """
         caches = []
         for i, layer in enumerate(self.layers):
@@ -257,10 +257,10 @@ class GPT:
                 kv_cache=kv_cache,
                 layer=i,
                 tables=self.position_tables,
+                keep_cache=keep_caches,
             )  # (B,T,C)
             if keep_caches:
                 caches.append(block_cache)
-            del block_cache  # not alive while the next layer runs (unless the list holds it)
         return x, caches
 
     # -------------------------------------------------------------- embeddings

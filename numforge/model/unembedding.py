@@ -1,4 +1,4 @@
-"""The loss head: ``loss = cross_entropy(h @ table^T, targets)``, by one of three routes.
+"""The loss head: ``loss = cross_entropy(h @ table^T, targets)``, by one of three routes, or the loss alone.
 
 ``table (V,C)`` is the token embedding (tied) or ``lm_head.weight``. The
 three routes give the same loss and gradients; they differ in what they hold:
@@ -6,12 +6,14 @@ three routes give the same loss and gradients; they differ in what they hold:
 - ``"fused"`` (training): the loss and both gradients in one pass over row
   chunks (three matrix products, no ``(N,V)`` array); the backward only
   scales them by ``dloss``.
-- ``"materialized"`` (evaluation, small): the ``(N,V)`` logits, then the
-  plain cross-entropy.
-- ``"chunked"`` (evaluation, large): logits recomputed chunk by chunk in the
-  backward, never more than a chunk of rows at once.
+- ``"materialized"`` (the study tools' cache, small): the ``(N,V)`` logits,
+  then the plain cross-entropy.
+- ``"chunked"`` (the study tools' cache, large): logits recomputed chunk by
+  chunk in the backward, never more than a chunk of rows at once.
 
 The cache names its route in ``route``; ``op_cache`` is that route's op cache.
+Evaluation, which runs no backward, takes ``unembedding_loss``: the chunked
+forward with nothing kept, so its peak is a chunk of rows of logits, whatever ``N``.
 """
 
 from __future__ import annotations
@@ -56,6 +58,15 @@ def unembedding_loss_forward(h, table, targets, ignore_index: int, with_gradient
         logits = rows @ table.T  # (N,C) @ (C,V) -> (N,V)
         route, (loss, op_cache) = "materialized", cross_entropy_forward(logits, flat_targets, ignore_index)
     return loss, UnembeddingLossCache(route, op_cache, rows, table, tuple(h.shape))
+
+
+def unembedding_loss(h, table, targets, ignore_index: int):
+    """The loss alone (evaluation): the logits ``h @ table^T`` a chunk of rows at a time (``DEFAULT_CHUNK_ROWS``
+    of ``ops/cross_entropy.py``), their ``logsumexp(z) - z[t]`` summed as they go. The chunked forward's cache
+    (references and an ``(N,)`` logsumexp) is dropped: no backward follows, and no ``(N,V)`` array ever exists.
+    The same loss as the materialized route's, to rounding."""
+    loss, _ = tied_cross_entropy_forward(h, table, targets, ignore_index)  # (B,T,C) -> ()
+    return loss
 
 
 def unembedding_loss_backward(dloss, cache: UnembeddingLossCache):
