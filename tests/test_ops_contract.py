@@ -31,6 +31,7 @@ from numforge.ops.dropout import dropout_backward, dropout_forward
 from numforge.ops.embedding import embedding_backward, embedding_forward
 from numforge.ops.layernorm import layer_norm_backward, layer_norm_forward
 from numforge.ops.linear import linear_backward, linear_forward
+from numforge.ops.moe import moe_backward, moe_forward
 from numforge.ops.rmsnorm import rms_norm_backward, rms_norm_forward
 from numforge.ops.rope import rope_backward, rope_forward, rope_table
 
@@ -54,6 +55,12 @@ def _rope_rows(start, length, head_dim, dtype):
     """cos and sin of positions [start, start + length), in the backend and dtype of x."""
     table = rope_table(start + length, head_dim, dtype=dtype)
     return backend.asarray(table.cos[start:]), backend.asarray(table.sin[start:])
+
+
+def _moe_args(dtype):
+    """h (2, 3, 5), W_r (5, 4), 4 experts of width 6."""
+    shapes = [(2, 3, 5), (5, 4), (4, 5, 6), (4, 5, 6), (4, 6, 5)]
+    return tuple(randn(*shape, dtype=dtype, seed=seed) for seed, shape in enumerate(shapes))
 
 
 # name -> function(dtype) returning (forward, backward, positional args, keyword args)
@@ -117,6 +124,13 @@ OPS = {
         scale_tied_cross_entropy_grads,
         (randn(2, 3, 5, dtype=d), randn(7, 5, dtype=d, seed=1), _targets()),
         {"chunk_rows": 4},
+    ),
+    "moe": lambda d: (moe_forward, moe_backward, _moe_args(d), {"top_k": 2}),
+    "moe[aux]": lambda d: (
+        moe_forward,
+        moe_backward,
+        _moe_args(d),
+        {"top_k": 2, "renormalize": False, "balance_coef": 0.5, "z_coef": 0.25},
     ),
 }
 

@@ -34,6 +34,7 @@ from ..ops.rope import rope_backward, rope_forward
 from .cases import Case, op_case
 from .check import check_op
 from .diagnose import Invariant, RepeatedIds
+from .moe import CASES as MOE_CASES
 
 V = 7  # vocabulary of the cross-entropy cases
 H, D = 3, 8  # heads and head width of the QK-norm cases (D even: D/2 rotated pairs)
@@ -185,4 +186,5 @@ CASES = [
     _tied_cross_entropy(
         "tied_cross_entropy_and_grads", tied_cross_entropy_with_grads, scale_tied_cross_entropy_grads, fused=True
     ),
+    *MOE_CASES,
 ]
