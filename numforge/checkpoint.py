@@ -21,9 +21,14 @@ which is untouched; older checkpoints are deleted only after the switch, and
 renamed away first, so no directory named like a checkpoint is ever half
 written or half removed. A process killed outright leaves at most a hidden
 ``.ckpt-*.tmp``, which nothing reads and the next run removes
-(``atomic.remove_stale_temporaries``). A reader of a run that is training
-now never waits: if the checkpoint it reads is replaced meanwhile, it reads
-the new one (``load_checkpoint``).
+(``atomic.remove_stale_temporaries``).
+
+Why a reader of a run that is training now neither waits nor fails, however
+slow it is: it opens every file of the checkpoint ``LATEST`` names, then reads
+through those open files, which the trainer removing that checkpoint
+meanwhile does not change (a file removed while open is still read whole).
+If the checkpoint is removed before its files are all open, ``LATEST`` names a
+newer one by then, and the reader opens that one (``load_checkpoint``).
 
 Why loading cannot run code: arrays are read with ``numpy.load(...,
 allow_pickle=False)`` and everything else is JSON.
@@ -44,6 +49,7 @@ before it builds a model.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -51,14 +57,14 @@ import os
 import re
 import zipfile
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
 from .atomic import atomic_directory, remove_directory, write_text_atomic
 from .backend import asarray, resolve_dtype, to_numpy
 from .checks import check_int_value
-from .files import read_json
+from .files import parse_json
 from .hf import load_pretrained, pretrained_config
 from .model import GPT, POSITIONS, GPTConfig, parameter_shapes
 from .resources import DISK_FULL, check_fits
@@ -69,7 +75,6 @@ PREFIX = "ckpt-"
 _NAME = re.compile(rf"{PREFIX}[0-9]{{8}}(-[0-9]+)?")  # the names save_checkpoint gives
 FILES = ("params.npz", "optimizer.npz", "optimizer.json", "config.json", "tokenizer.json", "state.json")
 CHECKSUMS = "checksums.json"  # {file name: SHA-256 hex digest} of every name in FILES
-LIVE_READ_ATTEMPTS = 5  # reads of a live run's LATEST, when the checkpoint read is replaced meanwhile
 
 
 def _json_text(data) -> str:
@@ -128,20 +133,33 @@ def _write_checkpoint_files(directory: Path, params, optimizer_state, config, to
 
 def file_sha256(path: Path) -> str:
     """The SHA-256 hex digest of a file, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
+        return _sha256(f)
+
+
+def _sha256(file: BinaryIO) -> str:
+    digest = hashlib.sha256()
+    file.seek(0)
+    while block := file.read(1 << 20):
+        digest.update(block)
     return digest.hexdigest()
 
 
-def verify_checksums(directory: Path) -> None:
-    """``ValueError`` naming the first file whose SHA-256 is not the one ``checksums.json`` records."""
-    recorded = read_json(directory / CHECKSUMS, expect=dict)
+def verify_checksums(directory: Path, files: dict[str, BinaryIO] | None = None) -> None:
+    """``ValueError`` naming the first file whose SHA-256 is not the one ``checksums.json`` records.
+
+    ``files``: the directory's files, open (``open_checkpoint_files``); they are opened here when not given.
+    """
+    if files is None:
+        with contextlib.ExitStack() as stack:
+            return verify_checksums(directory, open_checkpoint_files(directory, stack))
+    if CHECKSUMS not in files:
+        raise FileNotFoundError(f"{directory / CHECKSUMS} does not exist")
+    recorded = _read_json(directory, files, CHECKSUMS)
     if set(recorded) != set(FILES) or not all(isinstance(v, str) for v in recorded.values()):
         raise CheckpointFileError(f"{directory / CHECKSUMS} must give a SHA-256 for each of {list(FILES)}")
     for name in FILES:
-        if file_sha256(directory / name) != recorded[name]:
+        if _sha256(files[name]) != recorded[name]:
             raise CheckpointFileError(
                 f"{directory / name} is damaged or comes from another checkpoint: its SHA-256 is not the one "
                 f"{CHECKSUMS} records"
@@ -239,8 +257,9 @@ def latest_checkpoint_dir(path: str | os.PathLike) -> Path | None:
     return path / name
 
 
-def array_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """name -> (shape, dtype) of every array in an ``.npz`` archive, from the ``.npy`` headers alone.
+def array_headers(path: Path, file: BinaryIO) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """name -> (shape, dtype) of every array in the ``.npz`` archive ``path``, open as ``file``, from the
+    ``.npy`` headers alone.
 
     No data is read, so a header claiming a terabyte costs nothing. Each
     header must be a float array whose data exactly fills its zip member.
@@ -248,7 +267,8 @@ def array_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """
     headers = {}
     try:
-        with zipfile.ZipFile(path) as archive:
+        file.seek(0)
+        with zipfile.ZipFile(file) as archive:
             for info in archive.infolist():
                 name = info.filename.removesuffix(".npy")
                 with archive.open(info) as member:
@@ -277,10 +297,11 @@ def array_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     return headers
 
 
-def _load_arrays(path: Path) -> dict[str, np.ndarray]:
-    """Every array of an ``.npz`` archive whose headers were checked; never a pickle."""
+def _load_arrays(path: Path, file: BinaryIO) -> dict[str, np.ndarray]:
+    """Every array of the ``.npz`` archive ``path``, open as ``file``, whose headers were checked; never a pickle."""
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        file.seek(0)
+        with np.load(file, allow_pickle=False) as archive:
             return {name: archive[name] for name in archive.files}
     except Exception as err:  # noqa: BLE001 -- any failure to parse these bytes is the file's fault
         raise CheckpointFileError(f"cannot read checkpoint arrays {path}: {_reason(err)}") from err
@@ -294,40 +315,80 @@ def load_checkpoint(path: str | os.PathLike) -> Checkpoint:
     parameters, or the arrays would not fit in memory (checked from their
     headers, before loading them).
 
-    A run that is training now is read without waiting for it: if the trainer
-    replaces the checkpoint that ``LATEST`` named while it is being read (and
-    removes it), the new one is read instead; an error is raised only when
-    ``LATEST`` still names the checkpoint that failed.
+    A run that is training now is read without waiting for it, whole: the
+    files of the checkpoint are read through descriptors opened first
+    (``open_live_checkpoint``), so the trainer removing it meanwhile changes nothing read.
     """
-    for attempt in range(LIVE_READ_ATTEMPTS):
-        directory = latest_checkpoint_dir(path)
-        if directory is None:
-            raise FileNotFoundError(
-                f"no checkpoint in {path}: expected {Path(path) / LATEST} or {Path(path) / 'params.npz'} "
-                f"(or, where a model is read, a Hugging Face model directory with config.json)"
-            )
+    with contextlib.ExitStack() as stack:
+        directory, files = open_live_checkpoint(path, stack)
+        return _read_checkpoint(directory, files)
+
+
+def open_live_checkpoint(path: str | os.PathLike, stack: contextlib.ExitStack) -> tuple[Path, dict[str, BinaryIO]]:
+    """The checkpoint directory ``path`` refers to (``latest_checkpoint_dir``) and its files, open in ``stack``.
+
+    A trainer may switch ``LATEST`` and remove the checkpoint it named at any
+    moment, before its files are all open: then ``LATEST`` holds another name
+    by then, and the one it names is opened. That is tried again for as long as
+    ``LATEST`` moves (each try that fails so is a checkpoint the trainer
+    completed meanwhile: progress, not a count of tries); an error is raised
+    when ``LATEST`` holds what it held when the try began (a trainer saves no
+    step twice, so a name ``LATEST`` held does not come back while it runs).
+    """
+    path = Path(path)
+    while True:
+        named = _pointer(path)
         try:
-            return _load_checkpoint_directory(directory)
+            directory = latest_checkpoint_dir(path)
+            if directory is None:
+                raise FileNotFoundError(
+                    f"no checkpoint in {path}: expected {path / LATEST} or {path / 'params.npz'} "
+                    f"(or, where a model is read, a Hugging Face model directory with config.json)"
+                )
+            with contextlib.ExitStack() as attempt:
+                files = open_checkpoint_files(directory, attempt)
+                stack.enter_context(attempt.pop_all())
+                return directory, files
         except (OSError, ValueError):
-            if attempt + 1 == LIVE_READ_ATTEMPTS or directory == Path(path) or _live(Path(path)) == directory:
+            if _pointer(path) == named:
                 raise
-    raise AssertionError("unreachable")
 
 
-def _load_checkpoint_directory(directory: Path) -> Checkpoint:
+def _pointer(path: Path) -> bytes | None:
+    """What ``path``'s ``LATEST`` holds now (None: no such file), to tell whether it moved."""
+    try:
+        return (path / LATEST).read_bytes()
+    except OSError:
+        return None
+
+
+def open_checkpoint_files(directory: Path, stack: contextlib.ExitStack) -> dict[str, BinaryIO]:
+    """name -> every file of a checkpoint directory (its ``checksums.json`` too, where it has one), open for
+    reading in ``stack``; a ``ValueError`` naming those it lacks."""
     missing = [name for name in FILES if not (directory / name).is_file()]
     if missing:
         raise ValueError(f"checkpoint {directory} is incomplete: missing {', '.join(missing)}")
-    if (directory / CHECKSUMS).is_file():  # checkpoints of numforge 0.1.0 have none: their files are still checked
-        verify_checksums(directory)
+    # asked before FILES are opened: a directory removed by then fails to open them, not to open checksums.json
+    names = (CHECKSUMS, *FILES) if (directory / CHECKSUMS).is_file() else FILES  # numforge 0.1.0 wrote none
+    return {name: stack.enter_context(open(directory / name, "rb")) for name in names}
+
+
+def _read_json(directory: Path, files: dict[str, BinaryIO], name: str) -> dict:
+    """The JSON object in the open file ``name`` of ``directory`` (``files.parse_json``'s checks and messages)."""
+    files[name].seek(0)
+    return parse_json(files[name].read(), str(directory / name), expect=dict)
+
+
+def _read_checkpoint(directory: Path, files: dict[str, BinaryIO]) -> Checkpoint:
+    if CHECKSUMS in files:  # checkpoints of numforge 0.1.0 have none: their files are still checked
+        verify_checksums(directory, files)
     jsons = {
-        name: read_json(directory / f"{name}.json", expect=dict)
-        for name in ("optimizer", "config", "tokenizer", "state")
+        name: _read_json(directory, files, f"{name}.json") for name in ("optimizer", "config", "tokenizer", "state")
     }
     optimizer_state = jsons["optimizer"]
     _check_optimizer_json(optimizer_state, directory / "optimizer.json")
-    param_headers = array_headers(directory / "params.npz")
-    moment_headers = array_headers(directory / "optimizer.npz")
+    param_headers = array_headers(directory / "params.npz", files["params.npz"])
+    moment_headers = array_headers(directory / "optimizer.npz", files["optimizer.npz"])
     shapes = {name: shape for name, (shape, _) in param_headers.items()}
     for kind in ("m", "v"):
         moments = {k[2:]: shape for k, (shape, _) in moment_headers.items() if k.startswith(f"{kind}/")}
@@ -336,8 +397,8 @@ def _load_checkpoint_directory(directory: Path) -> Checkpoint:
         math.prod(shape) * dtype.itemsize for shape, dtype in [*param_headers.values(), *moment_headers.values()]
     )
     check_fits(stored, f"loading checkpoint {directory} (its arrays)")
-    params = _load_arrays(directory / "params.npz")
-    arrays = _load_arrays(directory / "optimizer.npz")
+    params = _load_arrays(directory / "params.npz", files["params.npz"])
+    arrays = _load_arrays(directory / "optimizer.npz", files["optimizer.npz"])
     for kind in ("m", "v"):
         optimizer_state[kind] = {k[2:]: a for k, a in arrays.items() if k.startswith(f"{kind}/")}
     return Checkpoint(
@@ -443,9 +504,16 @@ def _difference(expected: dict, stored: dict) -> str:
 def model_config(path: str | os.PathLike) -> GPTConfig:
     """The ``GPTConfig`` of what ``load_model`` reads at ``path``: a Hugging Face directory's config.json
     (no weight read) or a checkpoint's config.json."""
-    if latest_checkpoint_dir(path) is None and (Path(path) / "config.json").is_file():
+    if _pretrained(path):
         return pretrained_config(path)
     return checkpoint_config(load_checkpoint(path))
+
+
+def _pretrained(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a Hugging Face model directory: a config.json, and no checkpoint of numforge's (its
+    ``LATEST`` is not followed here: a trainer may be removing what it names; ``load_checkpoint`` follows it)."""
+    path = Path(path)
+    return (path / "config.json").is_file() and not any((path / name).is_file() for name in ("params.npz", LATEST))
 
 
 def check_finite_params(checkpoint: Checkpoint) -> None:
@@ -471,7 +539,7 @@ def load_model(
     vocabulary is not the model's, naming the files. ``trust_pattern``:
     see ``BPETokenizer.from_dict``.
     """
-    if latest_checkpoint_dir(path) is None and (Path(path) / "config.json").is_file():
+    if _pretrained(path):
         return load_pretrained(path, dtype, trust_pattern)  # not numforge's: a Hugging Face directory
     checkpoint = load_checkpoint(path)
     check_finite_params(checkpoint)

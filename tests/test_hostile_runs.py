@@ -17,7 +17,7 @@ import pytest
 from helpers import make_tiny_run, processes_mentioning, signal_at, subprocess_env, tiny_run
 from kill_runs import KEPT, check_directory, flags, kill_and_resume, numforge, write_corpus
 
-from numforge import checkpoint, cli, interrupts, locks
+from numforge import backend, checkpoint, cli, interrupts, locks
 from numforge.checkpoint import load_checkpoint
 from numforge.training import LOSS_CSV
 
@@ -83,7 +83,7 @@ def test_a_second_trainer_is_refused_while_the_first_runs_and_readers_are_not(ro
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        read_until(job.stderr, "step 2: train loss", job)
+        read_until(job.stderr, "step 3: train loss", job)  # printed once checkpoint 2 is written, not before
         in_use = f"numforge train: run {run} is in use by process {job.pid} (started "
         for second in (["--resume", str(run)], [*flags(root, 10), "--out", str(run)]):
             assert cli.main(["train", *second]) == 2
@@ -185,21 +185,90 @@ def test_a_second_signal_in_a_checkpoint_write_aborts_at_once_and_keeps_the_prev
 # ---------------------------------------------------------------- readers, fine-tuning
 
 
-def test_a_reader_of_a_live_run_reads_the_new_checkpoint_when_the_one_it_reads_is_replaced(tmp_path, monkeypatch):
+def a_trainer_saving_at(monkeypatch, run: Path, owner, name: str, saves: int, after: bool) -> list[int]:
+    """Make ``owner.name`` save a new checkpoint of ``run`` at each of its first ``saves`` calls (after the call,
+    or before it), as a trainer saving meanwhile would: ``LATEST`` switches to it and the one before is removed.
+    Checkpoint ``k`` holds the parameters and moments of the run's last checkpoint plus ``k``; returns the steps
+    saved so far."""
+    now, original, saved, saving = load_checkpoint(run), getattr(owner, name), [], []
+
+    def save():
+        if len(saved) < saves and not saving:  # not in the calls that saving itself makes
+            saving.append(True)
+            step = now.state["step"] + 1 + len(saved)
+            shifted = {kind: {k: a + step for k, a in now.optimizer_state[kind].items()} for kind in ("m", "v")}
+            checkpoint.save_checkpoint(
+                run, step=step, params={k: a + step for k, a in now.params.items()}, config=now.config,
+                optimizer_state={**now.optimizer_state, **shifted}, tokenizer=now.tokenizer,
+                state={**now.state, "step": step},
+            )  # fmt: skip
+            saved.append(step)
+            saving.clear()
+
+    def meanwhile(*args, **kwargs):
+        if not after:
+            save()
+        result = original(*args, **kwargs)
+        if after:
+            save()
+        return result
+
+    monkeypatch.setattr(owner, name, meanwhile)
+    return saved
+
+
+def assert_whole(read, first, step: int) -> None:
+    """``read`` is checkpoint ``step`` of ``a_trainer_saving_at`` (or the run's own, step ``first``), whole."""
+    shift = 0 if step == first.state["step"] else step
+    assert read.path.name == f"ckpt-{step:08d}" and read.state["step"] == step
+    assert read.params.keys() == first.params.keys()
+    for name, array in first.params.items():
+        assert np.array_equal(read.params[name], array + shift), name
+        for kind in ("m", "v"):
+            assert np.array_equal(read.optimizer_state[kind][name], first.optimizer_state[kind][name] + shift)
+
+
+def test_a_reader_of_a_live_run_reads_its_checkpoint_whole_while_the_trainer_removes_it(tmp_path, monkeypatch):
     run = make_tiny_run(tmp_path)
-    verify, calls = checkpoint.verify_checksums, []
-    now = load_checkpoint(run)
-
-    def a_trainer_saves_meanwhile(directory):
-        if not calls:  # the trainer writes step 5 and removes step 4 while this reader reads step 4
-            calls.append(directory.name)
-            parts = {"params": now.params, "optimizer_state": now.optimizer_state, "config": now.config}
-            checkpoint.save_checkpoint(run, step=5, tokenizer=now.tokenizer, state={**now.state, "step": 5}, **parts)
-        return verify(directory)
-
-    monkeypatch.setattr(checkpoint, "verify_checksums", a_trainer_saves_meanwhile)
+    first = load_checkpoint(run)
+    # the trainer writes a checkpoint and removes the one before as the reader reads each archive's arrays: the
+    # reader reads on through the files it has open (an earlier reader, reading by name, tried again 5 times)
+    saved = a_trainer_saving_at(monkeypatch, run, checkpoint, "array_headers", saves=8, after=False)
     read = load_checkpoint(run)
-    assert calls == ["ckpt-00000004"] and read.path.name == "ckpt-00000005" and read.state["step"] == 5
+    assert first.state["step"] == 4 and saved == [5, 6] and not (run / "ckpt-00000004").exists()
+    assert_whole(read, first, 4)
+
+
+def test_a_reader_of_a_live_run_opens_the_newer_checkpoint_as_long_as_latest_moves(tmp_path, monkeypatch):
+    run = make_tiny_run(tmp_path)
+    first = load_checkpoint(run)
+    # each time the reader has read LATEST, the trainer replaces the checkpoint it names before the reader opens
+    # it, 12 times (an earlier reader gave up after 5 tries): each try that fails so saw LATEST move
+    saved = a_trainer_saving_at(monkeypatch, run, checkpoint, "latest_checkpoint_dir", saves=12, after=True)
+    read = load_checkpoint(run)
+    assert saved == list(range(5, 17))
+    assert_whole(read, first, 16)
+    monkeypatch.undo()  # the trainer goes on: 12 more checkpoints while ``sample``'s loader reads LATEST
+    saved = a_trainer_saving_at(monkeypatch, run, checkpoint, "latest_checkpoint_dir", saves=12, after=True)
+    model, _ = checkpoint.load_model(run)
+    assert saved == list(range(17, 29))
+    for name, array in read.params.items():  # checkpoint 28 holds checkpoint 16's parameters plus 28
+        assert np.array_equal(backend.to_numpy(model.params[name]), array + 28), name
+
+
+def test_a_reader_of_a_live_run_looks_again_when_the_checkpoint_latest_names_is_gone_when_it_looks(
+    tmp_path, monkeypatch
+):
+    run = make_tiny_run(tmp_path)
+    first = load_checkpoint(run)
+
+    class Name:  # the reader checks the name LATEST holds, then looks for that directory: removed meanwhile
+        fullmatch = staticmethod(checkpoint._NAME.fullmatch)
+
+    monkeypatch.setattr(checkpoint, "_NAME", Name)
+    saved = a_trainer_saving_at(monkeypatch, run, Name, "fullmatch", saves=3, after=True)
+    assert_whole(load_checkpoint(run), first, 7)
+    assert saved == [5, 6, 7]
 
 
 def test_init_from_a_small_model_takes_its_context_as_the_default_sequence_length(tmp_path, capsys):
