@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..backend import to_numpy
+from ..checks import is_int
 from ..ops import EXACT
 
 SCALE_EXACT = 1e-5  # a wrong gradient this close to a multiple of the true one is that multiple (eps, rounding)
@@ -130,7 +131,7 @@ def shape_note(result, axes: Mapping[str, str] | None, features: Mapping[str, ob
     letters = (axes or {}).get(result.argument, "").split()
     if len(mine) != len(want) or len(letters) != len(want):
         return note
-    sizes = {name: value for name, value in features.items() if isinstance(value, int) and not isinstance(value, bool)}
+    sizes = {name: value for name, value in features.items() if is_int(value)}
     for axis, (got, expected, letter) in enumerate(zip(mine, want, letters)):
         if got != expected:
             alike = [name for name, value in sizes.items() if value == got and name != letter]
