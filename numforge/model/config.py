@@ -10,7 +10,7 @@ The defaults are GPT-2's: LayerNorm, learned positions, GELU (tanh), biases
 everywhere, tied unembedding. The components come from registries (the
 config validates against them): ``norm`` from ``ops.norms.NORMS``,
 ``position`` from ``model.positions.POSITIONS``, ``activation`` from
-``ops.activations.ACTIVATIONS``. The modern decoder's options:
+``ops.activations.ACTIVATIONS``, ``attention`` from ``model.attention_branch.KERNELS``. The modern decoder's options:
 
 - ``num_kv_heads`` (default ``num_heads``): grouped-query attention, each
   key/value head shared by ``num_heads / num_kv_heads`` query heads (1: MQA);
@@ -50,9 +50,10 @@ from ..checks import check_bool, check_positive_int, is_real
 from ..ops.activations import ACTIVATIONS, GELU_APPROXIMATIONS
 from ..ops.norms import NORMS
 from ..ops.rope import check_rope_scaling
+from .attention_branch import KERNELS
 from .positions import POSITIONS
 
-ATTENTION_KINDS = ("tiled", "plain")  # the tiled kernel, or the plain one that holds (B,H,T,T): the oracle
+ATTENTION_KINDS = tuple(KERNELS)  # the tiled kernel, or the plain one that holds (B,H,T,T): the oracle
 QK_NORM_ORDERS = ("before_rope", "after_rope")  # QK-norm then the rotation (Qwen3), or the reverse (nanochat)
 BIAS_SWITCHES = ("qkv_bias", "out_bias", "mlp_bias", "norm_bias")
 ACTIVATION_OPTION_FIELDS = {"approximate": "gelu_approximate"}  # an activation's option -> the field that holds it
