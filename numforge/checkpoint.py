@@ -182,8 +182,7 @@ def save_checkpoint(
     Arrays may be NumPy or CuPy (saved through ``to_numpy``). ``keep`` is how
     many complete checkpoints stay on disk (the newest ones).
     """
-    if not isinstance(step, int) or step < 0:
-        raise ValueError(f"step must be a non-negative int, got {step!r}")
+    check_int_value(step, "step", minimum=0)
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
     run_dir = Path(run_dir)

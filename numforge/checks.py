@@ -36,6 +36,11 @@ def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def is_integer(value: object) -> bool:
+    """A Python or NumPy integer that is not a bool (``np.uint64(7)`` is; ``True`` and ``7.0`` are not)."""
+    return is_int(value) or isinstance(value, np.integer)
+
+
 def _integers(minimum: int | None, maximum: int | None) -> str:
     """The integers from ``minimum`` to ``maximum`` (None: unbounded), in words: "an integer in [0, 3]"."""
     if minimum is not None and maximum is not None:

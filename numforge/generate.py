@@ -31,7 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .backend import asarray, to_numpy
-from .checks import check_positive_int
+from .checks import check_int_value, check_number, check_positive_int, is_real
 
 RUN_SAMPLE = dict(prompt="", max_new_tokens=60, temperature=0.8, seed=0)  # the sample a run ends with
 
@@ -48,11 +48,10 @@ class Generation(NamedTuple):
 
 def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
     """``ValueError`` unless temperature >= 0, top_k >= 1 (or None), 0 < top_p <= 1 (or None)."""
-    if not isinstance(temperature, (int, float)) or not temperature >= 0 or temperature == float("inf"):
-        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    check_number(temperature, "temperature", 0)
     if top_k is not None:
         check_positive_int(top_k, "top_k")
-    if top_p is not None and (not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0):
+    if top_p is not None and (not is_real(top_p) or not 0.0 < top_p <= 1.0):
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
 
 
@@ -203,8 +202,7 @@ def generate(
     one or several; numforge's own: ``<|endoftext|>``), which is not part of the returned text. Only ids
     the tokenizer can decode are sampled (a model's vocabulary may be padded beyond the tokenizer's).
     """
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    check_int_value(max_new_tokens, "max_new_tokens", minimum=0)
     stop_ids = tokenizer.eos_ids
     prompt_ids = prompt_token_ids(tokenizer, prompt, model.config.max_seq_len, on_notice)
     decoder = tokenizer.incremental_decoder()

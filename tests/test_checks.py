@@ -39,6 +39,16 @@ def test_is_real_excludes_bools_and_strings(value, real):
 
 
 @pytest.mark.parametrize(
+    "value, python, any_integer",
+    [(3, True, True), (2**70, True, True), (np.int64(3), False, True), (np.uint64(2**63), False, True),
+     (True, False, False), (np.bool_(True), False, False), (3.0, False, False), ("3", False, False)],
+)  # fmt: skip
+def test_is_int_is_a_python_int_and_is_integer_a_numpy_one_too(value, python, any_integer):
+    assert checks.is_int(value) is python
+    assert checks.is_integer(value) is any_integer
+
+
+@pytest.mark.parametrize(
     "value, bounds, message",
     [
         (-1, {"minimum": 0}, "step must be an integer >= 0, got -1"),

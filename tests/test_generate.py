@@ -60,6 +60,8 @@ def test_sampling_follows_the_distribution_and_greedy_is_argmax():
     "kwargs, message",
     [
         ({"temperature": -1.0}, "temperature must be a finite number >= 0"),
+        ({"temperature": True}, "temperature must be a finite number >= 0, got True"),
+        ({"top_p": True}, r"top_p must be in \(0, 1\] or None, got True"),
         ({"top_k": 0}, "top_k must be a positive integer, got 0"),
         ({"top_k": True}, "top_k must be a positive integer, got True"),
         ({"top_p": 0.0}, r"top_p must be in \(0, 1\]"),
@@ -187,6 +189,12 @@ def test_generate_streams_exactly_the_decoded_text(tokenizer):
     result = generate(model, tokenizer, "the cat", 30, temperature=1.0, seed=2, on_text=pieces.append)
     assert "".join(pieces) == result.text == tokenizer.decode(result.ids)
     assert len(result.ids) == 30 and result.prompt_ids == tokenizer.encode("the cat")
+
+
+@pytest.mark.parametrize("count", [-1, True, 2.0])
+def test_a_bad_max_new_tokens_is_named(tokenizer, count):
+    with pytest.raises(ValueError, match=f"max_new_tokens must be an integer >= 0, got {count!r}"):
+        generate(tiny_model(vocab_size=tokenizer.vocab_size), tokenizer, "the cat", count)
 
 
 def test_multibyte_characters_stream_whole(tokenizer):

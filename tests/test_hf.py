@@ -225,7 +225,10 @@ def numforge_model(dtype="float32", **options):
     return GPT(config, seed=3, dtype=dtype)
 
 
-@pytest.mark.parametrize("options", [{}, {"tie_weights": False, "activation": "relu"}, {"gelu_approximate": "none"}])
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"tie_weights": False, "activation": "relu"}, {"gelu_approximate": "none"}, {"activation": "relu2"}],
+)
 def test_numforge_to_hf_to_numforge_is_bit_identical(tmp_path, options):
     for dtype in ("float32", "float64"):
         model = numforge_model(dtype, **options)

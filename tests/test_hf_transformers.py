@@ -11,7 +11,10 @@ from hf_dirs import DOCS, tiny_tokenizer
 from numforge import backend
 from numforge.generate import generate_ids
 from numforge.hf import load_pretrained, save_pretrained
+from numforge.hf.gpt2 import MLP_INPUTS
 from numforge.model import GPT, GPTConfig
+from numforge.model.config import activation_fields
+from numforge.ops.activations import ACTIVATIONS
 from numforge.tokenizer.interop import export_gpt2
 
 torch = pytest.importorskip("torch")
@@ -58,6 +61,7 @@ CONFIGS = {
     "gelu_pytorch_tanh": {"activation_function": "gelu_pytorch_tanh"},
     "gelu_fast": {"activation_function": "gelu_fast"},
     "relu": {"activation_function": "relu"},
+    "relu2": {"activation_function": "relu2"},
     "layer_norm_epsilon 1e-3": {"layer_norm_epsilon": 1e-3},
 }
 
@@ -153,8 +157,20 @@ def test_hf_to_numforge_to_hf_keeps_every_tensor(tmp_path):
             assert after[key].dtype == array.dtype and after[key].tobytes() == array.tobytes(), key
 
 
-def test_transformers_opens_a_numforge_export(tmp_path):
-    config = GPTConfig(vocab_size=300, max_seq_len=48, d_model=32, num_heads=4, num_layers=2, tie_weights=False)
+# every activation a GPT-2 MLP can hold, in each form transformers has a name for: "gelu tanh", "gelu none", "relu"
+EXPORTED_ACTIVATIONS = {
+    " ".join((name, *options.values())): {"activation": name, **activation_fields(options)}
+    for name, activation in ACTIVATIONS.items()
+    if activation.inputs == MLP_INPUTS
+    for options in activation.hf_names.values()
+}
+
+
+@pytest.mark.parametrize("activation", EXPORTED_ACTIVATIONS.values(), ids=EXPORTED_ACTIVATIONS.keys())
+def test_transformers_opens_a_numforge_export(tmp_path, activation):
+    config = GPTConfig(
+        vocab_size=300, max_seq_len=48, d_model=32, num_heads=4, num_layers=2, tie_weights=False, **activation
+    )
     model, tokenizer = GPT(config, seed=5), tiny_tokenizer()
     save_pretrained(model, tokenizer, tmp_path / "export")
     hf_model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "export").eval()

@@ -62,6 +62,8 @@ def test_bad_input_is_named():
         layer_norm_forward(x, randn(4, 1))
     with pytest.raises(ValueError, match="eps must be a number >= 0, got -1"):
         layer_norm_forward(x, randn(4), eps=-1)
+    with pytest.raises(ValueError, match="eps must be a number >= 0, got True"):
+        layer_norm_forward(x, randn(4), eps=True)
 
 
 def test_upstream_gradient_of_another_shape_is_named():

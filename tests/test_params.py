@@ -35,6 +35,15 @@ def test_the_default_run_by_hand():
     assert flops_per_token(DEFAULT_RUN, seq_len=128) - flops_per_token(DEFAULT_RUN) == 12 * L * 64 * C
 
 
+@pytest.mark.parametrize(
+    "flags, shown",
+    [([], "gelu (tanh), "), (["--gelu", "exact"], "gelu (exact), "), (["--activation", "relu"], "relu, ")],
+)
+def test_params_names_the_activations_form(capsys, flags, shown):
+    assert main(["params", *flags]) == 0
+    assert f"d_ff {4 * 96}, {shown}vocabulary" in capsys.readouterr().out
+
+
 def test_params_prints_the_default_train_model(capsys):
     assert main(["params"]) == 0
     out = capsys.readouterr().out

@@ -10,6 +10,7 @@ from numforge.backend import default_rng, to_numpy
 from numforge.gradcheck import all_cases
 from numforge.gradcheck.model import OPTIONS, TINY, randomized_model, tiny_batch
 from numforge.model import GPTConfig
+from numforge.model.config import activation_fields
 from numforge.model.reference import reference_backward, reference_forward
 from numforge.ops.activations import ACTIVATIONS
 
@@ -97,6 +98,15 @@ def test_every_component_has_a_whole_model_gradient_check(component):
         option for option, settings in OPTIONS.items() if getattr(GPTConfig(**{**TINY, **settings}), field) == name
     ]
     assert selecting and all(f"model[{option}]" in CASES for option in selecting), component
+
+
+@pytest.mark.parametrize("name", list(ACTIVATIONS))
+def test_an_activations_forms_and_hf_names_set_every_option_it_takes(name):
+    activation = ACTIVATIONS[name]
+    for options in (*activation.forms.values(), *activation.hf_names.values()):
+        assert set(options) == set(activation.options), options
+        config = GPTConfig(**TINY, activation=name, **activation_fields(options))
+        assert config.activation_options() == options
 
 
 @pytest.mark.parametrize("pair", list(OP_PAIRS))

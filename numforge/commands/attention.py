@@ -7,6 +7,7 @@ import argparse
 import numpy as np
 
 from ..checks import path_flag
+from ..model.attention_branch import KERNELS, ORACLE_KERNEL
 from ..resources import check_output_file
 from ..study.attention import (
     attention_scores,
@@ -50,14 +51,14 @@ def run(args: argparse.Namespace) -> int:
     heads = _chosen(args.head, model.config.num_heads, "--head")
     prompt = run_prompt(model, tokenizer, args.prompt)
     weights = model_attention_weights(prompt.cache)  # per layer (1,H,T,T)
-    if model.config.attention == "tiled":
+    about = KERNELS[model.config.attention].weights
+    if model.config.attention != ORACLE_KERNEL:
         oracle = model_attention_weights(run_prompt(plain_twin(model), tokenizer, args.prompt).cache)
-        print(
-            "tiled attention keeps no weights: rebuilt from the log-sum-exp L it saves, P = exp(S - L); "
-            f"max |P - P_plain| = {max_difference(weights, oracle):.2e} against the weights the plain path keeps"
+        about += (
+            f"; max |P - P_{ORACLE_KERNEL}| = {max_difference(weights, oracle):.2e} against the weights the "
+            f"{ORACLE_KERNEL} path keeps"
         )
-    else:
-        print("plain attention keeps its weights: read from its cache (AttentionCache.probs)")
+    print(about)
     T = len(prompt.ids)
     masked = np.triu(np.ones((T, T), dtype=bool), k=1)  # causal: query i sees keys j <= i
     what = "scores s q.k, before the mask" if args.scores else "attention weights"

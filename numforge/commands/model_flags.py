@@ -21,13 +21,13 @@ from dataclasses import fields
 from ..checks import float_between, int_at_least
 from ..model import ATTENTION_KINDS, POSITIONS, GPTConfig
 from ..model.config import ARCHS, QK_NORM_ORDERS
-from ..ops.activations import ACTIVATIONS
+from ..ops.activations import ACTIVATIONS, GELU_FORMS
 from ..ops.norms import NORMS
 from ..training.spec import RUN_DEFAULTS
 
 PROBABILITY = float_between(0, 1, high_open=True)  # an argparse type: "--dropout 1" names the flag and [0, 1)
 POSITIVE = float_between(0, low_open=True)
-GELU_FLAG_VALUES = {"tanh": "tanh", "exact": "none"}  # --gelu value -> GPTConfig.gelu_approximate
+GELU_FLAG_VALUES = {form: options["approximate"] for form, options in GELU_FORMS.items()}  # --gelu -> gelu_approximate
 
 
 def gelu_form(text: str) -> str:

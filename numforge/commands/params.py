@@ -59,11 +59,12 @@ def breakdown(config: GPTConfig) -> str:
     """The two tables: parameters per component, training FLOPs per token per part; then the KV cache per token."""
     L, C, V, T = config.num_layers, config.d_model, config.vocab_size, config.max_seq_len
     H, H_kv, D = config.num_heads, config.num_kv_heads, config.head_dim
-    gelu = f" ({'exact' if config.gelu_approximate == 'none' else 'tanh'})" if config.activation == "gelu" else ""
+    forms = ACTIVATIONS[config.activation].forms.items()
+    form = next((f" ({name})" for name, options in forms if options == config.activation_options()), "")
     qk_norm = f", QK-norm {config.qk_norm_order.replace('_', ' ')}" if config.qk_norm else ""
     lines = [
         f"model: {L} layers, d_model {C}, {H} heads of width {D}, {H_kv} key/value heads, d_ff {config.d_ff}, "
-        f"{config.activation}{gelu}, vocabulary {V}, context {T}; {config.norm} norms"
+        f"{config.activation}{form}, vocabulary {V}, context {T}; {config.norm} norms"
         f"{'' if config.norm_weight else ' without weights'}{qk_norm}, {config.position} positions, "
         f"{'tied' if config.tie_weights else 'untied'} unembedding"
         f"{', scaled embeddings' if config.scale_embeddings else ''}, {_biases(config)}",

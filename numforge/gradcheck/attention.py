@@ -18,11 +18,11 @@ from __future__ import annotations
 import numpy as np
 
 from .. import backend
+from ..ops import Invariant
 from ..ops.attention import attention_backward, attention_forward
 from ..ops.flash_attention import flash_attention_backward, flash_attention_forward
 from ..ops.scores import SCORE_MODIFIERS
 from .cases import Case, op_case
-from .diagnose import Invariant
 
 AXES = {"q": "B H Tq D", "k": "B H_kv Tk D", "v": "B H_kv Tk Dv"}  # H_kv = H but in the gqa, mqa cases
 KEYS_INVARIANT = Invariant(

@@ -9,7 +9,7 @@ one ``n`` (finite differences):
   counted twice; ``s = 1.73 = sqrt(3)``: a missing ``1/sqrt(D)``);
 - the worst coordinate, with both values; where one of them is exactly zero and
   the other is not (a mask, a kink, an unused row);
-- the op's invariants (``Invariant``): what every right gradient satisfies,
+- the op's invariants (``ops.Invariant``, declared with its checks): what every right gradient satisfies,
   and the term that makes it so. LayerNorm: each row of ``dx`` sums to 0 (the
   mean path) and is orthogonal to ``xhat`` (the variance path); softmax: each
   row of ``dS`` sums to 0, seen from outside attention as ``dk`` summing to 0
@@ -22,56 +22,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..backend import to_numpy
+from ..checks import is_int
+from ..ops import EXACT
 
-EXACT = 1e-6  # a relative residual below this is "the same up to rounding" (the checker's threshold is 1e-7)
 SCALE_EXACT = 1e-5  # a wrong gradient this close to a multiple of the true one is that multiple (eps, rounding)
-
-
-@dataclass(frozen=True)
-class Invariant:
-    """What the true gradient of ``argument`` satisfies: ``terms(inputs, grad)`` sum to 0 along ``axis`` (up to
-    ``tol`` of their absolute sum). ``statement`` says what holds, ``term`` which part of the backward makes it
-    hold: what a gradient that breaks it is missing."""
-
-    argument: str
-    statement: str
-    term: str
-    terms: Callable[[Mapping, np.ndarray], np.ndarray]
-    axis: int = -1
-    tol: float = EXACT
-
-    def values(self, inputs: Mapping, grad) -> np.ndarray:
-        """The sums that are zero for the true gradient, flat, in float64."""
-        return self._sums(inputs, grad)[0]
-
-    def _sums(self, inputs: Mapping, grad) -> tuple[np.ndarray, np.ndarray]:
-        numpy_inputs = {k: (to_numpy(v) if hasattr(v, "shape") else v) for k, v in inputs.items()}
-        terms = np.asarray(self.terms(numpy_inputs, np.asarray(grad, dtype=np.float64)), dtype=np.float64)
-        return terms.sum(axis=self.axis).reshape(-1), np.abs(terms).sum(axis=self.axis).reshape(-1)
-
-    def holds(self, inputs: Mapping, grad) -> bool:
-        sums, size = self._sums(inputs, grad)
-        return bool(np.all(np.abs(sums) <= self.tol * np.maximum(size, 1e-300)))
-
-    def notes(self, result, inputs: Mapping) -> list[str]:
-        if result.argument != self.argument or result.analytic is None or result.reference is None:
-            return []
-        if not self.holds(inputs, result.reference):
-            return []  # not an invariant of this case (it cannot name a missing term)
-        if self.holds(inputs, result.analytic):
-            return [f"still true of yours: {self.statement}"]
-        mine, true = self.values(inputs, result.analytic), self.values(inputs, result.reference)
-        shown = ", ".join(f"{v:.3g}" for v in mine[:4]) + (", ..." if mine.size > 4 else "")
-        return [
-            f"{self.statement} for the true gradient (to {np.max(np.abs(true)):.1e}), but yours gives {shown}: "
-            f"{self.term} is missing or wrong"
-        ]
 
 
 @dataclass(frozen=True)
@@ -171,7 +131,7 @@ def shape_note(result, axes: Mapping[str, str] | None, features: Mapping[str, ob
     letters = (axes or {}).get(result.argument, "").split()
     if len(mine) != len(want) or len(letters) != len(want):
         return note
-    sizes = {name: value for name, value in features.items() if isinstance(value, int) and not isinstance(value, bool)}
+    sizes = {name: value for name, value in features.items() if is_int(value)}
     for axis, (got, expected, letter) in enumerate(zip(mine, want, letters)):
         if got != expected:
             alike = [name for name, value in sizes.items() if value == got and name != letter]

@@ -14,11 +14,13 @@ against the textbook model, ``model/reference.py``.
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 
 from ..backend import asarray, default_rng
 from ..model import GPT, POSITIONS, GPTConfig
-from ..model.config import ARCHS
+from ..model.config import ARCHS, activation_fields
 from ..model.reference import reference_backward, reference_forward
 from ..ops.activations import ACTIVATIONS
 from ..ops.norms import NORMS
@@ -31,28 +33,37 @@ BATCH, SEQ = 2, 7
 MAX_COORDS = 12  # sampled coordinates per parameter tensor
 DROPOUT_SEED = 5
 
-LLAMA3_SCALING = {  # Llama 3.1's frequency scaling, its original context shrunk to the tiny model's
-    "rope_type": "llama3",
-    "factor": 8.0,
-    "low_freq_factor": 1.0,
-    "high_freq_factor": 4.0,
-    "original_max_position_embeddings": 4,
-}
+DEFAULTS = {f.name: f.default for f in fields(GPTConfig)}
 GQA = {"num_heads": 4, "num_kv_heads": 2}  # two query heads per key/value head (head width 8 / 4 = 2)
 LLAMA = {**ARCHS["llama"], "num_kv_heads": 1}  # TINY's two query heads share one key/value head
 QWEN3 = {**ARCHS["llama"], **GQA, "qk_norm": True, "qk_norm_order": "before_rope", "head_dim": 6}  # H D != C
 
-OPTIONS = {  # every entry of each registry (norms, positions, activations), then the other options
+
+def _is_default(settings: dict) -> bool:
+    return all(DEFAULTS[field] == value for field, value in settings.items())
+
+
+OPTIONS = {  # every entry of each registry (norms, positions, activations) and its forms, then the other options
     **{name: {"activation": name} for name in ACTIVATIONS},
-    **{name: {"norm": name} for name in NORMS if name != "layernorm"},
+    **{name: {"norm": name} for name in NORMS if name != DEFAULTS["norm"]},
     **{
         f"{name}_without_weight": {"norm": name, "norm_weight": False}
         for name, n in NORMS.items()
         if "weight" in n.optional
     },
     **{f"{name}_qk_norm": {"norm": name, "qk_norm": True} for name in NORMS},
-    **{f"{name}_positions": {"position": name} for name in POSITIONS if name != "learned"},
-    "gelu_exact": {"gelu_approximate": "none"},
+    **{f"{name}_positions": {"position": name} for name in POSITIONS if name != DEFAULTS["position"]},
+    **{
+        f"{name}_{form}": {"activation": name, **activation_fields(options)}
+        for name, activation in ACTIVATIONS.items()
+        for form, options in activation.forms.items()
+        if not _is_default(activation_fields(options))
+    },  # every form of an activation but the default one: gelu_exact
+    **{
+        f"{name}_{variant}": {"position": name, **settings}
+        for name, scheme in POSITIONS.items()
+        for variant, settings in scheme.variants.items()
+    },  # rope_linear, rope_llama3
     "untied": {"tie_weights": False},
     "no_bias": {"use_bias": False},
     "qkv_bias_only": {"use_bias": False, "qkv_bias": True},  # Qwen2
@@ -63,8 +74,6 @@ OPTIONS = {  # every entry of each registry (norms, positions, activations), the
     "gqa_plain_attention": {**GQA, "attention": "plain"},
     "plain_attention": {"attention": "plain"},
     "sinusoidal_scaled": {"position": "sinusoidal", "scale_embeddings": True},
-    "rope_linear": {"position": "rope", "rope_scaling": {"rope_type": "linear", "factor": 2.0}, "rope_theta": 500.0},
-    "rope_llama3": {"position": "rope", "rope_scaling": LLAMA3_SCALING},
     "qk_norm_before_rope": {"position": "rope", "norm": "rmsnorm", "qk_norm": True, "qk_norm_order": "before_rope"},
     "qk_norm_after_rope": {"position": "rope", "norm": "rmsnorm", "qk_norm": True, "qk_norm_order": "after_rope"},
     "llama": LLAMA,
@@ -134,13 +143,13 @@ def check_model(option: str, learner=None) -> list[GradResult]:
 
 
 def describe(function: str) -> str:
-    model = randomized_model(OPTIONS["gelu"])
+    model = randomized_model({})  # the default model: the case named after its activation
     shapes = ", ".join(f"{name} {'x'.join(map(str, p.shape))}" for name, p in model.params.items())
     return (
         "The gradient of the loss for every parameter: a dict with the names, shapes and dtype of self.params (in "
         "its order), from the ModelCache that forward returns. A table used twice (the tied token embedding) has "
         "one gradient: the sum of what each use sends back.\n\n"
-        f"In the check 'model[gelu]': {shapes}."
+        f"In the check 'model[{DEFAULTS['activation']}]': {shapes}."
     )
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..backend import asarray, default_rng
 from ..model.positions import POSITIONS, rope_rows
-from ..ops import B, C, F, OpCheck, T
+from ..ops import B, C, F, Invariant, OpCheck, T
 from ..ops import normal as _randn
 from ..ops.activations import ACTIVATIONS
 from ..ops.cross_entropy import (
@@ -26,48 +26,19 @@ from ..ops.cross_entropy import (
 )
 from ..ops.dropout import dropout_backward, dropout_forward
 from ..ops.embedding import embedding_backward, embedding_forward
-from ..ops.layernorm import layer_norm_backward
 from ..ops.linear import linear_backward, linear_forward
 from ..ops.norms import NORMS
 from ..ops.rmsnorm import rms_norm_backward, rms_norm_forward
 from ..ops.rope import rope_backward, rope_forward
 from .cases import Case, op_case
 from .check import check_op
-from .diagnose import Invariant, RepeatedIds
+from .diagnose import RepeatedIds
 from .moe import CASES as MOE_CASES
 
 V = 7  # vocabulary of the cross-entropy cases
 H, D = 3, 8  # heads and head width of the QK-norm cases (D even: D/2 rotated pairs)
 
 
-def _xhat(x):
-    """The normalized rows of x (eps as in the cases: the default 1e-5)."""
-    centred = x - x.mean(axis=-1, keepdims=True)
-    return centred / np.sqrt((centred * centred).mean(axis=-1, keepdims=True) + 1e-5)
-
-
-LAYER_NORM_INVARIANTS = (
-    Invariant(
-        "x",
-        "each row of dx sums to 0",
-        "the mean path's term (mean(x) reaches every xhat: a constant added to a row of x leaves xhat as it is)",
-        lambda inputs, dx: dx,
-    ),
-    Invariant(
-        "x",
-        "each row of dx is orthogonal to xhat (up to eps / (var + eps))",
-        "the variance path's term (var(x) reaches every xhat: scaling a row's deviations leaves xhat as it is)",
-        lambda inputs, dx: dx * _xhat(inputs["x"]),
-        tol=1e-3,  # eps / (var + eps) <= 1e-3 for rows of variance 0.01 and up
-    ),
-)
-RMS_NORM_INVARIANT = Invariant(
-    "x",
-    "each row of dx is orthogonal to xhat (up to eps / (mean(x^2) + eps))",
-    "the term through rstd(x) (scaling a row of x leaves xhat as it is)",
-    lambda inputs, dx: dx * inputs["x"] / np.sqrt((inputs["x"] ** 2).mean(axis=-1, keepdims=True) + 1e-6),
-    tol=1e-3,
-)
 LOGITS_INVARIANT = Invariant(
     "logits",
     "each row of dlogits sums to 0",
@@ -156,16 +127,9 @@ def _tied_cross_entropy(name: str, forward, backward, fused: bool) -> Case:
     return op_case(name, forward, backward, inputs, options, fused=fused, invariants=(TABLE_INVARIANT,))
 
 
-INVARIANTS = {  # an op's backward -> what every right gradient of it satisfies (the grader's diagnosis)
-    layer_norm_backward: LAYER_NORM_INVARIANTS,
-    rms_norm_backward: (RMS_NORM_INVARIANT,),
-}
-
-
 def _component_cases(pair, checks: tuple[OpCheck, ...]) -> list[Case]:
     """One case per check a registry entry declares, of its op pair (an entry: ``.forward``, ``.backward``)."""
-    invariants = INVARIANTS.get(pair.backward, ())
-    return [op_case(c.name, pair.forward, pair.backward, c.inputs, c.options, invariants=invariants) for c in checks]
+    return [op_case(c.name, pair.forward, pair.backward, c.inputs, c.options, invariants=c.invariants) for c in checks]
 
 
 ROTATIONS = [scheme.rotation for scheme in POSITIONS.values() if scheme.rotation is not None]

@@ -7,8 +7,9 @@ The fields that shape the network, and numforge's names for them::
     n_embd, n_head        d_model, num_heads
     n_layer               num_layers
     n_inner               d_ff (null: 4 * n_embd)
-    activation_function   gelu_new, gelu_pytorch_tanh, gelu_fast -> GELU (tanh form); gelu -> GELU (exact);
-                          relu -> ReLU
+    activation_function   activation, gelu_approximate: an activation of one input, by the names its
+                          entry declares (``hf_names``): gelu_new, gelu_pytorch_tanh, gelu_fast -> GELU
+                          (tanh form); gelu -> GELU (exact); relu -> ReLU; relu2 -> ReLU squared
     layer_norm_epsilon    norm_eps
     tie_word_embeddings   tie_weights (default true)
 
@@ -39,16 +40,10 @@ from __future__ import annotations
 
 from ..model import GPTConfig, parameter_shapes
 from ..model.config import BIAS_SWITCHES
+from .activations import activation_from_hf, activation_to_hf, hf_activation_names
 from .weights import Layout, Stored
 
-# activation_function -> (numforge activation, gelu_approximate)
-ACTIVATIONS_IN = {
-    "gelu_new": ("gelu", "tanh"),
-    "gelu_pytorch_tanh": ("gelu", "tanh"),
-    "gelu_fast": ("gelu", "tanh"),  # the same tanh formula, written with other constants
-    "gelu": ("gelu", "none"),
-    "relu": ("relu", "tanh"),
-}
+MLP_INPUTS = ("up",)  # GPT-2's MLP, c_proj(act(c_fc(x))), takes an activation of one input
 # fields that must hold GPT-2's usual value (absent means that value)
 MUST_BE = {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "add_cross_attention": False}
 REQUIRED = ("vocab_size", "n_positions", "n_embd", "n_head", "n_layer")
@@ -80,9 +75,10 @@ def config_from_hf(d: dict, source: str) -> GPTConfig:
     if missing:
         raise ValueError(f"{source}: missing fields {missing}")
     activation = d.get("activation_function", "gelu_new")
-    if activation not in ACTIVATIONS_IN:
-        raise ValueError(f"{source}: activation_function is {activation!r}; numforge supports {sorted(ACTIVATIONS_IN)}")
-    name, approximate = ACTIVATIONS_IN[activation]
+    activation_fields = activation_from_hf(activation, MLP_INPUTS)
+    if activation_fields is None:
+        supported = hf_activation_names(MLP_INPUTS)
+        raise ValueError(f"{source}: activation_function is {activation!r}; numforge supports {supported}")
     try:
         return GPTConfig(
             vocab_size=d["vocab_size"],
@@ -91,8 +87,7 @@ def config_from_hf(d: dict, source: str) -> GPTConfig:
             num_heads=d["n_head"],
             num_layers=d["n_layer"],
             d_ff=4 * d["n_embd"] if d.get("n_inner") is None else d["n_inner"],
-            activation=name,
-            gelu_approximate=approximate,
+            **activation_fields,
             tie_weights=d.get("tie_word_embeddings", True),
             norm_eps=d.get("layer_norm_epsilon", 1e-5),
         )
@@ -103,7 +98,7 @@ def config_from_hf(d: dict, source: str) -> GPTConfig:
 def check_expressible(config: GPTConfig) -> None:
     """``ValueError`` naming the first option a GPT-2 checkpoint cannot express."""
     unsupported = {
-        "activation": (config.activation, config.activation in ("gelu", "relu")),
+        "activation": (config.activation, activation_to_hf(config, MLP_INPUTS) is not None),
         "norm": (config.norm, config.norm == "layernorm"),
         "norm_weight": (config.norm_weight, config.norm_weight),
         "position": (config.position, config.position == "learned"),
@@ -122,9 +117,6 @@ def check_expressible(config: GPTConfig) -> None:
 def config_to_hf(config: GPTConfig, special_ids: dict) -> dict:
     """The Hugging Face config.json of a GPT-2-expressible ``config``; ``special_ids`` may name ``eos``/``bos``."""
     check_expressible(config)
-    activation = "relu"
-    if config.activation == "gelu":
-        activation = {"none": "gelu", "tanh": "gelu_new"}[config.gelu_approximate]
     return {
         "architectures": ["GPT2LMHeadModel"],
         "model_type": "gpt2",
@@ -134,7 +126,7 @@ def config_to_hf(config: GPTConfig, special_ids: dict) -> dict:
         "n_head": config.num_heads,
         "n_layer": config.num_layers,
         "n_inner": config.d_ff,
-        "activation_function": activation,
+        "activation_function": activation_to_hf(config, MLP_INPUTS),
         "layer_norm_epsilon": config.norm_eps,
         "tie_word_embeddings": config.tie_weights,
         # numforge's drop_prob falls on the embeddings and each branch's output, as embd_pdrop and resid_pdrop do,

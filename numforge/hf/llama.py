@@ -2,7 +2,8 @@
 
 SmolLM2 and TinyLlama are ``llama``; Llama 3.2 is ``llama`` with ``rope_scaling`` ``llama3``. Every
 model of the family has RMSNorm (a weight, no bias), rotary positions in Llama's ``rotate_half``
-layout, SwiGLU (``hidden_act: silu``) and unscaled embeddings. The fields, the same in all four::
+layout, a gated MLP (``hidden_act: silu`` is SwiGLU: ``hf/activations.py``) and unscaled embeddings.
+The fields, the same in all four::
 
     vocab_size, hidden_size, intermediate_size     vocab_size, d_model, d_ff
     num_hidden_layers, num_attention_heads         num_layers, num_heads
@@ -52,12 +53,14 @@ from ..model import GPTConfig, parameter_shapes
 from ..tokenizer import BPETokenizer
 from ..tokenizer.pipeline import Pipeline
 from ..tokenizer.pretokenize import QWEN2_SPLIT_PATTERN
+from .activations import activation_from_hf, activation_to_hf, hf_activation_names
 from .weights import Layout, Stored, linear
 
 REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
 ROPE_TYPES = ("default", "linear", "llama3")
 MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")  # Mixtral's, Qwen-MoE's, DeepSeek's
 MOE_MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "olmoe", "phimoe")
+MLP_INPUTS = ("gate", "up")  # the family's MLP, down_proj(act(gate_proj(x)) * up_proj(x)), takes a gated activation
 
 
 class Family(NamedTuple):
@@ -129,8 +132,12 @@ def config_from_hf(d: dict, source: str) -> GPTConfig:
                 f"{source}: {field} is {d[field]!r}: a mixture of experts, which numforge does not run (dense "
                 "models only)"
             )
-    if d["hidden_act"] != "silu":
-        raise ValueError(f"{source}: hidden_act is {d['hidden_act']!r}; numforge runs this family only with 'silu'")
+    activation = activation_from_hf(d["hidden_act"], MLP_INPUTS)
+    if activation is None:
+        supported = ", ".join(map(repr, hf_activation_names(MLP_INPUTS)))
+        raise ValueError(
+            f"{source}: hidden_act is {d['hidden_act']!r}; numforge runs this family only with {supported}"
+        )
     context = d["max_position_embeddings"]
     _check_window(d, family, source, context)
     theta, scaling = rope_from_hf(d, source, context)
@@ -148,7 +155,7 @@ def config_from_hf(d: dict, source: str) -> GPTConfig:
             num_heads=d["num_attention_heads"],
             num_layers=d["num_hidden_layers"],
             d_ff=d["intermediate_size"],
-            activation="swiglu",
+            **activation,
             norm="rmsnorm",
             norm_eps=d["rms_norm_eps"],
             position="rope",
@@ -225,12 +232,16 @@ def family_of(config: GPTConfig) -> str:
         "norm": (config.norm, "rmsnorm"),
         "norm_weight": (config.norm_weight, True),
         "position": (config.position, "rope"),
-        "activation": (config.activation, "swiglu"),
         "scale_embeddings": (config.scale_embeddings, False),
     }
     for option, (value, needed) in fixed.items():
         if value != needed:
             raise ValueError(f"{FAMILY_NAMES} cannot express {option}={value!r} (they need {needed!r})")
+    if activation_to_hf(config, MLP_INPUTS) is None:
+        raise ValueError(
+            f"{FAMILY_NAMES} cannot express activation={config.activation!r} (they need a gated activation "
+            f"transformers names: {', '.join(map(repr, hf_activation_names(MLP_INPUTS)))})"
+        )
     qkv, out, mlp = (config.has_bias(switch) for switch in ("qkv_bias", "out_bias", "mlp_bias"))
     if config.qk_norm:
         if config.qk_norm_order != "before_rope":
@@ -311,7 +322,7 @@ def config_to_hf(config: GPTConfig, special_ids: dict) -> dict:
         "head_dim": config.head_dim,
         "max_position_embeddings": config.max_seq_len,
         "rms_norm_eps": config.norm_eps,
-        "hidden_act": "silu",
+        "hidden_act": activation_to_hf(config, MLP_INPUTS),
         "tie_word_embeddings": config.tie_weights,
         "rope_parameters": {**scaling, "rope_theta": config.rope_theta},
         **biases,

@@ -100,16 +100,24 @@ def _tiled(q, k, v, keep_probs: bool, modifiers: tuple, **dropout):
 
 
 class AttentionKernel(NamedTuple):
-    """``o, cache = forward(q, k, v, keep_probs, modifiers, **dropout)``; ``dq, dk, dv = backward(do, cache)``."""
+    """``o, cache = forward(q, k, v, keep_probs, modifiers, **dropout)``; ``dq, dk, dv = backward(do, cache)``;
+    ``weights``: where its cache holds the attention weights, as ``numforge attention`` says it."""
 
     forward: Callable
     backward: Callable
+    weights: str
 
 
 KERNELS = {  # config.attention -> AttentionKernel
-    "tiled": AttentionKernel(_tiled, flash_attention_backward),
-    "plain": AttentionKernel(_plain, attention_backward),
-}
+    "tiled": AttentionKernel(
+        _tiled, flash_attention_backward,
+        "tiled attention keeps no weights: rebuilt from the log-sum-exp L it saves, P = exp(S - L)",
+    ),
+    "plain": AttentionKernel(
+        _plain, attention_backward, "plain attention keeps its weights: read from its cache (AttentionCache.probs)"
+    ),
+}  # fmt: skip
+ORACLE_KERNEL = "plain"  # the one that holds every (B,H,T,T) weight: the oracle the others are compared with
 
 
 def attend(q, k, v, config, *, for_backward: bool = False, dropout_seed: list[int] | None = None):

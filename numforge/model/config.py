@@ -10,7 +10,7 @@ The defaults are GPT-2's: LayerNorm, learned positions, GELU (tanh), biases
 everywhere, tied unembedding. The components come from registries (the
 config validates against them): ``norm`` from ``ops.norms.NORMS``,
 ``position`` from ``model.positions.POSITIONS``, ``activation`` from
-``ops.activations.ACTIVATIONS``. The modern decoder's options:
+``ops.activations.ACTIVATIONS``, ``attention`` from ``model.attention_branch.KERNELS``. The modern decoder's options:
 
 - ``num_kv_heads`` (default ``num_heads``): grouped-query attention, each
   key/value head shared by ``num_heads / num_kv_heads`` query heads (1: MQA);
@@ -50,11 +50,13 @@ from ..checks import check_bool, check_positive_int, is_real
 from ..ops.activations import ACTIVATIONS, GELU_APPROXIMATIONS
 from ..ops.norms import NORMS
 from ..ops.rope import check_rope_scaling
+from .attention_branch import KERNELS
 from .positions import POSITIONS
 
-ATTENTION_KINDS = ("tiled", "plain")  # the tiled kernel, or the plain one that holds (B,H,T,T): the oracle
+ATTENTION_KINDS = tuple(KERNELS)  # the tiled kernel, or the plain one that holds (B,H,T,T): the oracle
 QK_NORM_ORDERS = ("before_rope", "after_rope")  # QK-norm then the rotation (Qwen3), or the reverse (nanochat)
 BIAS_SWITCHES = ("qkv_bias", "out_bias", "mlp_bias", "norm_bias")
+ACTIVATION_OPTION_FIELDS = {"approximate": "gelu_approximate"}  # an activation's option -> the field that holds it
 # the families a preset (``numforge train --arch NAME``) names: the fields each sets over GPTConfig's defaults.
 # gpt2: the defaults themselves. llama: RMSNorm, rotary positions of base 10,000, SwiGLU, no biases, an untied
 # head. Grouped-query attention is a size, like the number of heads (Llama 2 7B has none, 70B has 8 key/value
@@ -200,9 +202,9 @@ class GPTConfig:
         return ("causal",) if added is None else ("causal", added)
 
     def activation_options(self) -> dict:
-        """The keyword options of the activation's forward: ``{"approximate": ...}`` for GELU, else none."""
-        options = {"approximate": self.gelu_approximate}
-        return {name: options[name] for name in ACTIVATIONS[self.activation].options}
+        """The keyword options of the activation's forward, read from their fields (``ACTIVATION_OPTION_FIELDS``):
+        ``{"approximate": ...}`` for GELU, else none."""
+        return {name: getattr(self, ACTIVATION_OPTION_FIELDS[name]) for name in ACTIVATIONS[self.activation].options}
 
     def to_dict(self) -> dict:
         """A JSON-able dict of every field (``d_ff``, ``num_kv_heads`` and ``head_dim`` resolved)."""
@@ -225,6 +227,12 @@ class GPTConfig:
             return cls(**d)
         except TypeError as err:  # a required field is missing
             raise ValueError(f"incomplete GPTConfig dict: {err}") from err
+
+
+def activation_fields(options: dict) -> dict:
+    """The fields that give an activation its ``options``: ``{"approximate": "none"}`` -> ``{"gelu_approximate":
+    "none"}`` (the inverse of ``GPTConfig.activation_options``)."""
+    return {ACTIVATION_OPTION_FIELDS[name]: value for name, value in options.items()}
 
 
 def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:

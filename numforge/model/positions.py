@@ -10,7 +10,8 @@ A scheme acts at one of three places of the model:
   absolute positions, an op pair ``forward(x, *tables[start:start+T])`` and
   ``backward(dy, cache)`` reading the fixed tables named in ``tables``, with
   its textbook twin (``model/reference.py``), its PyTorch twin
-  (``bench/train_torch.py``) and its gradient checks.
+  (``bench/train_torch.py``), its gradient checks and its ``variants`` (the
+  scaled rotations), each one whole-model gradient check.
 - ``score_modifier``: every attention layer adds a term to its scores
   (``ops/scores.py``; ``alibi``: ``-m_h (i - j)``), after the causal mask.
 
@@ -90,6 +91,9 @@ class PositionScheme(NamedTuple):
     added: str | None  # the (T_max, C) parameter or table added to the token embeddings, if any
     rotation: Rotation | None = None  # the rotation of q and k, if any
     score_modifier: str | None = None  # a name in ops.scores.SCORE_MODIFIERS every attention layer adds, if any
+    # name -> the GPTConfig fields of a form worth a whole-model gradient check of its own (model[rope_linear]),
+    # sized for gradcheck's tiny model (a context of 8)
+    variants: dict[str, dict] = {}
 
 
 def _none(*_) -> dict:
@@ -129,6 +133,10 @@ POSITIONS = {  # name -> PositionScheme
                 _rope_check("rope[llama3]", (B, H, 5, D), start=3, scaling=LLAMA3_SCALING),
             ),
         ),
+        variants={
+            "linear": {"rope_scaling": {"rope_type": "linear", "factor": 2.0}, "rope_theta": 500.0},
+            "llama3": {"rope_scaling": {**LLAMA3_SCALING, "original_max_position_embeddings": 4}},
+        },
     ),
     "alibi": PositionScheme(
         "alibi: a bias -m_h (i - j) on every attention score, no parameters",

@@ -50,7 +50,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..backend import get_xp
-from ..checks import is_real
+from ..checks import is_integer, is_real
 
 MASK_BLOCK_Q, MASK_BLOCK_K = 64, 256
 SEED_LIMIT = 2**64  # a Philox key word
@@ -71,7 +71,7 @@ def check_dropout(dropout_p: object, dropout_seed: object, batch: int) -> tuple[
     if per_row and len(seeds) != batch:
         raise ValueError(f"dropout_seed must hold one seed per batch row ({batch}), got {len(seeds)}")
     for seed in seeds:
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        if not is_integer(seed):
             raise TypeError(f"dropout_seed must be an int or a list of ints, got {type(seed).__name__}")
         if not 0 <= seed < SEED_LIMIT:
             raise ValueError(f"dropout_seed must be in [0, 2**64), got {seed}")

@@ -19,6 +19,7 @@ from . import B, F, OpCheck, T, away_from_zero, normal
 from ._erf import normal_cdf
 
 GELU_APPROXIMATIONS = ("tanh", "none")
+GELU_FORMS = {"tanh": {"approximate": "tanh"}, "exact": {"approximate": "none"}}  # GPT-2's tanh form, the erf one
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _GELU_CUBIC = 0.044715
@@ -274,8 +275,13 @@ class Activation(NamedTuple):
         y = torch(*inputs, **options)                on torch tensors, differentiated by autograd
 
     ``dinputs`` is a tuple aligned with ``inputs``, also for one input. ``checks``: the float64 gradient
-    checks of the op pair that ``numforge gradcheck`` runs. Adding an activation is its functions in this
-    file (or its own op file) and one entry here.
+    checks of the op pair that ``numforge gradcheck`` runs. ``forms`` names each form of its options
+    (GELU's ``"exact"``: ``{"approximate": "none"}``): ``numforge params`` says it, and the whole-model
+    gradient checks check each form but the config's default one (``model[gelu_exact]``). ``hf_names``:
+    transformers' names for it (its ``ACT2FN`` keys), each with the options it means; exporting writes the
+    first that fits. A gated activation's name is its gate's function's, as transformers' gated MLPs compute
+    ``act(gate) * up``. Adding an activation is its functions in this file (or its own op file) and one
+    entry here.
     """
 
     inputs: tuple[str, ...]
@@ -287,6 +293,8 @@ class Activation(NamedTuple):
     torch: Callable
     checks: tuple[OpCheck, ...]
     options: tuple[str, ...] = ()
+    forms: dict[str, dict] = {}  # form name -> its options
+    hf_names: dict[str, dict] = {}  # a name transformers gives it -> the options it means
 
     def gradients(self, dy, cache) -> tuple:
         """The op's backward, as a tuple aligned with ``inputs``."""
@@ -304,21 +312,26 @@ ACTIVATIONS = {  # name -> Activation: the one list the config, the model, the c
         ("up",), "u Phi(u)", gelu_forward, gelu_backward,
         textbook=gelu_textbook, textbook_backward=gelu_textbook_backward, torch=gelu_torch,
         checks=tuple(_gelu_check(approximate) for approximate in GELU_APPROXIMATIONS),
-        options=("approximate",),
+        options=("approximate",), forms=GELU_FORMS,
+        hf_names={"gelu_new": GELU_FORMS["tanh"], "gelu_pytorch_tanh": GELU_FORMS["tanh"],
+                  "gelu_fast": GELU_FORMS["tanh"], "gelu": GELU_FORMS["exact"]},  # gelu_fast: other constants
     ),
     "swiglu": Activation(
         ("gate", "up"), "silu(g) * u", swiglu_forward, swiglu_backward,
         textbook=swiglu_textbook, textbook_backward=swiglu_textbook_backward, torch=swiglu_torch,
         checks=(OpCheck("swiglu", lambda: {"gate": normal(B, T, F), "up": normal(B, T, F, seed=1)}),),
+        hf_names={"silu": {}},
     ),
     "relu": Activation(
         ("up",), "max(u, 0)", relu_forward, relu_backward,
         textbook=relu_textbook, textbook_backward=relu_textbook_backward, torch=relu_torch,
         checks=(OpCheck("relu", lambda: {"x": away_from_zero(B, T, F)}),),
+        hf_names={"relu": {}},
     ),
     "relu2": Activation(
         ("up",), "max(u, 0)^2", relu2_forward, relu2_backward,
         textbook=relu2_textbook, textbook_backward=relu2_textbook_backward, torch=relu2_torch,
         checks=(OpCheck("relu2", lambda: {"x": away_from_zero(B, T, F)}),),
+        hf_names={"relu2": {}},
     ),
 }  # fmt: skip

@@ -59,7 +59,7 @@ import math
 from typing import NamedTuple
 
 from ..backend import get_xp
-from ..checks import check_bool, check_float
+from ..checks import check_bool, check_float, is_real
 from ._attention_dropout import AttentionDropout, check_dropout, dropped
 from ._kv_groups import repeat_kv, sum_over_group
 from .scores import score_modifiers, textbook_scores
@@ -111,7 +111,7 @@ def resolve_scale(scale: object, head_dim: int) -> float:
     """``1/sqrt(D)`` when ``scale`` is None, else ``scale`` as a finite Python float."""
     if scale is None:
         return 1.0 / math.sqrt(head_dim)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+    if not is_real(scale) or not math.isfinite(scale):
         raise ValueError(f"scale must be a finite number or None, got {scale!r}")
     return float(scale)
 

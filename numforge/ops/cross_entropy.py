@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..backend import get_xp
-from ..checks import check_float, check_int, check_positive_int
+from ..checks import check_float, check_int, check_positive_int, is_int
 from ._sums import row_sums
 from ._tiles import tiles
 
@@ -64,7 +64,7 @@ def _check_targets(targets, rows_shape: tuple[int, ...], vocab_size: int, ignore
     check_int(targets, "targets")
     if tuple(targets.shape) != tuple(rows_shape):
         raise ValueError(f"targets must have shape {tuple(rows_shape)}, got {tuple(targets.shape)}")
-    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+    if not is_int(ignore_index):
         raise TypeError(f"ignore_index must be an int, got {ignore_index!r}")
     xp = get_xp(targets)
     flat = targets.reshape(-1)  # (...) -> (N,)

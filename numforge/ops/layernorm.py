@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..backend import get_xp
-from ..checks import check_float, check_same_dtype
+from ..checks import check_float, check_same_dtype, is_real
 from ._sums import column_sums, row_sums
 
 
@@ -41,7 +41,7 @@ def layer_norm_forward(x, weight, bias=None, eps: float = 1e-5):
         if param.shape[0] != width:
             raise ValueError(f"{name} must have shape ({width},) to match x {tuple(x.shape)}, got {tuple(param.shape)}")
         check_same_dtype(param, name, x, "x")
-    if not (isinstance(eps, (int, float)) and eps >= 0):
+    if not (is_real(eps) and eps >= 0):
         raise ValueError(f"eps must be a number >= 0, got {eps!r}")
     xp = get_xp(x, weight, bias)
     rows = x.reshape(-1, width)  # (..., C) -> (N, C)

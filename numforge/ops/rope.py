@@ -19,7 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..backend import get_xp, resolve_dtype
-from ..checks import check_float, check_positive_int, check_same_dtype, is_real
+from ..checks import check_float, check_positive_int, check_same_dtype, is_int, is_integer, is_real
 
 ROPE_SCALING_TYPES = ("linear", "llama3")
 _SCALING_FIELDS = {
@@ -62,7 +62,7 @@ def check_rope_scaling(scaling) -> dict | None:
         if not high > low:
             raise ValueError(f"rope_scaling's high_freq_factor must be greater than low_freq_factor {low}, got {high}")
         original = fields["original_max_position_embeddings"]
-        if isinstance(original, bool) or not isinstance(original, (int, np.integer)) or original < 1:
+        if not is_integer(original) or original < 1:
             raise ValueError(
                 f"rope_scaling's original_max_position_embeddings must be a positive integer, got {original!r}"
             )
@@ -89,7 +89,7 @@ def rope_frequencies(head_dim: int, theta: float = 10000.0, scaling: dict | None
     L / low_freq_factor are stretched by factor (s = 0), those shorter than L / high_freq_factor are kept
     (s = 1), and those between interpolate smoothly. Example: head_dim 4, theta 100 -> [1, 0.1].
     """
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2 or head_dim % 2:
+    if not is_int(head_dim) or head_dim < 2 or head_dim % 2:
         raise ValueError(f"head_dim must be an even positive integer, got {head_dim!r}")
     if not (is_real(theta) and math.isfinite(theta) and theta > 0):
         raise ValueError(f"theta must be a number > 0, got {theta!r}")

@@ -21,6 +21,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..backend import get_xp, to_numpy
+from ..model.attention_branch import ORACLE_KERNEL
 from ..ops._kv_groups import repeat_kv
 from ..ops.flash_attention import attention_weights as kernel_attention_weights
 from ..table import format_table
@@ -53,7 +54,7 @@ def model_attention_weights(cache) -> list[np.ndarray]:
 def plain_twin(model):
     """A model that shares ``model``'s parameter arrays but runs the plain attention path (the oracle)."""
     twin = copy.copy(model)  # a shallow copy: the same params dict and arrays
-    twin.config = replace(model.config, attention="plain")
+    twin.config = replace(model.config, attention=ORACLE_KERNEL)
     return twin
 
 

@@ -42,7 +42,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from ..checkpoint import checkpoint_step, latest_checkpoint_dir, load_model
-from ..checks import check_positive_int, is_real
+from ..checks import check_int_value, check_positive_int, is_real
 from ..files import parse_json
 from ..generate import RUN_SAMPLE, generate
 from .backward import backward_stages
@@ -160,11 +160,7 @@ def text_field(body: dict, name: str) -> str:
 
 def optional_int(body: dict, name: str, default: int) -> int:
     value = body.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    return value
+    return default if value is None else check_int_value(value, name)
 
 
 def sampling(body: dict) -> dict:

@@ -39,6 +39,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from itertools import chain
 
+from ..checks import is_int
 from . import _checks
 from ._merge import internal_ids, merge_chunk
 from ._train import learn_merges
@@ -336,7 +337,7 @@ def count_chunks(texts, special_tokens=(EOT,), pattern: str = GPT2_SPLIT_PATTERN
 
 def check_vocab_size(vocab_size, special_tokens) -> int:
     """The smallest vocabulary with these special tokens; a TypeError / ValueError if ``vocab_size`` is below it."""
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
+    if not is_int(vocab_size):
         raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
     smallest = 256 + len(special_tokens)
     if vocab_size < smallest:
