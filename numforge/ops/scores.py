@@ -289,7 +289,7 @@ SCORE_MODIFIERS = {  # name -> ScoreModifier
 }
 
 
-def _as_use(modifier) -> tuple[str, object]:
+def as_use(modifier) -> tuple[str, object]:
     """A name, or a ``(name, argument)`` pair, as ``(name, argument)``."""
     return (modifier, None) if isinstance(modifier, str) else tuple(modifier)
 
@@ -299,7 +299,7 @@ def torch_attention_options(modifiers: Sequence, shape: tuple, dtype) -> dict:
     pairs, as the kernels take them) on ``(B,H,Tq,Tk)``: their torch twins summed into one additive float
     ``attn_mask``; ``is_causal=True`` for the causal mask alone with ``Tq == Tk`` (the same mask, tested equal,
     by SDPA's own causal kernel: faster on the CPU than an array)."""
-    uses = [_as_use(m) for m in modifiers]
+    uses = [as_use(m) for m in modifiers]
     if uses == [("causal", None)] and shape[2] == shape[3]:
         return {"is_causal": True}
     return {"attn_mask": sum(SCORE_MODIFIERS[name].torch_twin(arg, shape, dtype) for name, arg in uses)}
@@ -323,7 +323,7 @@ def score_modifiers(causal: bool, mask, modifiers: Sequence, shape: tuple) -> tu
     if isinstance(modifiers, str) or not isinstance(modifiers, (list, tuple)):
         raise TypeError(f"modifiers must be a tuple of names or (name, argument) pairs, got {modifiers!r}")
     uses = [("causal", None)] * bool(causal) + [("mask", mask)] * (mask is not None)
-    uses += [_as_use(m) for m in modifiers]
+    uses += [as_use(m) for m in modifiers]
     names = [name for name, _ in uses]
     for name in names:
         if name not in SCORE_MODIFIERS:
