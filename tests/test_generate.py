@@ -119,6 +119,26 @@ def test_decoding_token_by_token_with_the_cache_gives_the_full_forward_s_logits(
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("attention", ["tiled", "plain"])
+@pytest.mark.parametrize("position, window_layers", [("rope", None), ("alibi", [1]), ("learned", [0, 2])])
+def test_decoding_with_a_window_gives_the_full_forward_s_logits(position, window_layers, attention):
+    """A window of W = 3 over 13 positions: a 5-token prompt (longer than W), 3 more at once, then one at a time."""
+    config = GPTConfig(vocab_size=50, max_seq_len=16, d_model=16, num_heads=4, num_kv_heads=2, num_layers=3,
+                       position=position, attention=attention, sliding_window=3,
+                       window_layers=window_layers)  # fmt: skip
+    model = GPT(config, seed=1, dtype="float64")
+    ids = np.random.default_rng(0).integers(0, 50, (2, 13))
+    full = model.logits(ids)  # (B,T,V)
+    unwindowed = GPT(
+        GPTConfig(**{**config.to_dict(), "sliding_window": None, "window_layers": None}), seed=1, dtype="float64"
+    )
+    assert np.abs(unwindowed.logits(ids)[:, 3:] - full[:, 3:]).max() > 1e-3  # the window changes the logits
+    cache = model.new_kv_cache(2)
+    steps = [model.logits(ids[:, :5], kv_cache=cache), model.logits(ids[:, 5:8], kv_cache=cache)]
+    steps += [model.logits(ids[:, t : t + 1], kv_cache=cache) for t in range(8, 13)]
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, rtol=1e-10, atol=1e-12)
+
+
 def test_the_kv_cache_holds_what_the_call_can_reach():
     model = tiny_model()  # a context of 8
     short = LogitsSpy(model)
