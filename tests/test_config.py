@@ -228,6 +228,40 @@ def test_an_impossible_combination_is_a_value_error_naming_the_field(fields_, na
         GPTConfig(**{**TINY, **fields_})
 
 
+def test_the_sliding_window_and_its_layers_round_trip_and_give_each_layer_its_modifiers():
+    every = GPTConfig(**{**TINY, "num_layers": 3}, sliding_window=4)
+    assert [every.layer_window(i) for i in range(3)] == [4, 4, 4]
+    assert every.score_modifiers(0) == (("window", 4),)  # the window is causal itself
+    some = GPTConfig(**{**TINY, "num_layers": 3}, sliding_window=4, window_layers=[2, 0], position="alibi")
+    assert some.window_layers == (0, 2) and [some.layer_window(i) for i in range(3)] == [4, None, 4]
+    assert some.score_modifiers(1) == ("causal", "alibi") and some.score_modifiers(2) == (("window", 4), "alibi")
+    for config in (every, some):
+        assert GPTConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    assert some.to_dict()["window_layers"] == [0, 2]  # as JSON reads it back
+    assert GPTConfig(**TINY).score_modifiers(0) == ("causal",)
+
+
+@pytest.mark.parametrize(
+    "fields_, error, message",
+    [
+        ({"sliding_window": 0}, ValueError, "sliding_window must be a positive integer, got 0"),
+        ({"sliding_window": 2.5}, ValueError, "sliding_window must be a positive integer, got 2.5"),
+        ({"window_layers": [0]}, ValueError, "window_layers=.* but sliding_window is None"),
+        ({"sliding_window": 2, "window_layers": "0,1"}, TypeError, "window_layers must be a list"),
+        (
+            {"sliding_window": 2, "window_layers": [2]},
+            ValueError,
+            r"each of window_layers must be an integer in \[0, 1\]",
+        ),
+        ({"sliding_window": 2, "window_layers": [1, 1]}, ValueError, "window_layers must name distinct layers"),
+        ({"sliding_window": 2, "window_layers": []}, ValueError, "at least one"),
+    ],
+)
+def test_a_bad_window_is_named(fields_, error, message):
+    with pytest.raises(error, match=message):
+        GPTConfig(**{**TINY, "num_layers": 2, **fields_})
+
+
 def test_rope_scaling_is_normalised_and_round_trips():
     config = GPTConfig(**TINY, position="rope", rope_scaling={"type": "linear", "factor": 4})  # HF's older key
     assert config.rope_scaling == {"rope_type": "linear", "factor": 4.0}

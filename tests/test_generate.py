@@ -121,6 +121,47 @@ def test_decoding_token_by_token_with_the_cache_gives_the_full_forward_s_logits(
     np.testing.assert_allclose(np.concatenate(steps, axis=1), full, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("attention", ["tiled", "plain"])
+@pytest.mark.parametrize("position, window_layers", [("rope", None), ("alibi", [1]), ("learned", [0, 2])])
+def test_decoding_with_a_window_gives_the_full_forward_s_logits(position, window_layers, attention):
+    """A window of W = 3 over 13 positions: a 5-token prompt (longer than W), 3 more at once, then one at a time."""
+    config = GPTConfig(vocab_size=50, max_seq_len=16, d_model=16, num_heads=4, num_kv_heads=2, num_layers=3,
+                       position=position, attention=attention, sliding_window=3,
+                       window_layers=window_layers)  # fmt: skip
+    model = GPT(config, seed=1, dtype="float64")
+    ids = np.random.default_rng(0).integers(0, 50, (2, 13))
+    full = model.logits(ids)  # (B,T,V)
+    unwindowed = GPT(
+        GPTConfig(**{**config.to_dict(), "sliding_window": None, "window_layers": None}), seed=1, dtype="float64"
+    )
+    assert np.abs(unwindowed.logits(ids)[:, 3:] - full[:, 3:]).max() > 1e-3  # the window changes the logits
+    cache = model.new_kv_cache(2)
+    steps = [model.logits(ids[:, :5], kv_cache=cache), model.logits(ids[:, 5:8], kv_cache=cache)]
+    steps += [model.logits(ids[:, t : t + 1], kv_cache=cache) for t in range(8, 13)]
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), full, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("attention", ["tiled", "plain"])
+def test_a_windowed_layer_caches_a_ring_of_W_positions(attention):
+    """W = 4: a 2-token prompt, then 3 W = 12 tokens one by one; layer 1 is global and keeps all 14 positions."""
+    W, T = 4, 14
+    config = GPTConfig(vocab_size=50, max_seq_len=T, d_model=16, num_heads=4, num_kv_heads=2, num_layers=3,
+                       position="rope", attention=attention, sliding_window=W, window_layers=[0, 2])  # fmt: skip
+    model = GPT(config, seed=2, dtype="float64")
+    ids = np.random.default_rng(1).integers(0, 50, (2, T))
+    cache = model.new_kv_cache(2)
+    steps = [model.logits(ids[:, :2], kv_cache=cache)] + [model.logits(ids[:, t : t + 1], kv_cache=cache)
+                                                         for t in range(2, T)]  # fmt: skip
+    assert [keys.shape[2] for keys in cache.keys] == [W, T, W] == [values.shape[2] for values in cache.values]
+    np.testing.assert_allclose(np.concatenate(steps, axis=1), model.logits(ids), rtol=1e-10, atol=1e-12)
+    # the ring holds the W latest positions, position p in slot p mod W: the keys of the full run's last W
+    full = model.new_kv_cache(2)
+    model.logits(ids, kv_cache=full)  # all at once: the newest W positions overwrite the ring
+    for layer in (0, 2):
+        np.testing.assert_allclose(full.keys[layer], cache.keys[layer], rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(full.keys[1], cache.keys[1], rtol=1e-12, atol=1e-13)
+
+
 def test_the_kv_cache_holds_what_the_call_can_reach():
     model = tiny_model()  # a context of 8
     short = LogitsSpy(model)

@@ -121,6 +121,24 @@ def test_a_sliding_window_not_shorter_than_the_context_is_accepted(tmp_path):
         assert pretrained_config(tmp_path / str(i)).max_seq_len == 32
 
 
+def test_a_sliding_window_shorter_than_the_context_loads_into_the_config(tmp_path):
+    windows = [
+        ("mistral", {"sliding_window": 31}, (31, None)),  # every layer
+        ("qwen2", {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1}, (4, [1])),
+        ("qwen2", {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 0}, (4, None)),
+        (
+            "qwen3",
+            {"use_sliding_window": True, "sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"]},
+            (8, (0,)),
+        ),  # fmt: skip
+    ]
+    for i, (model_type, window, (width, layers)) in enumerate(windows):
+        (tmp_path / str(i)).mkdir()
+        (tmp_path / str(i) / "config.json").write_text(json.dumps(llama_fields(model_type, **window)))
+        config = pretrained_config(tmp_path / str(i))
+        assert config.sliding_window == width and config.window_layers == (None if layers is None else tuple(layers))
+
+
 REFUSED = [
     ("llama", {"hidden_act": "gelu"}, "hidden_act is 'gelu'; numforge runs this family only with 'silu'"),
     ("llama", {"rope_parameters": {"rope_type": "yarn", "factor": 4.0}}, "rope_parameters's rope_type is 'yarn'"),
@@ -132,8 +150,12 @@ REFUSED = [
     ),
     ("llama", {"partial_rotary_factor": 0.5}, "partial_rotary_factor is 0.5"),
     ("llama", {"rope_parameters": {"rope_type": "linear"}}, "rope_scaling of rope_type 'linear' needs factor"),
-    ("mistral", {"sliding_window": 31}, r"sliding_window is 31, shorter than the context \(max_position_embeddings 32"),
-    ("qwen2", {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1}, "sliding_window is 4"),
+    ("qwen2", {"use_sliding_window": True, "layer_types": ["sliding_attention"]}, "layer_types must name 2 layers"),
+    (
+        "qwen3",
+        {"use_sliding_window": True, "layer_types": ["local", "full_attention"]},
+        r"layer_types must name 2 layers, each one of \('sliding_attention', 'full_attention'\), got \['local'",
+    ),
     ("llama", {"num_local_experts": 8}, "num_local_experts is 8: a mixture of experts"),
     ("qwen2", {"num_experts": 60}, "num_experts is 60: a mixture of experts"),
     ("mixtral", {}, "model_type is 'mixtral', a mixture of experts"),
@@ -256,6 +278,8 @@ EXPORTS = {
     "llama (every bias)": ({"use_bias": True}, "llama"),
     "qwen3 (QK-norm, head_dim 6)": ({"qk_norm": True, "head_dim": 6, "num_kv_heads": 2}, "qwen3"),
     "qwen3 (QK-norm, attention biases)": ({"qk_norm": True, "qkv_bias": True, "out_bias": True}, "qwen3"),
+    "mistral (a window on every layer)": ({"sliding_window": 8, "num_kv_heads": 2}, "mistral"),
+    "qwen3 (a window on layer 1)": ({"qk_norm": True, "sliding_window": 8, "window_layers": [1]}, "qwen3"),
 }  # fmt: skip
 
 
@@ -334,6 +358,8 @@ def test_the_exported_tensors_are_the_familys_by_hand(tmp_path):
         ({"qk_norm": True, "mlp_bias": True}, ["QK-norm with qkv_bias=False, out_bias=False, mlp_bias=True"]),
         ({"out_bias": True}, ["cannot express qkv_bias=False with out_bias=True"]),
         ({"qkv_bias": True, "mlp_bias": True}, ["cannot express qkv_bias=True with out_bias=False"]),
+        ({"sliding_window": 4, "window_layers": [0]}, ["cannot express sliding_window=4 on layers (0,)"]),
+        ({"sliding_window": 4, "use_bias": True}, ["cannot express sliding_window=4 on layers None with qkv_bias"]),
     ],
 )
 def test_what_no_family_can_express_is_refused_before_writing(tmp_path, options, names):

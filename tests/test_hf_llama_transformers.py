@@ -38,6 +38,7 @@ from hf_tokenizers import llama3, pre_tokenizers, qwen2, save, smollm2, trained,
 
 SIZES = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, rms_norm_eps=1e-5)
 CONTEXT = 64
+WINDOW = 8  # the windowed cases' sliding_window: shorter than the 40 tokens compared
 LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 16, "rope_theta": 500000.0}  # fmt: skip
 TEXT = "The cat sat on the mat. 12345 東京は日本の首都です。 café"
@@ -67,6 +68,13 @@ CASES = {
     ),
     "mistral (GQA, untied, window = context)": (
         "MistralConfig", mistral_style, dict(num_key_value_heads=2, sliding_window=CONTEXT), "float32", None,
+    ),
+    "mistral (a window of 8 on every layer, T = 40 > 8)": (
+        "MistralConfig", mistral_style, dict(num_key_value_heads=2, sliding_window=WINDOW), "float32", None,
+    ),
+    "qwen2 (a window of 8 on layer 1, max_window_layers 1)": (
+        "Qwen2Config", qwen2, dict(num_key_value_heads=2, use_sliding_window=True, sliding_window=WINDOW,
+                                   max_window_layers=1), "float32", None,
     ),
     "qwen2 (q/k/v biases, tied, bfloat16 shards)": (
         "Qwen2Config", qwen2, dict(num_key_value_heads=2, tie_word_embeddings=True), "bfloat16", "40KB",
@@ -186,6 +194,35 @@ def test_logits_equal_transformers(case):
     assert worst(ours32, theirs32) < 1e-5, name  # float32 rounding (measured: 2e-6), transformers unpatched
 
 
+def test_transformers_eager_attention_applies_the_window_numforge_applies(case, monkeypatch):
+    """With ``attn_implementation="eager"`` transformers adds the mask ``create_sliding_window_causal_mask``
+    builds (key j seen by query i when i - W < j <= i) to its scores: equal logits to float64 rounding, and a
+    numforge model without the window gives other ones (the window hides something at T = 40 > 8). Eager
+    attention's softmax runs in float32 (``dtype=torch.float32``) whatever the model's dtype: on float64 scores
+    it runs in float64 here, like the norms and the rotation of ``float64_reference``."""
+    softmax = torch.nn.functional.softmax
+
+    def float64_softmax(x, dim=None, dtype=None, **kwargs):
+        return softmax(x, dim=dim, dtype=torch.float64 if x.dtype == torch.float64 else dtype, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "softmax", float64_softmax)
+    name, directory, _ = case
+    ours, tokenizer = load_pretrained(directory, dtype="float64")
+    if ours.config.sliding_window is None:
+        pytest.skip("no window shorter than the context in this case")
+    ids = token_ids(tokenizer)
+    eager = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32,
+                                                              attn_implementation="eager").eval()  # fmt: skip
+    assert eager.config._attn_implementation == "eager"
+    with torch.no_grad():
+        theirs = float64_reference(eager)(torch.tensor(ids)).logits.numpy()
+    assert worst(backend.to_numpy(ours.logits(backend.asarray(ids))), theirs) < 1e-12, name
+    unwindowed = GPT(GPTConfig(**{**ours.config.to_dict(), "sliding_window": None, "window_layers": None}),
+                     dtype="float64")  # fmt: skip
+    unwindowed.load_params(ours.params)
+    assert worst(backend.to_numpy(unwindowed.logits(backend.asarray(ids))), theirs) > 1e-3, name
+
+
 def hf_grads_by_numforge_name(model) -> dict[str, np.ndarray]:
     """Each parameter's ``.grad`` under numforge's name, written out here: q|k|v side by side, ``nn.Linear``'s
     ``(out, in)`` transposed to ``(in, out)``; a tied table has one gradient (both uses summed by autograd)."""
@@ -302,10 +339,14 @@ def test_hf_to_numforge_to_hf_keeps_every_tensor_and_the_tokenizer(case, tmp_pat
         assert after[key].dtype == torch.float32 and torch.equal(after[key], tensor.float()), key
     original, again = (json.loads((d / "config.json").read_text()) for d in (directory, tmp_path / "again"))
     # a Mistral whose window covers the context computes what a Llama does: numforge writes it as one
-    renamed = {"MistralForCausalLM": "LlamaForCausalLM"}
+    renamed = {"MistralForCausalLM": "LlamaForCausalLM"} if original.get("sliding_window") == CONTEXT else {}
     assert again["architectures"] == [renamed.get(name, name) for name in original["architectures"]]
     for key in ("hidden_size", "num_key_value_heads", "tie_word_embeddings", "rope_parameters"):
         assert again[key] == original[key], key
+    if original.get("sliding_window") == WINDOW:  # the window and the layers it covers, as transformers reads them
+        configs = [transformers.AutoConfig.from_pretrained(d) for d in (directory, tmp_path / "again")]
+        assert configs[0].sliding_window == configs[1].sliding_window == WINDOW
+        assert getattr(configs[0], "layer_types", None) == getattr(configs[1], "layer_types", None)
     assert again["head_dim"] == original.get("head_dim", original["hidden_size"] // original["num_attention_heads"])
     generation = [transformers.GenerationConfig.from_pretrained(d) for d in (directory, tmp_path / "again")]
     assert generation[0].eos_token_id == generation[1].eos_token_id

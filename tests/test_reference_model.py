@@ -96,6 +96,21 @@ def test_reference_logits_equal_the_fast_models(option):
     assert relative_difference(logits, model.logits(ids)) <= TOL
 
 
+@pytest.mark.parametrize("option, reach", [("window", 2 * 2), ("window_alternating", None)])
+def test_a_windowed_model_does_not_see_past_its_reach(option, reach):
+    # two layers of W = 3 (each sees 2 positions back): position t reads tokens t - 4 .. t; one global layer: all
+    model = randomized_model(OPTIONS[option])
+    ids, targets = tiny_batch(model.config.vocab_size)  # (2, 7)
+    changed = ids.copy()
+    changed[:, 0] = (ids[:, 0] + 1) % model.config.vocab_size  # only the first token differs
+    for logits_of in (model.logits, lambda i: reference_forward(model.params, model.config, i, targets)[0]):
+        moved = np.abs(to_numpy(logits_of(changed)) - to_numpy(logits_of(ids))).max(axis=(0, 2))  # (T,)
+        if reach is None:
+            assert (moved > 1e-6).all()  # the global layer sees the first token from everywhere
+        else:
+            assert (moved[: reach + 1] > 1e-6).all() and (moved[reach + 1 :] == 0).all(), moved
+
+
 def test_the_reference_loss_is_a_softmax_cross_entropy_of_its_logits():
     model = randomized_model({})
     ids, targets = tiny_batch(model.config.vocab_size)

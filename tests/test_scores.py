@@ -9,10 +9,12 @@ from helpers import randn
 from numforge import backend
 from numforge.backend import to_numpy
 from numforge.gradcheck.attention import CASES
+from numforge.ops import flash_attention as flash_module
 from numforge.ops import scores as seam_module
+from numforge.ops._tiles import tiles
 from numforge.ops.attention import attention_backward, attention_forward
 from numforge.ops.flash_attention import flash_attention_backward, flash_attention_forward
-from numforge.ops.scores import SCORE_MODIFIERS, ScoreModifier, ScoreSeam, alibi_slopes, score_modifiers
+from numforge.ops.scores import SCORE_MODIFIERS, ScoreSeam, alibi_slopes, score_modifiers
 
 
 def qkv(B, H, H_kv, Tq, Tk, D, seed=0):
@@ -24,7 +26,7 @@ def modifier_uses(names, shape, seed=0):
     uses = []
     for name in names:
         arg = SCORE_MODIFIERS[name].gradcheck(rng, shape)
-        uses.append((name, None if arg is None else backend.asarray(arg)))
+        uses.append((name, backend.asarray(arg) if isinstance(arg, np.ndarray) else arg))
     return tuple(uses)
 
 
@@ -42,6 +44,9 @@ def test_textbook_terms_of_causal_and_alibi_by_hand():
     alibi = SCORE_MODIFIERS["alibi"].textbook(np, None, (1, 2, 2, 4), np.dtype("float64"))
     np.testing.assert_array_equal(alibi[0], -np.array([[2, 1, 0, -1], [3, 2, 1, 0]]) / 16)
     np.testing.assert_array_equal(alibi[1], -np.array([[2, 1, 0, -1], [3, 2, 1, 0]]) / 256)
+    # a window of W = 2: position 2 sees keys 1, 2; position 3 sees keys 2, 3
+    window = SCORE_MODIFIERS["window"].textbook(np, 2, (1, 2, 2, 4), np.dtype("float64"))
+    assert window.tolist() == [[-np.inf, 0, 0, -np.inf], [-np.inf, -np.inf, 0, 0]]
 
 
 @pytest.mark.parametrize("name", SCORE_MODIFIERS)
@@ -69,7 +74,10 @@ def test_each_tile_term_is_its_textbook_term_on_that_tile(name, group):
             np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("names", [("alibi",), ("causal", "alibi"), ("causal", "mask", "alibi"), ("mask",)])
+@pytest.mark.parametrize(
+    "names",
+    [("alibi",), ("causal", "alibi"), ("causal", "mask", "alibi"), ("mask",), ("window",), ("mask", "window", "alibi")],
+)
 @pytest.mark.parametrize("Tq, Tk", [(7, 7), (3, 8), (8, 3)])
 def test_plain_and_tiled_agree_under_every_modifier(names, Tq, Tk):
     B, H, H_kv, D = 2, 4, 2, 3
@@ -95,41 +103,45 @@ def test_the_tiled_kernel_takes_a_key_padding_mask_as_the_plain_one_does():
     np.testing.assert_allclose(to_numpy(tiled[1:, :, :4]), to_numpy(short), rtol=1e-12, atol=1e-13)
 
 
-def _window(width):
-    """A sliding window of ``width`` keys (i - width < j <= i) as a mask entry: declared here, not registered,
-    to show that the seam needs nothing else (the tiled kernel skips the tiles left of the window too)."""
-
-    def tile(xp, arg, t, dtype):
-        distance = t.query_positions(xp)[:, 0] - t.key_positions(xp)  # (nq,nk)
-        return xp.where((distance >= 0) & (distance < width), dtype.type(0), dtype.type(-np.inf))[:, None, :]
-
-    def textbook(xp, arg, shape, dtype):
-        B, H, Tq, Tk = shape
-        distance = xp.arange(Tq)[:, None] + Tk - Tq - xp.arange(Tk)[None, :]
-        return xp.where((distance >= 0) & (distance < width), dtype.type(0), dtype.type(-np.inf))
-
-    def keys(arg, queries, offset, Tk):
-        some = range(max(0, queries.start + offset - width + 1), max(0, min(Tk, queries.stop + offset)))
-        every = range(max(0, queries.stop - 1 + offset - width + 1), max(0, min(Tk, queries.start + offset + 1)))
-        return some, every
-
-    return ScoreModifier("window", True, tile, textbook, None, None, lambda arg, shape: None, keys)
-
-
-def test_a_new_mask_is_one_entry_and_the_tiled_kernel_skips_what_it_hides(monkeypatch):
-    monkeypatch.setitem(SCORE_MODIFIERS, "window", _window(3))
-    q, k, v = qkv(1, 2, 2, 9, 9, 3)
-    dout = randn(1, 2, 9, 3, seed=4)
-    both = ("window", "alibi")
+@pytest.mark.parametrize("width", [1, 3, 4, 20])
+@pytest.mark.parametrize("Tq, Tk, H_kv", [(9, 9, 2), (4, 11, 1), (10, 6, 2)])
+def test_the_window_on_both_kernels_and_the_tiles_it_skips(width, Tq, Tk, H_kv):
+    # ragged 2 x 3 tiles: a query tile may start seeing a key tile in its middle; W = 20 > T: causal
+    q, k, v = qkv(1, 4, H_kv, Tq, Tk, 3)
+    dout = randn(1, 4, Tq, 3, seed=4)
+    both = (("window", width), "alibi")
     plain, plain_cache = attention_forward(q, k, v, causal=False, modifiers=both)
     tiled, tiled_cache = flash_attention_forward(q, k, v, causal=False, block_q=2, block_k=3, modifiers=both)
     np.testing.assert_allclose(to_numpy(tiled), to_numpy(plain), rtol=1e-12, atol=1e-13)
     for a, b in zip(flash_attention_backward(dout, tiled_cache), attention_backward(dout, plain_cache)):
         np.testing.assert_allclose(to_numpy(a), to_numpy(b), rtol=1e-10, atol=1e-12)
-    # (key tiles of 3: a query tile may start seeing a key tile in its middle) queries 6..7 see keys 4..7,
-    # query 6 keys 4..6 and query 7 keys 5..7: keys 5..6 are seen by both
-    seam = ScoreSeam.whole(score_modifiers(False, None, ("window",), (1, 1, 9, 9)), 1)
+    if width >= Tk:  # nothing left of the window: the causal mask's numbers
+        causal, _ = attention_forward(q, k, v, causal=True, modifiers=("alibi",))
+        np.testing.assert_allclose(to_numpy(plain), to_numpy(causal), rtol=1e-13, atol=1e-14)
+
+
+def test_the_window_key_span_by_hand():
+    # W = 3, Tq = Tk = 9: queries 6..7 see keys 4..7 (query 6 keys 4..6, query 7 keys 5..7): 5..6 seen by both
+    seam = ScoreSeam.whole(score_modifiers(False, None, (("window", 3),), (1, 1, 9, 9)), 1)
     assert seam.key_span(range(6, 8), 0, 9) == (range(4, 8), range(5, 7))
+    # after 5 cached keys (offset 5), query rows 0..1 sit at 5..6 and see keys 3..6, both of them 4..5
+    assert seam.key_span(range(0, 2), 5, 7) == (range(3, 7), range(4, 6))
+    # queries 0..3 with W = 3: keys 0..3, and no key is seen by both query 0 and query 3
+    assert seam.key_span(range(0, 4), 0, 9) == (range(0, 4), range(0, 0))
+
+
+@pytest.mark.parametrize("width, T, block", [(16, 256, 16), (32, 512, 16), (64, 256, 32)])
+def test_the_tiled_kernel_visits_about_T_W_scores_of_a_window(width, T, block):
+    # forward and backward walk the same (query tile, key tile) pairs; count the scores they compute
+    seam = ScoreSeam.whole(score_modifiers(False, None, (("window", width),), (1, 1, T, T)), 1)
+    seen = sum(
+        (q1 - q0) * (hi - lo)
+        for k0, k1 in tiles(T, block)
+        for q0, q1, lo, hi, _ in flash_module._query_tiles(k0, k1, T, T, seam, block)
+    )
+    # each query tile of `block` rows spans the W + block - 1 keys of its rows' windows, in whole key tiles
+    assert seen <= T * (width + 2 * block)
+    assert seen >= T * width  # and every score of the window is computed
 
 
 def test_every_registered_modifier_is_gradient_checked_on_both_kernels():
@@ -149,6 +161,9 @@ def test_every_registered_modifier_is_gradient_checked_on_both_kernels():
         (dict(modifiers=(("alibi", 3),)), TypeError, "takes no argument"),
         (dict(modifiers="alibi"), TypeError, "modifiers must be a tuple"),
         (dict(mask=np.ones((3, 3))), TypeError, "mask must be boolean"),
+        (dict(modifiers=(("window", 0),)), ValueError, r"window's width W .* must be a positive integer, got 0"),
+        (dict(modifiers=(("window", 2.0),)), ValueError, "must be a positive integer, got 2.0"),
+        (dict(modifiers=("window",)), ValueError, "must be a positive integer, got None"),
     ],
 )
 def test_bad_modifiers_are_named(call, error, message):
@@ -162,7 +177,7 @@ def test_the_torch_twins_give_sdpa_our_numbers():
     torch = pytest.importorskip("torch")
     B, H, H_kv, Tq, Tk, D = 2, 4, 2, 3, 7, 5
     q, k, v = qkv(B, H, H_kv, Tq, Tk, D)
-    for names in [("causal", "alibi"), ("alibi",), ("causal", "mask")]:
+    for names in [("causal", "alibi"), ("alibi",), ("causal", "mask"), ("window",), ("window", "alibi")]:
         uses = modifier_uses(names, (B, H, Tq, Tk), seed=2)
         ours, _ = flash_attention_forward(q, k, v, causal=False, block_q=2, block_k=3, modifiers=uses)
         mask = sum(SCORE_MODIFIERS[n].torch_twin(arg, (B, H, Tq, Tk), torch.float64) for n, arg in uses)

@@ -116,6 +116,8 @@ def test_each_new_flag_sets_its_field():
         "norm_bias": False,
     }  # fmt: skip
     assert options_of("--ln-eps", "1e-4")["norm_eps"] == 1e-4  # the older spelling
+    window = options_of("--sliding-window", "16", "--window-layers", "0,2")
+    assert window["sliding_window"] == 16 and window["window_layers"] == [0, 2]
 
 
 @pytest.mark.parametrize(
@@ -125,6 +127,9 @@ def test_each_new_flag_sets_its_field():
         (["--kv-heads", "0"], "argument --kv-heads: expected an integer >= 1"),
         (["--qk-norm-order", "middle"], "argument --qk-norm-order: invalid choice"),
         (["--arch", "gpt5"], "argument --arch: invalid choice"),
+        (["--sliding-window", "0"], "argument --sliding-window: expected an integer >= 1"),
+        (["--window-layers", "0,x"], "argument --window-layers: expected layer indices separated by commas"),
+        (["--window-layers", "-1"], "argument --window-layers: layer indices start at 0"),
     ],
 )
 def test_a_bad_new_flag_value_names_the_flag(capsys, argv, message):
@@ -138,6 +143,8 @@ def test_an_impossible_combination_of_flags_names_the_flags(capsys):
     assert "--kv-heads (3) must divide --heads (4)" in capsys.readouterr().err
     assert cli.main(["train", "--arch", "llama", "--norm-bias"]) == 2
     assert "--norm-bias=True: --norm 'rmsnorm' has no bias" in capsys.readouterr().err
+    assert cli.main(["train", "--window-layers", "0"]) == 2
+    assert "--window-layers=[0] names windowed layers, but --sliding-window is None" in capsys.readouterr().err
 
 
 @pytest.fixture

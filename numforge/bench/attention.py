@@ -38,6 +38,12 @@ tiled memory at T = 2048 <= 1/20 of plain. With ``--kv-heads`` below ``--heads``
 (issue 22: H_kv 2, and 1): at T = 2048 the median tiled time <= 1.2x SDPA's median
 with ``enable_gqa``, and tiled memory <= 1/8 of plain.
 
+``--window W`` gives every routine a sliding window (query ``i`` sees keys ``i - W < j <= i``): the
+tiled kernel skips the tiles outside it, plain attention masks its whole square, SDPA gets the window's
+float ``attn_mask`` (``ops/scores.py``'s torch twin, ``4 T^2`` bytes). One more row times the tiled kernel
+at T = 1024, causal with no window. Targets (issue 32, T = 8192, W = 512): the windowed tiled median within
+1.5x of that row's, and <= 1.2x SDPA's median with the same mask.
+
 The header says where it ran (``measure.where_it_runs``: the CPU and its vector
 extensions, the cores, NumPy's BLAS, PyTorch's threads): the ratio to PyTorch
 differs between AVX2 and AVX-512 machines.
@@ -64,12 +70,14 @@ from ..ops.flash_attention import (
     flash_attention_backward,
     flash_attention_forward,
 )
+from ..ops.scores import torch_attention_options
 from ..table import format_table
 from .measure import MIB, optional_torch, peak_extra_bytes, positive_int, run_times, verdict, where_it_runs
 
 PLAIN_MEMORY_UP_TO = 2048
 SWEEP_BLOCKS_Q = (64, 128, 256, 512)
 SWEEP_BLOCKS_K = (128, 256, 512, 1024)
+WINDOW_BASELINE_T = 1024  # with --window: the tiled kernel, causal without a window, at this length (issue 32)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,6 +98,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--time-plain", action="store_true", help="time plain attention too (its memory is always measured)"
     )
     parser.add_argument("--non-causal", action="store_true", help="full attention instead of causal")
+    parser.add_argument(
+        "--window",
+        type=positive_int,
+        metavar="W",
+        help="a sliding window: query i sees keys i - W < j <= i (SDPA with the same float mask)",
+    )
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch SDPA even if importable")
     parser.add_argument("--busy-core", action="store_true", help="also run with a second process spinning on one core")
     parser.add_argument(
@@ -114,15 +128,26 @@ def _numforge_step(forward, backward, q, k, v, dout, **kwargs) -> Callable[[], o
     return step
 
 
-def _torch_step(torch, q, k, v, dout, causal: bool) -> Callable[[], object]:
+def _score_options(args) -> dict:
+    """The kernels' score options: the window (causal itself), the causal mask, or neither."""
+    if args.window is not None:
+        return {"causal": False, "modifiers": (("window", args.window),)}
+    return {"causal": not args.non_causal}
+
+
+def _torch_step(torch, q, k, v, dout, scores: dict) -> Callable[[], object]:
+    """SDPA forward + backward with the kernels' ``scores`` options: ``is_causal``, or the window's float mask."""
     tq, tk, tv = (torch.from_numpy(backend.to_numpy(a)).requires_grad_() for a in (q, k, v))
     tdout = torch.from_numpy(backend.to_numpy(dout))
     gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}  # k, v of fewer heads: grouped-query
+    uses = (*(("causal",) if scores["causal"] else ()), *scores.get("modifiers", ()))
+    shape = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    masks = torch_attention_options(uses, shape, torch.float32) if uses else {}  # is_causal, or attn_mask (T,T)
 
     def step():
         for a in (tq, tk, tv):
             a.grad = None
-        out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal, **gqa)
+        out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, **masks, **gqa)
         out.backward(tdout)
         return out
 
@@ -178,25 +203,40 @@ def _spread(runs: list[float]) -> str:
     return " / ".join(f"{s * 1e3:.1f}" for s in (min(runs), statistics.median(runs), max(runs)))
 
 
-def _compare(args, xp) -> int:
-    causal = not args.non_causal
+def _steps(args, T: int, torch, memory: dict) -> dict:
+    """The routines timed at length ``T`` (tiled, plain with ``--time-plain``, SDPA), each forward + backward with
+    the same score options; plain and tiled memory measured into ``memory[T]`` up to ``PLAIN_MEMORY_UP_TO``."""
+    xp, scores = backend.array_module(), _score_options(args)
+    q, k, v, dout = _inputs(args, T)
     blocks = {"block_q": args.block_q, "block_k": args.block_k}
+    plain = _numforge_step(attention_forward, attention_backward, q, k, v, dout, **scores)
+    tiled = _numforge_step(flash_attention_forward, flash_attention_backward, q, k, v, dout, **scores, **blocks)
+    steps = {"tiled": tiled, "plain": plain} if args.time_plain else {"tiled": tiled}
+    if T <= PLAIN_MEMORY_UP_TO:
+        diff = float(xp.max(xp.abs(plain()[0] - tiled()[0])))
+        memory[T] = peak_extra_bytes(plain, xp), peak_extra_bytes(tiled, xp), diff
+    if torch is not None:
+        steps["sdpa"] = _torch_step(torch, q, k, v, dout, scores)
+    return steps
+
+
+def _window_baseline(args) -> dict:
+    """With ``--window``: the tiled kernel at ``WINDOW_BASELINE_T``, causal, no window (the issue's yardstick)."""
+    q, k, v, dout = _inputs(args, WINDOW_BASELINE_T)
+    blocks = {"block_q": args.block_q, "block_k": args.block_k}
+    return {"tiled": _numforge_step(flash_attention_forward, flash_attention_backward, q, k, v, dout, **blocks)}
+
+
+def _compare(args, xp) -> int:
     torch = None if args.no_torch or xp is not np else optional_torch()
-    memory, steps_by_t = {}, {}
-    for T in args.seq_lens:
-        q, k, v, dout = _inputs(args, T)
-        plain = _numforge_step(attention_forward, attention_backward, q, k, v, dout, causal=causal)
-        tiled = _numforge_step(
-            flash_attention_forward, flash_attention_backward, q, k, v, dout, causal=causal, **blocks
-        )
-        steps = {"tiled": tiled, "plain": plain} if args.time_plain else {"tiled": tiled}
-        if T <= PLAIN_MEMORY_UP_TO:
-            diff = float(xp.max(xp.abs(plain()[0] - tiled()[0])))
-            memory[T] = peak_extra_bytes(plain, xp), peak_extra_bytes(tiled, xp), diff
-        if torch is not None:
-            steps["sdpa"] = _torch_step(torch, q, k, v, dout, causal)
-        steps_by_t[T] = steps
+    memory = {}
+    steps_by_t = {T: _steps(args, T, torch, memory) for T in args.seq_lens}
+    if args.window is not None:
+        steps_by_t[f"{WINDOW_BASELINE_T} no window"] = _window_baseline(args)
     _print_memory(memory)
+    if args.window is not None and torch is not None:
+        masks = ", ".join(f"T={T}: {4 * T * T / MIB:.1f} MiB" for T in args.seq_lens)
+        print(f"SDPA's float mask alone (not traced beyond it): {masks}")
     conditions = [(threads, busy) for busy in ([False, True] if args.busy_core else [False])
                   for threads in args.threads or (blas_threads(), 1)]  # fmt: skip
     medians = {}
@@ -212,8 +252,7 @@ def _compare(args, xp) -> int:
         print(f"\n{label}: forward + backward ms, min / median / max of {args.repeats} ({load})")
         _print_times(runs)
         medians[threads, busy] = {T: statistics.median(r["tiled"]) for T, r in runs.items()}
-        verdicts = _verdicts if _kv_heads(args) == args.heads else _grouped_verdicts
-        for line in verdicts(runs, memory):
+        for line in _verdicts_of(args)(runs, memory):
             print(line)
     for threads, busy in conditions:
         if busy:
@@ -222,6 +261,12 @@ def _compare(args, xp) -> int:
             worst = max(ratios.values())
             print(f"{threads} threads, tiled median busy / idle ({text}) (target <= 2): {verdict(worst <= 2)}")
     return 0
+
+
+def _verdicts_of(args) -> Callable[[dict, dict], list[str]]:
+    if args.window is not None:
+        return _window_verdicts(args.window)
+    return _verdicts if _kv_heads(args) == args.heads else _grouped_verdicts
 
 
 def _print_memory(memory: dict) -> None:
@@ -281,9 +326,40 @@ def _grouped_verdicts(runs: dict, memory: dict) -> list[str]:
     return lines
 
 
+def _seen_scores(T: int, width: int) -> int:
+    """How many scores a window of ``width`` keeps on ``T`` positions: ``sum_i min(i + 1, W)``."""
+    return T * width - width * (width - 1) // 2 if T >= width else T * (T + 1) // 2
+
+
+def _window_verdicts(width: int) -> Callable[[dict, dict], list[str]]:
+    """Issue 32's targets for each windowed T that was run: its tiled median within 1.5x of the unwindowed
+    causal one at ``WINDOW_BASELINE_T`` (the target is stated at T = 8192, W = 512), and <= 1.2x SDPA's median
+    with the same mask; beside them, how many times the baseline's scores the window keeps (the work)."""
+
+    def verdicts(runs: dict, memory: dict) -> list[str]:
+        median, lines = statistics.median, []
+        key = f"{WINDOW_BASELINE_T} no window"
+        baseline = median(runs[key]["tiled"])
+        for T, r in ((T, r) for T, r in runs.items() if T != key):
+            lines.append(_window_line(T, median(r["tiled"]), baseline, r.get("sdpa"), width))
+        return lines
+
+    return verdicts
+
+
+def _window_line(T: int, tiled: float, baseline: float, sdpa: list | None, width: int) -> str:
+    work = _seen_scores(T, width) / _seen_scores(WINDOW_BASELINE_T, WINDOW_BASELINE_T)
+    line = (f"T={T}: tiled median {tiled / baseline:.2f}x the T={WINDOW_BASELINE_T} unwindowed (target <= 1.5; "
+            f"the window keeps {work:.2f}x its scores)")  # fmt: skip
+    holds = tiled <= 1.5 * baseline
+    if sdpa is not None:
+        line += f", {tiled / statistics.median(sdpa):.2f}x SDPA's with the same mask (target <= 1.2)"
+        holds = holds and tiled <= 1.2 * statistics.median(sdpa)
+    return f"{line}: {verdict(holds)}"
+
+
 def _sweep(args, xp) -> int:
     """Tiled forward+backward for a grid of block sizes, the configurations taking turns."""
-    causal = not args.non_causal
     header = ("T", "block_q", "block_k", "tiled median ms", "tiled MiB")
     rows = []
     for T in args.seq_lens:
@@ -291,7 +367,7 @@ def _sweep(args, xp) -> int:
         steps = {
             (block_q, block_k): _numforge_step(
                 flash_attention_forward, flash_attention_backward, q, k, v, dout,
-                causal=causal, block_q=block_q, block_k=block_k,
+                **_score_options(args), block_q=block_q, block_k=block_k,
             )
             for block_q in SWEEP_BLOCKS_Q
             for block_k in SWEEP_BLOCKS_K
@@ -305,16 +381,24 @@ def _sweep(args, xp) -> int:
     return 0
 
 
+def _masking(args) -> str:
+    if args.window is not None:
+        return f"sliding window W={args.window}"
+    return "non-causal" if args.non_causal else "causal"
+
+
 def run(args: argparse.Namespace) -> int:
     if args.heads % _kv_heads(args):
         raise ValueError(f"--kv-heads must divide --heads ({args.heads}), got {args.kv_heads}")
+    if args.window is not None and args.non_causal:
+        raise ValueError("--window is causal itself (i - W < j <= i): it cannot be --non-causal")
     xp = backend.array_module()
     if not args.no_torch and xp is np:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # module docstring: torch's threads stop spinning
     print(where_it_runs(None if args.no_torch or xp is not np else optional_torch()))
     print(
         f"attention forward+backward, backend {backend.backend_name()}, B={args.batch} H={args.heads} "
-        f"H_kv={_kv_heads(args)} D={args.head_dim} float32 {'non-causal' if args.non_causal else 'causal'}, "
+        f"H_kv={_kv_heads(args)} D={args.head_dim} float32 {_masking(args)}, "
         f"{args.repeats} repeats"
     )
     threads = {name: os.environ[name] for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS") if name in os.environ}

@@ -48,8 +48,8 @@ def torch_loss(p: dict, config, ids, targets, tables: dict | None = None):
     if scheme.added is not None:
         x = x + {**p, **tables}[scheme.added][:T]
     rotation = None if scheme.rotation is None else [tables[name][:T] for name in scheme.rotation.tables]  # cos, sin
-    scores = torch_attention_options(config.score_modifiers, (B, H, T, T), x.dtype)  # causal, ALiBi: attn_mask
     for i in range(config.num_layers):
+        scores = torch_attention_options(config.score_modifiers(i), (B, H, T, T), x.dtype)  # causal|window, ALiBi
         layer = {n[len(f"layers.{i}.") :]: t for n, t in p.items() if n.startswith(f"layers.{i}.")}
         h = _norm(x, layer, "pre_attn_norm", config)
         qkv = _linear(h, layer, "attn.qkv_proj")  # (B,T,C) -> (B,T,(H + 2 H_kv) D)

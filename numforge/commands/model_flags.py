@@ -48,6 +48,17 @@ def json_object(text: str) -> dict:
     return value
 
 
+def layer_list(text: str) -> list[int]:
+    """An argparse type: layer indices separated by commas, ``0,2,4`` -> ``[0, 2, 4]``."""
+    try:
+        layers = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected layer indices separated by commas (0,2,4), got {text!r}") from None
+    if any(layer < 0 for layer in layers):
+        raise argparse.ArgumentTypeError(f"layer indices start at 0, got {text!r}")
+    return layers
+
+
 # flag dest -> (GPTConfig field, argparse options)
 MODEL_FLAGS = {
     "layers": ("num_layers", dict(type=int_at_least(1), help="transformer blocks")),
@@ -93,6 +104,14 @@ MODEL_FLAGS = {
     "no_tie": ("tie_weights", dict(action="store_const", const=False, help="an lm_head apart from the token table")),
     "scale_embeddings": ("scale_embeddings", dict(action="store_const", const=True, help="tokens times sqrt(C)")),
     "attention": ("attention", dict(choices=ATTENTION_KINDS, help="the attention kernel (the same numbers)")),
+    "sliding_window": (
+        "sliding_window",
+        dict(type=int_at_least(1), metavar="W", help="attention sees the W latest positions only (sliding window)"),
+    ),
+    "window_layers": (
+        "window_layers",
+        dict(type=layer_list, metavar="0,2,..", help="the layers with the window (default: all; 0-based)"),
+    ),
     "dropout": (
         "drop_prob",
         dict(type=PROBABILITY, metavar="P", help="dropout probability while training (activations, attention weights)"),

@@ -75,7 +75,9 @@ def _modifier_case(kernel: str, names: tuple[str, ...], shape: tuple, seed: int)
     def options() -> dict:
         rng = np.random.default_rng(seed)
         args = [SCORE_MODIFIERS[name].gradcheck(rng, (B, H, Tq, Tk)) for name in names]
-        uses = tuple((name, None if arg is None else backend.asarray(arg)) for name, arg in zip(names, args))
+        uses = tuple(
+            (name, backend.asarray(arg) if isinstance(arg, np.ndarray) else arg) for name, arg in zip(names, args)
+        )
         return {"causal": False, "modifiers": uses, **tiles}
 
     return _case(f"{kernel}.scores.{'+'.join(names)}", shape, seed=seed, kv_heads=2, options=options)

@@ -86,6 +86,9 @@ OPTIONS = {  # every entry of each registry (norms, positions, activations) and 
         "qk_norm_order": "after_rope",
         "activation": "relu2",  # nanochat's MLP: relu(x)^2
     },
+    "window": {**LLAMA, "sliding_window": 3},  # Mistral: every layer sees its 3 latest positions of SEQ = 7
+    "window_alternating": {**LLAMA, "sliding_window": 3, "window_layers": [0]},  # Gemma 2: local, then global
+    "window_plain_attention": {"sliding_window": 2, "attention": "plain", "position": "alibi"},
     "dropout": {"drop_prob": 0.2},  # embeddings, branches and attention weights
     "dropout_plain_attention": {"drop_prob": 0.2, "attention": "plain"},
     "dropout_llama": {**LLAMA, "drop_prob": 0.2},

@@ -14,15 +14,16 @@ The fields, the same in all four::
     tie_word_embeddings                            tie_weights
 
 and what differs by ``model_type`` (``FAMILIES``): Llama's ``attention_bias`` (q, k, v, o) and
-``mlp_bias``; Mistral's ``sliding_window`` (null, or not shorter than ``max_position_embeddings``:
-then no query ever reaches past it); Qwen2's q/k/v biases (always; none on o_proj) and
-``use_sliding_window``; Qwen3's ``attention_bias``, its ``q_norm``/``k_norm`` over each head before
+``mlp_bias``; Mistral's ``sliding_window`` on every layer (``GPTConfig.sliding_window``; null, or not
+shorter than ``max_position_embeddings``, is none: no query reaches past it); Qwen2's q/k/v biases
+(always; none on o_proj) and ``use_sliding_window`` with ``layer_types`` (or ``max_window_layers``), the
+layers it windows (``window_layers``); Qwen3's ``attention_bias``, its ``q_norm``/``k_norm`` over each head before
 the rotation (``qk_norm``, ``"before_rope"``), its ``head_dim`` (128 when absent). A field missing
 from a file takes the value the family's transformers class gives it.
 
 Refused by name, from config.json alone (before any weight is read): another ``hidden_act``,
-another rope type (``yarn``, ``dynamic``, ``longrope``, ...), a ``partial_rotary_factor`` below 1, a
-sliding window shorter than the context, mixture-of-experts fields (``num_local_experts``,
+another rope type (``yarn``, ``dynamic``, ``longrope``, ...), a ``partial_rotary_factor`` below 1,
+mixture-of-experts fields (``num_local_experts``,
 ``num_experts``). Other fields (dropouts, token ids, ``initializer_range``, ``use_cache``, ...) do
 not change what the model computes and are ignored, as the transformers classes ignore fields they
 do not read.
@@ -139,7 +140,7 @@ def config_from_hf(d: dict, source: str) -> GPTConfig:
             f"{source}: hidden_act is {d['hidden_act']!r}; numforge runs this family only with {supported}"
         )
     context = d["max_position_embeddings"]
-    _check_window(d, family, source, context)
+    window = window_from_hf(d, family, source, context)
     theta, scaling = rope_from_hf(d, source, context)
     biases = dict(family.fixed_biases)
     for field, switches in family.bias_fields.items():
@@ -167,33 +168,40 @@ def config_from_hf(d: dict, source: str) -> GPTConfig:
             use_bias=everywhere,
             tie_weights=d["tie_word_embeddings"],
             **switches,
+            **window,
         )
     except (ValueError, TypeError) as error:
         raise ValueError(f"{source}: {error}") from None
 
 
-def _check_window(d: dict, family: Family, source: str, context: int) -> None:
-    """A sliding window must not be shorter than the context: query t sees the keys t - W < s <= t, all of them
-    when t < W. Qwen's applies only with ``use_sliding_window``, to the layers ``layer_types`` says slide
-    (by default those from ``max_window_layers`` on)."""
-    if family.window is None:
-        return
-    window = d["sliding_window"]
+WINDOW_LAYER_TYPES = ("sliding_attention", "full_attention")  # Qwen's layer_types, windowed or not
+
+
+def window_from_hf(d: dict, family: Family, source: str, context: int) -> dict:
+    """``{"sliding_window": W, "window_layers": ...}`` of a config dict, as ``GPTConfig`` takes them (``{}``: none).
+
+    A layer with a window of ``W`` lets query ``i`` see keys ``i - W < j <= i`` (transformers'
+    ``sliding_window_overlay``, numforge's ``window`` score modifier). Mistral's applies to every layer.
+    Qwen's applies only with ``use_sliding_window``, to the layers ``layer_types`` calls ``sliding_attention``
+    (by default those from ``max_window_layers`` on). A window not shorter than the context hides nothing: none."""
+    window = d.get("sliding_window") if family.window else None
+    layers = None  # every layer
     if family.window == "use_sliding_window":
         if not d.get("use_sliding_window", False):
-            return
-        layers = d.get("layer_types") or [
-            "sliding_attention" if i >= d.get("max_window_layers", 28) else "full_attention"
-            for i in range(d["num_hidden_layers"])
+            return {}
+        types = d.get("layer_types") or [
+            WINDOW_LAYER_TYPES[i < d.get("max_window_layers", 28)] for i in range(d["num_hidden_layers"])
         ]
-        if "sliding_attention" not in layers:
-            return
-    if window is not None and window < context:
-        raise ValueError(
-            f"{source}: sliding_window is {window}, shorter than the context (max_position_embeddings {context}); "
-            f"numforge attends to the whole context. To run this model exactly on up to {window} tokens, set "
-            f"max_position_embeddings to {window} in a copy of config.json"
-        )
+        if len(types) != d["num_hidden_layers"] or any(t not in WINDOW_LAYER_TYPES for t in types):
+            raise ValueError(
+                f"{source}: layer_types must name {d['num_hidden_layers']} layers, each one of {WINDOW_LAYER_TYPES}, "
+                f"got {types!r}"
+            )
+        layers = [i for i, t in enumerate(types) if t == "sliding_attention"]
+        layers = None if len(layers) == len(types) else layers
+    if window is None or window >= context or layers == []:
+        return {}
+    return {"sliding_window": window, "window_layers": layers}
 
 
 def rope_from_hf(d: dict, source: str, context: int) -> tuple[float, dict | None]:
@@ -262,7 +270,15 @@ def family_of(config: GPTConfig) -> str:
             f"{FAMILY_NAMES} cannot express qkv_bias={qkv} with out_bias={out} (Llama's attention_bias sets q, k, v "
             "and o together; Qwen2 has q, k, v biases and no others)"
         )
-    return "llama"
+    if config.sliding_window is None:
+        return "llama"
+    if config.window_layers is not None or qkv or mlp:
+        raise ValueError(
+            f"{FAMILY_NAMES} cannot express sliding_window={config.sliding_window} on layers "
+            f"{config.window_layers} with qkv_bias={qkv}, mlp_bias={mlp} (Mistral windows every layer and has no "
+            "biases; Qwen2 and Qwen3 window some layers)"
+        )
+    return "mistral"
 
 
 # What transformers 5's Qwen2Tokenizer cuts text with: it rebuilds every qwen2 directory's tokenizer with NFC and
@@ -309,7 +325,7 @@ def config_to_hf(config: GPTConfig, special_ids: dict) -> dict:
     model_type = family_of(config)
     scaling = config.rope_scaling or {"rope_type": "default"}
     biases = {field: config.has_bias(switches[0]) for field, switches in FAMILIES[model_type].bias_fields.items()}
-    window = {"use_sliding_window": False, "sliding_window": None} if FAMILIES[model_type].window else {}
+    window = window_to_hf(config, FAMILIES[model_type])
     return {
         "architectures": [FAMILIES[model_type].architecture],
         "model_type": model_type,
@@ -333,6 +349,23 @@ def config_to_hf(config: GPTConfig, special_ids: dict) -> dict:
         "attention_dropout": 0.0,
         "initializer_range": 0.02,
         **special_ids,
+    }
+
+
+def window_to_hf(config: GPTConfig, family: Family) -> dict:
+    """The window fields of ``config`` in ``family``'s config.json (``window_from_hf`` reads them back)."""
+    if family.window is None:
+        return {}
+    if family.window == "always":
+        return {"sliding_window": config.sliding_window}
+    if config.sliding_window is None:
+        return {"use_sliding_window": False, "sliding_window": None}
+    windowed = [config.layer_window(i) is not None for i in range(config.num_layers)]
+    return {
+        "use_sliding_window": True,
+        "sliding_window": config.sliding_window,
+        "max_window_layers": windowed.index(True),  # exact when the windowed layers are the last ones
+        "layer_types": [WINDOW_LAYER_TYPES[not w] for w in windowed],  # what transformers 5 reads
     }
 
 

@@ -120,10 +120,10 @@ KERNELS = {  # config.attention -> AttentionKernel
 ORACLE_KERNEL = "plain"  # the one that holds every (B,H,T,T) weight: the oracle the others are compared with
 
 
-def attend(q, k, v, config, *, for_backward: bool = False, dropout_seed: list[int] | None = None):
-    """Attention by the configured kernel (``KERNELS``) with the config's score modifiers (causal, ALiBi, ...:
-    ``config.score_modifiers``); the weights dropped with ``config.drop_prob`` when a ``dropout_seed`` is given.
-    ``for_backward`` lets the kernel keep what speeds up its backward.
+def attend(q, k, v, config, *, layer: int = 0, for_backward: bool = False, dropout_seed: list[int] | None = None):
+    """Attention by the configured kernel (``KERNELS``) with layer ``layer``'s score modifiers (causal or a
+    window, ALiBi, ...: ``config.score_modifiers(layer)``); the weights dropped with ``config.drop_prob`` when a
+    ``dropout_seed`` is given. ``for_backward`` lets the kernel keep what speeds up its backward.
 
     With a KV cache, ``q`` holds the ``Tq`` new positions and ``k, v`` all ``Tk`` (cached + new): the
     kernels align them bottom-right, so query row ``r`` is at position ``r + Tk - Tq``, the cached
@@ -131,7 +131,7 @@ def attend(q, k, v, config, *, for_backward: bool = False, dropout_seed: list[in
     dropout = {} if dropout_seed is None else {"dropout_p": config.drop_prob, "dropout_seed": dropout_seed}
     B, H, Tq, _ = q.shape
     keep_probs = for_backward and B * H * Tq * k.shape[2] <= KEEP_PROBS_LIMIT
-    return KERNELS[config.attention].forward(q, k, v, keep_probs, config.score_modifiers, **dropout)
+    return KERNELS[config.attention].forward(q, k, v, keep_probs, config.score_modifiers(layer), **dropout)
 
 
 def attend_backward(do, cache, config):
@@ -232,7 +232,7 @@ def attention_branch_forward(
     if kv_cache is not None:
         k, v = kv_cache.extend(layer, k, v)  # (B,H_kv,T,D) -> (B,H_kv,cached+T,D)
     seeds = attention_seeds(config, rng, B)
-    o, attention_cache = attend(q, k, v, config, for_backward=for_backward, dropout_seed=seeds)  # (B,H,T,D)
+    o, attention_cache = attend(q, k, v, config, layer=layer, for_backward=for_backward, dropout_seed=seeds)
     merged = merge_heads(o).reshape(B * T, H * D)  # (B,H,T,D) -> (N,H D)
     a, out_cache = linear_layer_forward(merged, p, "attn.out_proj")  # (N,H D) -> (N,C)
     a, drop_cache = dropout_if(a, config, rng)

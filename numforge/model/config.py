@@ -21,6 +21,10 @@ config validates against them): ``norm`` from ``ops.norms.NORMS``,
   (``attn.q_norm.weight``, ``attn.k_norm.weight``) unless ``norm_weight`` is
   False; ``qk_norm_order`` puts it before the rotation (Qwen3) or after it (nanochat);
 - ``norm_weight``: False gives every norm no parameters (nanochat);
+- ``sliding_window`` W: the attention of a windowed layer sees only the W latest positions (query ``i``,
+  keys ``i - W < j <= i``; ``ops/scores.py``'s ``window``); ``window_layers``, the 0-based layers with the
+  window, sorted (None: every layer, as Mistral; ``[0, 2, 4]`` of 6: alternating local and global, as
+  Gemma 2 and gpt-oss);
 - the bias switches ``qkv_bias`` (the fused q|k|v projection), ``out_bias``
   (attention's output projection), ``mlp_bias`` and ``norm_bias``: each left
   None follows ``use_bias``, the one switch that sets them all (a norm with no
@@ -46,7 +50,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 
-from ..checks import check_bool, check_positive_int, is_real
+from ..checks import check_bool, check_index, check_positive_int, is_real
 from ..ops.activations import ACTIVATIONS, GELU_APPROXIMATIONS
 from ..ops.norms import NORMS
 from ..ops.rope import check_rope_scaling
@@ -118,6 +122,8 @@ class GPTConfig:
     attention_dropout: bool = True  # drop_prob applies to the attention weights too
     scale_embeddings: bool = False
     attention: str = "tiled"
+    sliding_window: int | None = None  # W: a windowed layer's query i sees keys i - W < j <= i (None: no window)
+    window_layers: tuple[int, ...] | None = None  # the layers with the window (None: every layer)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "max_seq_len", "d_model", "num_heads", "num_layers"):
@@ -142,6 +148,7 @@ class GPTConfig:
         self._check_norms()
         self._check_positions()
         self._check_biases()
+        self._check_window()
 
     def _resolve_heads(self) -> None:
         if self.num_kv_heads is None:
@@ -187,6 +194,30 @@ class GPTConfig:
             if getattr(self, name) is not None:
                 check_bool(getattr(self, name), name)
 
+    def _check_window(self) -> None:
+        if self.sliding_window is None:
+            if self.window_layers is not None:
+                raise ValueError(
+                    f"window_layers={self.window_layers!r} names windowed layers, but sliding_window is None"
+                )
+            return
+        check_positive_int(self.sliding_window, "sliding_window")
+        if self.window_layers is None:
+            return
+        if isinstance(self.window_layers, (str, bytes)) or not isinstance(self.window_layers, (list, tuple)):
+            raise TypeError(f"window_layers must be a list of layer indices, got {self.window_layers!r}")
+        for layer in self.window_layers:
+            check_index(layer, self.num_layers, "each of window_layers")
+        if not self.window_layers or len(set(self.window_layers)) < len(self.window_layers):
+            raise ValueError(f"window_layers must name distinct layers, at least one, got {list(self.window_layers)}")
+        self.window_layers = tuple(sorted(self.window_layers))
+
+    def layer_window(self, layer: int) -> int | None:
+        """The window ``W`` of layer ``layer`` (0-based), or None when it attends to every earlier position."""
+        if self.sliding_window is None or (self.window_layers is not None and layer not in self.window_layers):
+            return None
+        return self.sliding_window
+
     def has_bias(self, switch: str) -> bool:
         """Whether the layers of ``switch`` (``"qkv_bias"``, ``"out_bias"``, ``"mlp_bias"``, ``"norm_bias"``)
         have biases: the switch, or ``use_bias`` where it is None; never for a norm with no bias option."""
@@ -195,11 +226,13 @@ class GPTConfig:
         value = getattr(self, switch)
         return self.use_bias if value is None else value
 
-    @property
-    def score_modifiers(self) -> tuple[str, ...]:
-        """What every attention layer does to its scores (``ops/scores.py``): causal, then the position scheme's."""
+    def score_modifiers(self, layer: int) -> tuple:
+        """What the attention of layer ``layer`` does to its scores (``ops/scores.py``): the causal mask, or on a
+        windowed layer the window (``("window", W)``, causal itself), then the position scheme's (ALiBi)."""
+        window = self.layer_window(layer)
+        mask = "causal" if window is None else ("window", window)
         added = POSITIONS[self.position].score_modifier
-        return ("causal",) if added is None else ("causal", added)
+        return (mask,) if added is None else (mask, added)
 
     def activation_options(self) -> dict:
         """The keyword options of the activation's forward, read from their fields (``ACTIVATION_OPTION_FIELDS``):
@@ -207,8 +240,12 @@ class GPTConfig:
         return {name: getattr(self, ACTIVATION_OPTION_FIELDS[name]) for name in ACTIVATIONS[self.activation].options}
 
     def to_dict(self) -> dict:
-        """A JSON-able dict of every field (``d_ff``, ``num_kv_heads`` and ``head_dim`` resolved)."""
-        return asdict(self)
+        """A JSON-able dict of every field (``d_ff``, ``num_kv_heads`` and ``head_dim`` resolved; ``window_layers``
+        a list, as JSON reads it back)."""
+        d = asdict(self)
+        if self.window_layers is not None:
+            d["window_layers"] = list(self.window_layers)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> GPTConfig:

@@ -62,7 +62,7 @@ from ..checks import check_int
 from ..ops._attention_dropout import AttentionDropout
 from ..ops.activations import ACTIVATIONS
 from ..ops.norms import NORMS
-from ..ops.scores import SCORE_MODIFIERS
+from ..ops.scores import SCORE_MODIFIERS, as_use
 from .config import GPTConfig
 from .mlp_branch import projection
 from .positions import POSITIONS
@@ -108,8 +108,9 @@ def reference_forward(params: dict, config: GPTConfig, token_ids, targets, rng=N
         k_rep = xp.repeat(k, G, axis=1)  # (B,H_kv,T,D) -> (B,H,T,D): query head h reads key head h // G
         v_rep = xp.repeat(v, G, axis=1)  # (B,H,T,D)
         scores = (q @ k_rep.transpose(0, 1, 3, 2)) / math.sqrt(D)  # (B,H,T,D) @ (B,H,D,T) -> (B,H,T,T)
-        for name in config.score_modifiers:  # causal: -inf where key j > query i (the future); alibi: -m_h (i - j)
-            scores = scores + SCORE_MODIFIERS[name].textbook(xp, None, scores.shape, scores.dtype)  # (B,H,T,T)
+        # causal: -inf where key j > query i (the future); window W: also where j <= i - W; alibi: -m_h (i - j)
+        for name, arg in map(as_use, config.score_modifiers(i)):  # each (name, argument)
+            scores = scores + SCORE_MODIFIERS[name].textbook(xp, arg, scores.shape, scores.dtype)  # (B,H,T,T)
         weights = _softmax(scores)  # (B,H,T,T), each row sums to 1
         saved["weights_keep"] = None
         if p_drop > 0 and config.attention_dropout:

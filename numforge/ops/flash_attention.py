@@ -111,13 +111,16 @@ the group inside themselves, ``dK_J`` of the shared head being the sum of the
 
 Score modifiers
 ---------------
-The causal mask, a boolean mask and ALiBi's bias act on each score tile through one seam
+The causal mask, a boolean mask, a sliding window and ALiBi's bias act on each score tile through one seam
 (``ops/scores.py``): ``S' = S + term(b, h, i, j)``, added in the forward and again in the
 backward's recomputation ``P = exp(S' - L)`` (in base 2, a bias times ``log2 e``), with no
 code of the kernel's own for any of them. A mask also says which keys a query tile may see,
 so tiles it hides wholly are skipped: causal masking (bottom-right aligned: query ``i`` sees
 keys ``j <= i + Tk - Tq``) skips every key tile that lies wholly above the diagonal (about
-half the work when ``Tq == Tk``) and masks only the tiles the diagonal crosses. A query row
+half the work when ``Tq == Tk``) and masks only the tiles the diagonal crosses; a sliding window
+of ``W`` keys (``i - W < j <= i``) also skips every key tile wholly left of the window, so a query
+tile meets about ``(W + block_q) / block_k + 1`` key tiles and both passes cost ``O(T W)``, not
+``O(T^2)``. A query row
 that sees no key at all (``Tq > Tk``) has ``l = 0``: its output is 0 and its
 ``L`` is ``-inf``; every one of its scores is masked, so the backward subtracts
 0 instead: ``P = exp(-inf) = 0`` and its gradients are 0, never ``NaN``.

@@ -1,6 +1,6 @@
 """Score modifiers: what changes the attention scores ``S = s Q K^T`` before the softmax, declared once each.
 
-A causal mask, a boolean mask (key padding), ALiBi, and later a sliding window, softcapping or sinks all
+A causal mask, a boolean mask (key padding), a sliding window, ALiBi, and later softcapping or sinks all
 act on the score matrix, entry by entry, knowing only where an entry sits: its query's position ``i``, its
 key's position ``j``, its query head ``h`` (and batch row)::
 
@@ -22,7 +22,8 @@ backward has anything to add: the recomputation of ``P`` applies the same terms.
 
 Skipping: a mask (``hides``) also says which keys a run of queries may see (``visible_keys``), so the tiled
 kernel skips every tile it hides wholly and adds the mask only to the tiles it crosses (causal attention:
-about half the tiles skipped, the diagonal ones masked). A bias is added to every tile.
+about half the tiles skipped, the diagonal ones masked; a window of W keys: all but about ``T W`` of the
+``T^2`` scores skipped, forward and backward). A bias is added to every tile.
 
 Example, Tq = 2, Tk = 4 (decoding 2 tokens after 2 cached), causal and ALiBi with slope m::
 
@@ -39,7 +40,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..backend import get_xp, to_numpy
-from ..checks import check_array
+from ..checks import check_array, check_positive_int
 
 
 class ScoreTile(NamedTuple):
@@ -78,7 +79,7 @@ class ScoreModifier(NamedTuple):
     tile: Callable  # (xp, arg, ScoreTile, dtype) -> term broadcastable to (b,r,nq,g,nk)
     textbook: Callable  # (xp, arg, (B,H,Tq,Tk), dtype) -> term broadcastable to (B,H,Tq,Tk), the plain formula
     torch_twin: Callable  # (arg, (B,H,Tq,Tk), torch dtype) -> a float attn_mask broadcastable to (B,H,Tq,Tk)
-    gradcheck: Callable  # (rng, (B,H,Tq,Tk)) -> the arg of a gradient check (a NumPy array or None)
+    gradcheck: Callable  # (rng, (B,H,Tq,Tk)) -> the arg of a gradient check (a NumPy array, an int or None)
     check: Callable  # (arg, (B,H,Tq,Tk)) -> None, or a TypeError / ValueError naming the bad argument
     visible_keys: Callable | None = None  # masks: (arg, queries range, offset, Tk) -> (any, every) ranges of keys
 
@@ -162,6 +163,45 @@ def _any_keys(arg, queries: range, offset: int, Tk: int) -> tuple[range, range]:
     return range(Tk), range(0)  # any key may be seen, none is seen by all: every tile is masked
 
 
+# ------------------------------------------------------------------ window: query i sees keys i - W < j <= i
+
+
+def _window_seen(distance, width: int):
+    """Seen where ``0 <= i - j < W``: the key is not in the future and fewer than ``W`` positions back."""
+    return (distance >= 0) & (distance < width)
+
+
+def _window_tile(xp, width, tile: ScoreTile, dtype):
+    distance = tile.query_positions(xp)[:, 0] - tile.key_positions(xp)  # i - j: (nq,1) - (nk,) -> (nq,nk)
+    return xp.where(_window_seen(distance, width), dtype.type(0), dtype.type(-np.inf))[:, None, :]  # (nq,1,nk)
+
+
+def _window_textbook(xp, width, shape, dtype):
+    B, H, Tq, Tk = shape
+    distance = xp.arange(Tq)[:, None] + (Tk - Tq) - xp.arange(Tk)[None, :]  # i - j, i = row + Tk - Tq: (Tq,Tk)
+    return xp.where(_window_seen(distance, width), dtype.type(0), dtype.type(-np.inf))  # (Tq,Tk)
+
+
+def _window_torch(width, shape, dtype):
+    import torch
+
+    B, H, Tq, Tk = shape
+    distance = torch.arange(Tq)[:, None] + (Tk - Tq) - torch.arange(Tk)[None, :]  # (Tq,Tk)
+    return torch.zeros(Tq, Tk, dtype=dtype).masked_fill(~_window_seen(distance, width), -math.inf)
+
+
+def _window_keys(width, queries: range, offset: int, Tk: int) -> tuple[range, range]:
+    """Query rows ``[q0, q1)`` (positions ``[q0 + offset, q1 + offset)``) see keys ``i - W < j <= i``: some of
+    them ``[q0 + offset - W + 1, q1 + offset)``, all of them ``[q1 + offset - W, q0 + offset + 1)``."""
+    first, last = queries.start + offset, queries.stop - 1 + offset  # the positions of the first and last rows
+    clip = lambda n: max(0, min(Tk, n))  # noqa: E731
+    return range(clip(first - width + 1), clip(last + 1)), range(clip(last - width + 1), clip(first + 1))
+
+
+def _check_window(width, shape) -> None:
+    check_positive_int(width, "the window's width W (score modifier 'window')")
+
+
 # ------------------------------------------------------------------ ALiBi: bias -m_h (i - j)
 
 
@@ -227,6 +267,16 @@ SCORE_MODIFIERS = {  # name -> ScoreModifier
         check=_check_mask,
         visible_keys=_any_keys,
     ),
+    "window": ScoreModifier(
+        "window: query i sees keys i - W < j <= i, the W latest positions, itself included (argument W)",
+        hides=True,
+        tile=_window_tile,
+        textbook=_window_textbook,
+        torch_twin=_window_torch,
+        gradcheck=lambda rng, shape: 2,  # Tq = 3 after 4 cached keys, tiles 2 x 3: some key tiles wholly outside
+        check=_check_window,
+        visible_keys=_window_keys,
+    ),
     "alibi": ScoreModifier(
         "alibi: a bias -m_h (i - j), one slope m_h per head, no parameters",
         hides=False,
@@ -239,20 +289,27 @@ SCORE_MODIFIERS = {  # name -> ScoreModifier
 }
 
 
-def torch_attention_options(names: Sequence[str], shape: tuple, dtype) -> dict:
-    """``scaled_dot_product_attention``'s keyword arguments for the modifiers ``names`` on ``(B,H,Tq,Tk)``: their
-    torch twins summed into one additive float ``attn_mask``; ``is_causal=True`` for the causal mask alone with
-    ``Tq == Tk`` (the same mask, tested equal, by SDPA's own causal kernel: faster on the CPU than an array)."""
-    if tuple(names) == ("causal",) and shape[2] == shape[3]:
+def as_use(modifier) -> tuple[str, object]:
+    """A name, or a ``(name, argument)`` pair, as ``(name, argument)``."""
+    return (modifier, None) if isinstance(modifier, str) else tuple(modifier)
+
+
+def torch_attention_options(modifiers: Sequence, shape: tuple, dtype) -> dict:
+    """``scaled_dot_product_attention``'s keyword arguments for ``modifiers`` (names or ``(name, argument)``
+    pairs, as the kernels take them) on ``(B,H,Tq,Tk)``: their torch twins summed into one additive float
+    ``attn_mask``; ``is_causal=True`` for the causal mask alone with ``Tq == Tk`` (the same mask, tested equal,
+    by SDPA's own causal kernel: faster on the CPU than an array)."""
+    uses = [as_use(m) for m in modifiers]
+    if uses == [("causal", None)] and shape[2] == shape[3]:
         return {"is_causal": True}
-    return {"attn_mask": sum(SCORE_MODIFIERS[name].torch_twin(None, shape, dtype) for name in names)}
+    return {"attn_mask": sum(SCORE_MODIFIERS[name].torch_twin(arg, shape, dtype) for name, arg in uses)}
 
 
 # ------------------------------------------------------------------ the seam the kernels call
 
 
 class Applied(NamedTuple):
-    """A modifier as one kernel call applies it: its name, its entry, its argument (the mask array, or None)."""
+    """A modifier as one kernel call applies it: its name, its entry, its argument (the mask array, W, or None)."""
 
     name: str
     modifier: ScoreModifier
@@ -266,7 +323,7 @@ def score_modifiers(causal: bool, mask, modifiers: Sequence, shape: tuple) -> tu
     if isinstance(modifiers, str) or not isinstance(modifiers, (list, tuple)):
         raise TypeError(f"modifiers must be a tuple of names or (name, argument) pairs, got {modifiers!r}")
     uses = [("causal", None)] * bool(causal) + [("mask", mask)] * (mask is not None)
-    uses += [(m, None) if isinstance(m, str) else tuple(m) for m in modifiers]
+    uses += [as_use(m) for m in modifiers]
     names = [name for name, _ in uses]
     for name in names:
         if name not in SCORE_MODIFIERS:
