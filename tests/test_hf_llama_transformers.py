@@ -194,6 +194,10 @@ def test_logits_equal_transformers(case):
     assert worst(ours32, theirs32) < 1e-5, name  # float32 rounding (measured: 2e-6), transformers unpatched
 
 
+WINDOWED = [name for name, (*_, fields, _, _) in CASES.items() if fields.get("sliding_window") == WINDOW]
+
+
+@pytest.mark.parametrize("case", WINDOWED, indirect=True)
 def test_transformers_eager_attention_applies_the_window_numforge_applies(case, monkeypatch):
     """With ``attn_implementation="eager"`` transformers adds the mask ``create_sliding_window_causal_mask``
     builds (key j seen by query i when i - W < j <= i) to its scores: equal logits to float64 rounding, and a
@@ -208,8 +212,7 @@ def test_transformers_eager_attention_applies_the_window_numforge_applies(case, 
     monkeypatch.setattr(torch.nn.functional, "softmax", float64_softmax)
     name, directory, _ = case
     ours, tokenizer = load_pretrained(directory, dtype="float64")
-    if ours.config.sliding_window is None:
-        pytest.skip("no window shorter than the context in this case")
+    assert ours.config.sliding_window == WINDOW, name
     ids = token_ids(tokenizer)
     eager = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32,
                                                               attn_implementation="eager").eval()  # fmt: skip
