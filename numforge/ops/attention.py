@@ -229,8 +229,9 @@ def _softmax_rows(scores, sinks):
     scores -= row_max
     probs = xp.exp(scores, out=scores)  # (B,H,Tq,Tk), unnormalized, in place
     row_sum = probs.sum(axis=-1, keepdims=True)  # (B,H,Tq,Tk) -> (B,H,Tq,1)
-    sink_probs = None if sinks is None else xp.exp(sink - row_max)  # exp(s_h - m), (B,H,Tq,1)
-    if sink_probs is not None:
+    sink_probs = None
+    if sinks is not None:
+        sink_probs = xp.exp(sink - row_max)  # exp(s_h - m), (B,H,Tq,1)
         row_sum += sink_probs  # the denominator's sink term
         sink_probs /= row_sum
     row_sum[row_sum == 0] = 1.0  # an empty row (no sink) stays all zeros
