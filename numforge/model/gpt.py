@@ -21,8 +21,9 @@ SwiGLU, no biases and untied head, and ``num_kv_heads``, ``head_dim`` and
 ``qk_norm`` give Mistral's, Qwen2's and Qwen3's grouped-query attention,
 head widths and QK-norm.
 
-``forward`` and ``backward`` below are mirror images: ``backward`` walks the
-same lines bottom-up, each gradient step reversing the forward line it names.
+``forward`` and ``backward_steps`` below are mirror images: ``backward_steps`` walks
+the same lines bottom-up, each gradient step reversing the forward line it names,
+and hands out each step's gradients; ``backward`` keeps the parameters' and drops the rest.
 ``forward`` (training and evaluation) and ``logits`` (inference, with or
 without a KV cache) walk the layers through one loop, ``_blocks``. With tied
 weights the token table gets one gradient, the visible sum of its input-side
