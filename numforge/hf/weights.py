@@ -235,7 +235,9 @@ def _read_tensors(found: dict[str, tuple[Path, str, dict]], dtype) -> dict[str, 
                         array = _read_bfloat16(path, data_start, stored, entry)
                     else:
                         array = handle.get_tensor(stored)
-                    arrays[name] = check_finite(array.astype(dtype, copy=False), f"{path}: tensor {stored!r}")
+                    with np.errstate(over="ignore"):  # a value beyond dtype's range: named by check_finite
+                        array = array.astype(dtype, copy=False)
+                    arrays[name] = check_finite(array, f"{path}: tensor {stored!r}")
         except SafetensorError as error:  # a plain Exception: retold in the file's words
             raise ValueError(f"{path}: safetensors cannot read it: {error}") from None
     return arrays
