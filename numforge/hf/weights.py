@@ -40,15 +40,16 @@ from ..files import parse_json
 LM_HEAD = "lm_head.weight"  # the one tensor stored without the architecture's prefix
 DTYPES = ("F64", "F32", "F16", "BF16")  # what is read; BF16 by hand, the others by safetensors
 MAX_HEADER_BYTES = 100 * 2**20
-ITEMSIZES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2}
-ITEMSIZES |= {
-    "I32": 4,
-    "U32": 4,
-    "F32": 4,
-    "I64": 8,
-    "U64": 8,
-    "F64": 8,
-}  # bytes per value, safetensors' whole-byte dtypes
+ITEMSIZES = {  # bytes per value of safetensors' whole-byte dtypes, by dtype
+    dtype: size
+    for size, dtypes in {
+        1: "BOOL U8 I8 F8_E5M2 F8_E4M3",
+        2: "I16 U16 F16 BF16",
+        4: "I32 U32 F32",
+        8: "I64 U64 F64",
+    }.items()
+    for dtype in dtypes.split()
+}
 FINITE_CHUNK = 2**20  # values checked for NaN and infinity at a time: the check's temporaries stay small
 INSTALL_HINT = 'pip install -e ".[hf]"  (or: pip install safetensors)'
 
