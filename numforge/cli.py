@@ -12,14 +12,17 @@ argparse's usage errors; 130 interrupted by Ctrl-C (SIGINT), 143 by SIGTERM
 (``interrupts``: every command stops for SIGTERM as for Ctrl-C; the long jobs
 stop at a safe point); 141 the reader of the output went away (``numforge
 params | head``: stdout's pipe closed), quietly, as a program killed by SIGPIPE
-would. A traceback is printed only with ``--debug`` or ``NUMFORGE_DEBUG=1``.
+would. A traceback is printed only with ``--debug`` or ``NUMFORGE_DEBUG=1``; a warning is one line,
+``numforge <command>: warning: <message>`` (with ``--debug``: Python's, with where it was raised).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import warnings
 from importlib import import_module
 
 from . import interrupts
@@ -68,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     debug = args.debug or os.environ.get("NUMFORGE_DEBUG", "") not in ("", "0")
     retain_freed_memory()  # training steps reuse their freed temporaries instead of faulting in new pages
     try:
-        with interrupts.raising():
+        with interrupts.raising(), _warnings_as_lines(args.command, debug):
             return args.run(args)
     except BrokenPipeError:
         if debug:
@@ -85,6 +88,17 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"numforge {args.command}: {describe_error(error)}", file=sys.stderr)
         return EXIT_BAD_INPUT
+
+
+@contextlib.contextmanager
+def _warnings_as_lines(command: str, debug: bool):
+    """While a command runs, each warning as one line on stderr naming the command (with ``debug``: Python's)."""
+    with warnings.catch_warnings():
+        if not debug:
+            warnings.showwarning = lambda message, *_, **__: print(
+                f"numforge {command}: warning: {message}", file=sys.stderr
+            )
+        yield
 
 
 def _quiet_stdout() -> None:

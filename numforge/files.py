@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import stat
 from pathlib import Path
 
 KINDS = {dict: "a JSON object", list: "a JSON array"}  # what ``expect`` may ask for, in words
@@ -28,12 +30,23 @@ def decode_utf8(data: bytes, where: str) -> str:
         raise ValueError(f"{where}: not UTF-8 text ({error.reason} at byte {error.start})") from None
 
 
-def read_bytes(path: str | os.PathLike) -> bytes:
-    """The bytes of the file ``path``; a directory is a ``ValueError`` naming it."""
+def read_bytes(path: str | os.PathLike, max_bytes: int | None = None) -> bytes:
+    """The bytes of the file ``path``; a directory, or a file of more than ``max_bytes`` (None: any size), is a
+    ``ValueError`` naming it, raised before the file is read."""
     try:
-        return Path(path).read_bytes()
+        with open(path, "rb") as handle:
+            if max_bytes is None:
+                return handle.read()
+            info = os.fstat(handle.fileno())
+            size = info.st_size  # a regular file's; 0 for a pipe, whose bound is what is read
+            data = b"" if size > max_bytes else handle.read((size if stat.S_ISREG(info.st_mode) else max_bytes) + 1)
     except IsADirectoryError:
         raise ValueError(f"{path} is a directory; expected a file") from None
+    if max(size, len(data)) > max_bytes:
+        raise ValueError(
+            f"{path}: {max(size, len(data)):,} bytes, more than the {max_bytes:,} numforge reads from such a file"
+        )
+    return data
 
 
 def read_text(path: str | os.PathLike) -> str:
@@ -47,13 +60,16 @@ def read_text(path: str | os.PathLike) -> str:
         raise ValueError(f"{path} is a directory; expected a file") from None
 
 
-def parse_json(data: bytes | str, where: str, expect: type | None = None):
-    """The JSON value of ``data`` (UTF-8 bytes or text), of type ``expect`` when given (``dict`` or ``list``).
+def parse_json(data: bytes | str, where: str, expect: type | None = None, max_depth: int | None = None):
+    """The JSON value of ``data`` (UTF-8 bytes or text), of type ``expect`` when given (``dict`` or ``list``),
+    its arrays and objects nested at most ``max_depth`` deep when given (checked before parsing).
 
     Anything wrong is a ``ValueError`` that starts with ``where``: the line and
-    column of bad JSON, the byte of bad UTF-8, or the type found instead of ``expect``.
+    column of bad JSON, the byte of bad UTF-8, the nesting, or the type found instead of ``expect``.
     """
     text = decode_utf8(data, where) if isinstance(data, bytes) else data
+    if max_depth is not None and (depth := nesting_depth(text)) > max_depth:
+        raise ValueError(f"{where}: arrays and objects nested {depth:,} deep; at most {max_depth} levels are read")
     try:
         value = json.loads(text)
     except json.JSONDecodeError as error:
@@ -67,6 +83,24 @@ def parse_json(data: bytes | str, where: str, expect: type | None = None):
     return value
 
 
-def read_json(path: str | os.PathLike, expect: type | None = None):
-    """The JSON value in ``path`` (``parse_json``'s checks and messages, naming the file)."""
-    return parse_json(read_bytes(path), str(path), expect)
+JSON_NESTING = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')  # a string (skipped whole), or a bracket
+
+
+def nesting_depth(text: str) -> int:
+    """How deep JSON ``text`` nests arrays and objects (brackets inside strings do not count), in one linear scan:
+    ``nesting_depth('{"a": [1, "]["]}') == 2``."""
+    depth = deepest = 0
+    for match in JSON_NESTING.finditer(text):
+        bracket = match.group()
+        if bracket in ("[", "{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif bracket in ("]", "}"):
+            depth -= 1
+    return deepest
+
+
+def read_json(path: str | os.PathLike, expect: type | None = None, max_bytes: int | None = None):
+    """The JSON value in ``path`` (``parse_json``'s checks and messages, naming the file); ``max_bytes``: see
+    ``read_bytes``."""
+    return parse_json(read_bytes(path, max_bytes), str(path), expect)

@@ -154,7 +154,7 @@ def test_a_pickle_only_directory_is_refused_without_unpickling(tmp_path):
         ({"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx is True"),
         ({"add_cross_attention": True}, "add_cross_attention is True"),
         ({"activation_function": "silu"}, "activation_function is 'silu'"),
-        ({"n_head": 3}, r"d_model \(16\) must be divisible by num_heads \(3\)"),
+        ({"n_head": 3}, r"n_embd \(16\) must be divisible by n_head \(3\)"),  # the file's keys
     ],
 )
 def test_unsupported_config_fields_are_named(tmp_path, change, match):

@@ -76,7 +76,7 @@ def test_tied_heads_buffers_and_names_without_prefix(tmp_path):
     tensors["model.embed_tokens.weight"] = np.random.default_rng(1).normal(size=(300, 16)).astype(np.float32)
     bare = {name.removeprefix("model."): t for name, t in tensors.items()}
     bare["layers.0.self_attn.rotary_emb.inv_freq"] = np.ones(2, np.float32)  # an older file's buffer
-    bare["lm_head.weight"] = np.zeros((300, 16), np.float32)  # tied: transformers ties it to embed_tokens
+    bare["lm_head.weight"] = bare["embed_tokens.weight"].copy()  # the same values: tied, as transformers ties it
     path, _ = write_llama_dir(tmp_path / "bare", fields, bare)
     model, _ = load_pretrained(path)
     assert model.config.tie_weights and "lm_head.weight" not in model.params
@@ -166,7 +166,7 @@ REFUSED = [
         {"quantization_config": {"quant_method": "gptq"}},
         "quantization_config is set \\(quant_method 'gptq'\\)",
     ),
-    ("llama", {"num_key_value_heads": 3}, r"num_kv_heads \(3\) must divide num_heads \(4\)"),
+    ("llama", {"num_key_value_heads": 3}, r"num_key_value_heads \(3\) must divide num_attention_heads \(4\)"),
 ]
 
 

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -23,7 +24,7 @@ from numforge.generate import decodable_ids, generate
 from numforge.study.attention import attention_weights
 from numforge.study.predictions import logit_lens
 from numforge.study.prompt import run_prompt, shown_token
-from numforge.study.studio import MAX_BODY, Studio, StudioServer
+from numforge.study.studio import MAX_BODY, MAX_DEPTH, Studio, StudioServer
 from numforge.tokenizer import BPETokenizer
 
 PROMPT = "the cat sat on"
@@ -290,6 +291,86 @@ def test_a_silent_connection_is_closed_and_others_are_served(server):
         assert call(server, "GET", "/api/model")[0] == 200  # served while the silent one waits
         silent.settimeout(30)
         assert silent.recv(4096) == b""  # closed by the server after its 1 s timeout, without an answer
+
+
+def test_a_deeply_nested_body_is_a_400_that_says_so(server, capsys):
+    # before (issue 37): 30,000 nested arrays in under 64 KB answered 500 (a RecursionError)
+    capsys.readouterr()
+    for raw, depth in (
+        (b"[" * 30000 + b"]" * 30000, "30,000"),
+        (b'{"heads": ' + b"[" * 900 + b"]" * 900 + b"}", "901"),
+    ):
+        status, answer, _ = call(server, "POST", "/api/attention", raw=raw)
+        words = f"the body: arrays and objects nested {depth} deep; at most {MAX_DEPTH} levels are read"
+        assert (status, answer["error"]) == (400, words)
+    status, answer, _ = call(
+        server,
+        "POST",
+        "/api/attention",
+        raw=b'{"text": "the", "heads": [0], "note": "\\" ' + b"[" * 40 + b'"}',
+    )
+    assert status == 200, answer  # brackets inside a string are text, not nesting
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_hundred_clients_at_once_all_get_answers(server):
+    """The listen queue holds them all (socketserver's default of 5 dropped half of them, each retried a second or
+    more later): 100 clients connect and send before the server accepts any, then each gets its answer."""
+    crowded = StudioServer(server.studio, "127.0.0.1", 0, timeout=5.0)
+    port, clients, serving = crowded.server_address[1], [], threading.Thread(target=crowded.serve_forever, daemon=True)
+    try:
+        for _ in range(100):  # the server listens but accepts nothing yet: each connection waits in its queue
+            client = socket.create_connection(("127.0.0.1", port), timeout=2)  # a full queue: this times out
+            clients.append(client)
+            headers = f"Host: 127.0.0.1:{port}\r\nX-Numforge-Token: {crowded.token}\r\n"
+            client.sendall(f"GET /api/model HTTP/1.0\r\n{headers}\r\n".encode())
+        serving.start()
+        answers = []
+        for client in clients:
+            client.settimeout(30)
+            answers.append(b"".join(iter(lambda client=client: client.recv(65536), b"")))
+        assert [answer.split(b"\r\n", 1)[0] for answer in answers] == [b"HTTP/1.0 200 OK"] * 100
+    finally:
+        for client in clients:
+            client.close()
+        if serving.is_alive():
+            crowded.shutdown()
+        crowded.server_close()
+
+
+@pytest.mark.parametrize("when", ["before the answer", "before the request"])
+def test_a_client_that_hangs_up_is_routine(server, capsys, monkeypatch, when):
+    """A reset connection, while its answer is computed or before its request is read, leaves nothing in the log
+    (before: a BrokenPipeError or ConnectionResetError traceback, twice), and the next client is served."""
+    computing, hung_up, done = threading.Event(), threading.Event(), threading.Event()
+    model_info, shutdown_request = server.studio.model_info, server.shutdown_request
+
+    def slow_model_info(body):
+        computing.set()
+        assert hung_up.wait(30)
+        return model_info(body)
+
+    def shutdown_and_tell(request):  # the server's last step with a connection, after any error handling
+        shutdown_request(request)
+        done.set()
+
+    monkeypatch.setattr(server.studio, "model_info", slow_model_info)
+    monkeypatch.setattr(server, "shutdown_request", shutdown_and_tell)
+    capsys.readouterr()
+    port = server.server_address[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close() resets
+    if when == "before the answer":
+        client.sendall(
+            f"GET /api/model HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Numforge-Token: {server.token}\r\n\r\n".encode()
+        )
+        assert computing.wait(30)  # the server has read the request and is computing its answer
+    client.close()
+    hung_up.set()
+    assert done.wait(30)
+    monkeypatch.undo()
+    assert call(server, "GET", "/api/model")[0] == 200
+    assert capsys.readouterr().err == ""
 
 
 def test_a_hugging_face_directory_is_served(tmp_path):

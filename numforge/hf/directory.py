@@ -15,9 +15,13 @@ a Llama-family one tokenizer.json and a generation_config.json with the BOS and 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import warnings
 from pathlib import Path
+
+import numpy as np
 
 from ..atomic import atomic_directory
 from ..backend import asarray, resolve_dtype, to_numpy
@@ -30,7 +34,7 @@ from ..tokenizer.hf_json import export_tokenizer_json
 from ..tokenizer.interop import export_gpt2
 from .config import config_from_hf, config_to_hf
 from .llama import as_exported
-from .weights import READ_TEMPORARIES, Layout, gather, read_params, write_tensors
+from .weights import LM_HEAD, READ_TEMPORARIES, gather, holds, read_header, read_params, write_tensors
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -44,11 +48,12 @@ def load_pretrained(path, dtype="float32", trust_pattern: bool = False) -> tuple
     refused unless ``trust_pattern`` (see ``BPETokenizer.from_dict``).
 
     Raises ``ValueError`` naming the file and the field or tensor that is
-    missing, misshapen or unsupported, and ``MissingDependencyError`` (an
+    missing, misshapen, damaged, unsupported or not finite, and ``MissingDependencyError`` (an
     ``ImportError``) when safetensors is not installed.
     """
     path = Path(path)
-    config, layout = _read_config(path)
+    hf_config = _config_json(path)
+    config, _ = config_from_hf(hf_config, str(path / "config.json"))
     files = weight_files(path)
     tokenizer = load_tokenizer(path, trust_pattern)
     if tokenizer.vocab_size > config.vocab_size:
@@ -56,29 +61,67 @@ def load_pretrained(path, dtype="float32", trust_pattern: bool = False) -> tuple
             f"{path}: the tokenizer has ids up to {tokenizer.vocab_size - 1}, but the model's vocab_size is "
             f"{config.vocab_size}"
         )
-    shapes = parameter_shapes(config)
-    found = gather(files, layout, config.tie_weights)  # every name and shape checked, no data read yet
-    # the parameters as read (the model takes them as they are), the largest one's temporaries, the position tables
-    sizes = [math.prod(shape) for shape in shapes.values()]
-    tables = sum(math.prod(shape) for shape in POSITIONS[config.position].table_shapes(config).values())
-    itemsize = resolve_dtype(dtype).itemsize
-    check_fits(
-        itemsize * sum(sizes) + (READ_TEMPORARIES + 2 * itemsize) * max(sizes) + 3 * 8 * tables, f"loading {path}"
-    )
-    arrays = read_params(found, layout, resolve_dtype(dtype))
+    config, arrays = _read_weights(path, hf_config, files, resolve_dtype(dtype))
     model = GPT(config, dtype=dtype, params={name: asarray(array) for name, array in arrays.items()})
     return model, tokenizer
 
 
+def _read_weights(path: Path, hf_config: dict, files: list[Path], dtype) -> tuple[GPTConfig, dict]:
+    """The config and the parameters (NumPy, ``dtype``) of the weight ``files``: the memory needed checked against
+    the machine's, then every header, before any data is read.
+
+    ``tie_word_embeddings`` with an ``lm_head.weight`` in the files is read as transformers 5 reads it: tied
+    (the head dropped) when the head holds the embeddings' values, else untied, each tensor as the file has it,
+    with a warning (``_tie_as_transformers``)."""
+    source = str(path / "config.json")
+    config, layout = config_from_hf(hf_config, source)
+    _check_memory(config, dtype, path)  # from config.json alone
+    headers = {file: read_header(file) for file in files}  # each checked against its file's bytes
+    head_beside_tied = config.tie_weights and holds(headers, layout, LM_HEAD)
+    if head_beside_tied:  # read both, compared below
+        config, layout = config_from_hf({**hf_config, "tie_word_embeddings": False}, source)
+        _check_memory(config, dtype, path)
+    found = gather(headers, layout, config.tie_weights)  # every name and shape checked, no data read yet
+    arrays = read_params(found, layout, dtype)
+    return _tie_as_transformers(config, arrays, path) if head_beside_tied else (config, arrays)
+
+
+def _check_memory(config: GPTConfig, dtype, path: Path) -> None:
+    """``check_fits`` for reading ``config``'s parameters in ``dtype``: the parameters as read (the model takes
+    them as they are), the largest one's temporaries, the position tables."""
+    sizes = [math.prod(shape) for shape in parameter_shapes(config).values()]
+    tables = sum(math.prod(shape) for shape in POSITIONS[config.position].table_shapes(config).values())
+    check_fits(
+        dtype.itemsize * sum(sizes) + (READ_TEMPORARIES + 2 * dtype.itemsize) * max(sizes) + 3 * 8 * tables,
+        f"loading {path}",
+    )
+
+
+def _tie_as_transformers(config: GPTConfig, arrays: dict, path: Path) -> tuple[GPTConfig, dict]:
+    """An untied ``config`` read from a file that says ``tie_word_embeddings``: tied if ``lm_head.weight`` equals
+    the embeddings (transformers 5 ties them, ``torch.equal`` in the loaded dtype), else as it is."""
+    if np.array_equal(arrays["token_embedding"], arrays[LM_HEAD]):
+        del arrays[LM_HEAD]
+        return dataclasses.replace(config, tie_weights=True), arrays
+    warnings.warn(
+        f"{path / 'config.json'}: tie_word_embeddings is true, but {LM_HEAD} holds other values than the embeddings: "
+        "loaded untied, each as the files hold it, as transformers 5 loads it (set tie_word_embeddings to false to "
+        "silence this)",
+        stacklevel=4,
+    )
+    return config, arrays
+
+
 def pretrained_config(path) -> GPTConfig:
     """The ``GPTConfig`` of a Hugging Face model directory, from its config.json alone (no weight is read)."""
-    return _read_config(Path(path))[0]
+    path = Path(path)
+    return config_from_hf(_config_json(path), str(path / "config.json"))[0]
 
 
-def _read_config(path: Path) -> tuple[GPTConfig, Layout]:
+def _config_json(path: Path) -> dict:
     if not (path / "config.json").is_file():
         raise ValueError(f"{path}: no config.json; expected a Hugging Face model directory")
-    return config_from_hf(read_json(path / "config.json"), str(path / "config.json"))
+    return read_json(path / "config.json")
 
 
 def weight_files(path: Path) -> list[Path]:

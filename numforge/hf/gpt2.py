@@ -52,12 +52,22 @@ from ..model.names import (
     projection,
 )
 from .activations import activation_from_hf, activation_to_hf, hf_activation_names
+from .fields import check_counts, in_file_words
 from .weights import Layout, Stored
 
 MLP_INPUTS = ("up",)  # GPT-2's MLP, c_proj(act(c_fc(x))), takes an activation of one input
 # fields that must hold GPT-2's usual value (absent means that value)
 MUST_BE = {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "add_cross_attention": False}
-REQUIRED = ("vocab_size", "n_positions", "n_embd", "n_head", "n_layer")
+REQUIRED = ("vocab_size", "n_positions", "n_embd", "n_head", "n_layer")  # positive integers; n_inner one or null
+FILE_NAMES = {  # numforge's option -> GPT-2's config.json key, for GPTConfig's errors
+    "max_seq_len": "n_positions",
+    "d_model": "n_embd",
+    "num_heads": "n_head",
+    "num_layers": "n_layer",
+    "d_ff": "n_inner",
+    "norm_eps": "layer_norm_epsilon",
+    "tie_weights": "tie_word_embeddings",
+}
 LAYER_NAMES = {  # numforge's name inside layers.{i}. -> GPT-2's inside h.{i}.
     PRE_ATTN_NORM: "ln_1",
     QKV_PROJ: "attn.c_attn",
@@ -85,6 +95,7 @@ def config_from_hf(d: dict, source: str) -> GPTConfig:
     missing = [field for field in REQUIRED if field not in d]
     if missing:
         raise ValueError(f"{source}: missing fields {missing}")
+    check_counts(d, source, REQUIRED, ("n_inner",))
     activation = d.get("activation_function", "gelu_new")
     activation_fields = activation_from_hf(activation, MLP_INPUTS)
     if activation_fields is None:
@@ -103,7 +114,7 @@ def config_from_hf(d: dict, source: str) -> GPTConfig:
             norm_eps=d.get("layer_norm_epsilon", 1e-5),
         )
     except (ValueError, TypeError) as error:
-        raise ValueError(f"{source}: {error}") from None
+        raise ValueError(f"{source}: {in_file_words(error, FILE_NAMES)}") from None
 
 
 def check_expressible(config: GPTConfig) -> None:

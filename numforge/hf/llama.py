@@ -50,6 +50,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..checks import is_int
 from ..model import GPTConfig, parameter_shapes
 from ..model.names import (
     DOWN_PROJ,
@@ -68,9 +69,21 @@ from ..tokenizer import BPETokenizer
 from ..tokenizer.pipeline import Pipeline
 from ..tokenizer.pretokenize import QWEN2_SPLIT_PATTERN
 from .activations import activation_from_hf, activation_to_hf, hf_activation_names
+from .fields import check_counts, in_file_words
 from .weights import Layout, Stored, linear
 
 REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+COUNTS = (*REQUIRED, "max_position_embeddings")  # positive integers (num_key_value_heads, head_dim: one, or null)
+FILE_NAMES = {  # numforge's option -> the family's config.json key, for GPTConfig's errors (the biases: bias_fields)
+    "max_seq_len": "max_position_embeddings",
+    "d_model": "hidden_size",
+    "d_ff": "intermediate_size",
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "num_kv_heads": "num_key_value_heads",
+    "norm_eps": "rms_norm_eps",
+    "tie_weights": "tie_word_embeddings",
+}
 ROPE_TYPES = ("default", "linear", "llama3")
 MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")  # Mixtral's, Qwen-MoE's, DeepSeek's
 MOE_MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "olmoe", "phimoe")
@@ -140,6 +153,7 @@ def config_from_hf(d: dict, source: str) -> GPTConfig:
     missing = [field for field in REQUIRED if field not in d]
     if missing:
         raise ValueError(f"{source}: missing fields {missing}")
+    check_counts(d, source, COUNTS, ("num_key_value_heads", "head_dim"))
     for field in MOE_FIELDS:
         if d.get(field) not in (None, 0):
             raise ValueError(
@@ -184,7 +198,8 @@ def config_from_hf(d: dict, source: str) -> GPTConfig:
             **window,
         )
     except (ValueError, TypeError) as error:
-        raise ValueError(f"{source}: {error}") from None
+        bias_names = {switch: field for field, switches in family.bias_fields.items() for switch in switches}
+        raise ValueError(f"{source}: {in_file_words(error, FILE_NAMES | bias_names)}") from None
 
 
 WINDOW_LAYER_TYPES = ("sliding_attention", "full_attention")  # Qwen's layer_types, windowed or not
@@ -202,16 +217,23 @@ def window_from_hf(d: dict, family: Family, source: str, context: int) -> dict:
     if family.window == "use_sliding_window":
         if not d.get("use_sliding_window", False):
             return {}
-        types = d.get("layer_types") or [
-            WINDOW_LAYER_TYPES[i < d.get("max_window_layers", 28)] for i in range(d["num_hidden_layers"])
-        ]
-        if len(types) != d["num_hidden_layers"] or any(t not in WINDOW_LAYER_TYPES for t in types):
+        first = d.get("max_window_layers", 28)
+        if not is_int(first):
+            raise ValueError(f"{source}: max_window_layers must be an integer, got {first!r}")
+        types = d.get("layer_types") or [WINDOW_LAYER_TYPES[i < first] for i in range(d["num_hidden_layers"])]
+        if (
+            not isinstance(types, list)
+            or len(types) != d["num_hidden_layers"]
+            or any(t not in WINDOW_LAYER_TYPES for t in types)
+        ):
             raise ValueError(
                 f"{source}: layer_types must name {d['num_hidden_layers']} layers, each one of {WINDOW_LAYER_TYPES}, "
                 f"got {types!r}"
             )
         layers = [i for i, t in enumerate(types) if t == "sliding_attention"]
         layers = None if len(layers) == len(types) else layers
+    if family.window:
+        check_counts(d, source, (), ("sliding_window",))
     if window is None or window >= context or layers == []:
         return {}
     return {"sliding_window": window, "window_layers": layers}

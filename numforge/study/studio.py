@@ -16,11 +16,14 @@ What keeps it safe:
   ``X-Numforge-Token`` header); a request with an ``Origin`` other than its own
   is refused, and a POST must say ``Content-Type: application/json``, which a
   plain HTML form cannot send;
-- bodies are bounded (``MAX_BODY`` bytes, with a ``Content-Length``), prompts
+- bodies are bounded (``MAX_BODY`` bytes, with a ``Content-Length``; arrays and objects nested at most
+  ``MAX_DEPTH`` deep, checked before the body is parsed), prompts
   by the model's context; the client names no file (the model and the run are
   chosen at start), only routes from a fixed table;
 - one model call at a time (``Studio.lock``); reading a request happens
-  before the lock, and a connection silent for ``timeout`` seconds is closed;
+  before the lock, and a connection silent for ``timeout`` seconds is closed; ``BACKLOG`` connections wait
+  to be accepted (a page opens several at once), and a client that hangs up before its answer is routine:
+  nothing is logged;
 - every error is a JSON ``{"error": message}`` with a 4xx status (a bug: 500
   with the exception's type; the traceback goes to the server's stderr, never
   to the page); the page inserts every string as text (``textContent``) and is
@@ -60,6 +63,8 @@ from .views import (
 )
 
 MAX_BODY = 64 * 1024  # bytes of one request body
+MAX_DEPTH = 16  # arrays and objects nested in one body (the routes' bodies nest 2 deep)
+BACKLOG = 128  # connections the listening socket queues before they are accepted (socketserver's default: 5)
 TOKEN_HEADER = "X-Numforge-Token"
 PAGE_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -212,6 +217,7 @@ class StudioServer(ThreadingHTTPServer):
 
     daemon_threads = True  # Ctrl-C does not wait for a request in progress
     block_on_close = False
+    request_queue_size = BACKLOG
 
     def __init__(self, studio: Studio, host: str = "127.0.0.1", port: int = 0, timeout: float = 30.0):
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -228,6 +234,12 @@ class StudioServer(ThreadingHTTPServer):
         self.url = f"http://{shown}:{port}/?token={self.token}"
         self.files = {path: (web_file(name).encode("utf-8"), kind) for path, (name, kind) in STATIC.items()}
         self.page = studio_page().encode("utf-8")
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that hung up (reset, a broken pipe) is routine: nothing is logged; any other error is a bug,
+        its traceback on stderr."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -275,6 +287,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(error.status, {"error": str(error)})
         except (ValueError, TypeError) as error:  # a request the study functions refuse
             self.send_json(400, {"error": str(error)})
+        except ConnectionError:  # the client hung up before its answer: nothing to answer, nothing to log
+            self.close_connection = True
         except Exception as error:  # a bug: the type in the page, the traceback on the server's stderr
             traceback.print_exc(file=sys.stderr)
             self.send_json(500, {"error": f"internal error ({type(error).__name__}); see the server's output"})
@@ -315,7 +329,7 @@ class Handler(BaseHTTPRequestHandler):
         if int(length) > MAX_BODY:
             raise RequestError(413, f"the body is {int(length):,} bytes; at most {MAX_BODY:,} are read")
         try:  # the house's JSON reader: "the body: line 1 column 2: Expecting value", "... must hold a JSON object"
-            return parse_json(self.rfile.read(int(length)), "the body", expect=dict)
+            return parse_json(self.rfile.read(int(length)), "the body", expect=dict, max_depth=MAX_DEPTH)
         except ValueError as error:
             raise RequestError(400, str(error)) from None
 

@@ -34,7 +34,7 @@ from ..files import read_json
 from .bpe import EOT
 from .bpe_file import FORMAT_NAME
 from .bpe_tokenizer import BPETokenizer
-from .hf_json import read_tokenizer_json, tokenizer_from_json
+from .hf_json import MAX_TOKENIZER_BYTES, read_tokenizer_json, tokenizer_from_json
 from .interop import load_gpt2
 from .pipeline import Prompt
 
@@ -65,7 +65,7 @@ def load_hf_tokenizer(directory, trust_pattern: bool = False) -> BPETokenizer:
 
 
 def _load_file(path: Path, trust_pattern: bool, directory: Path | None) -> BPETokenizer:
-    d = read_json(path)
+    d = read_json(path, max_bytes=MAX_TOKENIZER_BYTES)
     if isinstance(d, dict) and d.get("format") == FORMAT_NAME:
         return BPETokenizer.from_dict(d, source=str(path), trust_pattern=trust_pattern)
     arguments = read_tokenizer_json(path, trust_pattern, d)

@@ -48,6 +48,8 @@ MODEL_MUST_BE = {
 }
 SENTENCEPIECE_DECODERS = ("Replace", "ByteFallback", "Fuse", "Strip", "Metaspace")
 BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+MAX_TOKENIZER_BYTES = 128 * 2**20  # a tokenizer file read at most (the largest published, Gemma 3's, is 33 MB);
+# parsing one takes several times its size in memory, so a larger file is refused before it is read
 
 
 def load_tokenizer_json(path, trust_pattern: bool = False) -> BPETokenizer:
@@ -62,7 +64,7 @@ def load_tokenizer_json(path, trust_pattern: bool = False) -> BPETokenizer:
 def read_tokenizer_json(path, trust_pattern: bool = False, d: dict | None = None) -> dict:
     """The arguments of ``tokenizer_from_json`` for the file at ``path`` (its JSON ``d`` if already read), every
     field checked; their ``prompt`` holds the post-processor's tokens, which a directory's files add to (``hf_dir``)."""
-    d = read_json(path) if d is None else d
+    d = read_json(path, max_bytes=MAX_TOKENIZER_BYTES) if d is None else d
     if not isinstance(d, dict) or not isinstance(d.get("model"), dict):
         raise ValueError(f"{path}: expected a JSON object with a 'model' object (a Hugging Face tokenizer.json)")
     model = d["model"]
@@ -92,7 +94,7 @@ def read_tokenizer_json(path, trust_pattern: bool = False, d: dict | None = None
             f"{path}: the added token {normalized[0]!r} is matched in the normalized text (normalized: true) and the "
             "normalizer is NFC; numforge matches added tokens in the text as written (normalized: false) only"
         )
-    prefix, suffix = _template(d.get("post_processor"), named, path)
+    prefix, suffix = _template(d.get("post_processor"), {*vocab.values(), *named.values()}, path)
     return {
         "vocab": vocab,
         "merges": [_merge(m, f"{path}: model.merges[{i}]") for i, m in enumerate(merges)],
@@ -188,8 +190,9 @@ def _added_tokens(added, vocab: dict, path) -> tuple[dict[str, int], dict[str, i
     return specials, others, normalized
 
 
-def _template(post_processor, named: dict[str, int], path) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The ids a TemplateProcessing puts before and after a single text (Llama 3's BOS); () and () for none."""
+def _template(post_processor, ids: set[int], path) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The ids a TemplateProcessing puts before and after a single text (Llama 3's BOS), each one of the
+    tokenizer's ``ids``; () and () for none."""
     templates = []
     for part in _parts(post_processor, "processors"):
         kind = part.get("type") if isinstance(part, dict) else None
@@ -212,16 +215,22 @@ def _template(post_processor, named: dict[str, int], path) -> tuple[tuple[int, .
     at = kinds.index("Sequence")
     if single[at]["Sequence"].get("id") != "A":
         raise ValueError(f"{path}: post_processor TemplateProcessing's single text must be sequence 'A'")
-    return _template_ids(single[:at], tokens, named, path), _template_ids(single[at + 1 :], tokens, named, path)
+    return _template_ids(single[:at], tokens, ids, path), _template_ids(single[at + 1 :], tokens, ids, path)
 
 
-def _template_ids(items: list, tokens: dict, named: dict[str, int], path) -> tuple[int, ...]:
+def _template_ids(items: list, tokens: dict, known: set[int], path) -> tuple[int, ...]:
     ids = []
     for item in items:
         name = item["SpecialToken"].get("id")
         entry = tokens.get(name)
         if not isinstance(entry, dict) or not isinstance(entry.get("ids"), list):
             raise ValueError(f"{path}: post_processor TemplateProcessing uses {name!r} but lists no ids for it")
+        for i in entry["ids"]:
+            if type(i) is not int or i not in known:
+                raise ValueError(
+                    f"{path}: post_processor TemplateProcessing gives {name!r} the id {i!r}, which is not a token of "
+                    "model.vocab or added_tokens"
+                )
         ids += entry["ids"]
     return tuple(ids)
 
