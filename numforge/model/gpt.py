@@ -45,7 +45,17 @@ from .blocks import BlockCache, ResidualStep, block_backward_steps, block_forwar
 from .config import GPTConfig
 from .kv_cache import KVCache
 from .layers import LayerParams, dropout_if, dropout_if_backward, norm_backward, norm_forward
-from .names import FINAL_NORM, LM_HEAD, RESIDUAL_OUTPUTS, TOKEN_EMBEDDING, Linear, Norm, final_norm, layer_layout
+from .names import (
+    FINAL_NORM,
+    LM_HEAD,
+    RESIDUAL_OUTPUTS,
+    TOKEN_EMBEDDING,
+    Experts,
+    Linear,
+    Norm,
+    final_norm,
+    layer_layout,
+)
 from .positions import POSITIONS
 from .unembedding import unembedding_loss, unembedding_loss_backward, unembedding_loss_forward
 
@@ -66,9 +76,12 @@ def parameter_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _part_shapes(prefix: str, part: Linear | Norm, config: GPTConfig) -> dict[str, tuple[int, ...]]:
-    """A linear layer's ``weight (c_in, c_out)`` and bias ``(c_out,)``; a norm's ``(width,)`` parameters: those
-    it needs, and of its optional ones the weight when ``config.norm_weight`` and the bias when its switch is on."""
+def _part_shapes(prefix: str, part: Linear | Experts | Norm, config: GPTConfig) -> dict[str, tuple[int, ...]]:
+    """A linear layer's ``weight (c_in, c_out)`` and bias ``(c_out,)``; experts' ``weight (count, c_in, c_out)``;
+    a norm's ``(width,)`` parameters: those it needs, and of its optional ones the weight when
+    ``config.norm_weight`` and the bias when its switch is on."""
+    if isinstance(part, Experts):
+        return {f"{prefix}.weight": (part.count, part.c_in, part.c_out)}
     has_bias = part.bias_switch is not None and config.has_bias(part.bias_switch)
     if isinstance(part, Linear):
         return {f"{prefix}.weight": (part.c_in, part.c_out), **({f"{prefix}.bias": (part.c_out,)} if has_bias else {})}

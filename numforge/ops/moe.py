@@ -43,6 +43,8 @@ from ..checks import check_float, check_int_value, check_number, check_same_dtyp
 from .activations import swiglu_backward, swiglu_forward, swiglu_textbook
 from .linear import LinearCache, linear_backward, linear_forward
 
+EXPERT_ACTIVATIONS = ("swiglu",)  # the experts' activation (ops.activations.ACTIVATIONS): silu(x W_gate) * (x W_up)
+
 
 class MoeCache(NamedTuple):
     """What the backward reads. Kept: the router's linear cache (h, W_r), the probabilities, the choice, the

@@ -1,0 +1,93 @@
+"""The mixture-of-experts MLP in the model: its config fields, its parameters and init, the `--arch moe` preset."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from numforge.cli import main
+from numforge.model import GPT, GPTConfig, parameter_shapes
+from numforge.model.config import ARCHS
+from numforge.model.flops import flop_counts, parameter_counts
+
+TINY = dict(vocab_size=50, max_seq_len=16, d_model=32, num_heads=4, num_layers=2)
+EXPERTS = dict(**ARCHS["llama"], num_experts=4, experts_top_k=2, d_ff=24)
+
+
+def test_the_expert_fields_round_trip_and_default_to_a_dense_mlp():
+    assert GPTConfig(**TINY).num_experts == 0 and GPTConfig(**TINY).mlp_kind == "dense"
+    config = GPTConfig(**TINY, **{**EXPERTS, "experts_renormalize": False, "router_aux_loss_coef": 0.5},
+                       router_z_loss_coef=1e-3)  # fmt: skip
+    assert config.mlp_kind == "experts"
+    assert GPTConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    assert config.experts_options() == {"top_k": 2, "renormalize": False, "balance_coef": 0.5, "z_coef": 1e-3}
+    old = GPTConfig(**TINY).to_dict()
+    for name in ("num_experts", "experts_top_k", "experts_renormalize", "router_aux_loss_coef", "router_z_loss_coef"):
+        del old[name]  # a config.json written before experts existed
+    assert GPTConfig.from_dict(old) == GPTConfig(**TINY)
+
+
+@pytest.mark.parametrize(
+    "fields, error, message",
+    [
+        ({"num_experts": -1}, ValueError, "num_experts"),
+        ({"num_experts": 2.0}, ValueError, "num_experts"),
+        ({"experts_top_k": 5}, ValueError, r"experts_top_k must be an integer in \[1, 4\], got 5"),
+        ({"experts_top_k": 0}, ValueError, "experts_top_k"),
+        ({"experts_renormalize": 1}, TypeError, "experts_renormalize"),
+        ({"router_aux_loss_coef": -0.1}, ValueError, "router_aux_loss_coef must be a finite number >= 0"),
+        ({"router_z_loss_coef": math.nan}, ValueError, "router_z_loss_coef"),
+        ({"activation": "gelu"}, ValueError, r"the experts are swiglu MLPs, got activation='gelu'"),
+        ({"mlp_bias": True}, ValueError, "the experts have no biases"),
+        ({"use_bias": True}, ValueError, "the experts have no biases"),
+    ],
+)
+def test_a_bad_expert_field_is_named(fields, error, message):
+    with pytest.raises(error, match=message):
+        GPTConfig(**TINY, **{**EXPERTS, **fields})
+
+
+@pytest.mark.parametrize("field, value", [("experts_top_k", 1), ("router_aux_loss_coef", 0.1),
+                                          ("experts_renormalize", False), ("router_z_loss_coef", 0.1)])  # fmt: skip
+def test_an_expert_option_without_experts_is_refused(field, value):
+    with pytest.raises(ValueError, match=f"{field} set, but num_experts is 0"):
+        GPTConfig(**TINY, **{field: value})
+
+
+def test_the_experts_parameters_are_declared_in_the_layout():
+    config = GPTConfig(**TINY, **EXPERTS)
+    shapes = parameter_shapes(config)
+    C, E, F = 32, 4, 24
+    assert [(name, shape) for name, shape in shapes.items() if name.startswith("layers.1.mlp.")] == [
+        ("layers.1.mlp.router.weight", (C, E)),
+        ("layers.1.mlp.experts.gate_proj.weight", (E, C, F)),
+        ("layers.1.mlp.experts.up_proj.weight", (E, C, F)),
+        ("layers.1.mlp.experts.down_proj.weight", (E, F, C)),
+    ]
+    assert "layers.1.pre_mlp_norm.weight" in shapes and not any(name.endswith(".bias") for name in shapes)
+    counts = parameter_counts(config)
+    assert counts["mlp"] == 2 * (C * E + 3 * E * C * F)
+    # a token passes through the router and 2 of the 4 experts: 6 FLOPs per weight it meets
+    assert flop_counts(config)["mlp"] == 6 * 2 * (C * E + 2 * 3 * C * F)
+
+
+def test_the_experts_are_initialised_as_gpt2_with_the_residual_output_scaled():
+    config = GPTConfig(**{**TINY, "d_model": 64, "num_layers": 8}, **{**EXPERTS, "num_experts": 8, "d_ff": 256})
+    params = GPT(config, seed=0, dtype="float64").params
+    for name in ("mlp.router.weight", "mlp.experts.gate_proj.weight", "mlp.experts.up_proj.weight"):
+        assert params[f"layers.3.{name}"].std() == pytest.approx(0.02, rel=0.03), name
+    down = params["layers.3.mlp.experts.down_proj.weight"]
+    assert down.std() == pytest.approx(0.02 / math.sqrt(2 * 8), rel=0.03)
+    assert abs(float(np.corrcoef(down[0].ravel(), down[1].ravel())[0, 1])) < 0.05  # each expert its own draw
+
+
+def test_params_shows_the_experts(capsys):
+    assert main(["params", "--arch", "moe"]) == 0
+    out = capsys.readouterr().out
+    assert "(router, experts.gate_proj, experts.up_proj, experts.down_proj: 8 experts of width 128, top-2" in out
+    assert "6 x the MLP's weights (top-2 experts per token)" in out
+    assert main(["params", "--arch", "moe", "--experts-top-k", "1", "--no-experts-renormalize"]) == 0
+    assert "top-1, not renormalised" in capsys.readouterr().out
+    assert main(["params", "--experts", "4"]) == 2  # GPT-2's GELU MLP cannot be split into SwiGLU experts
+    assert "num_experts=4: the experts are swiglu MLPs, got activation='gelu'" in capsys.readouterr().err
