@@ -1,4 +1,6 @@
-"""The mixture-of-experts MLP in the model: its config fields, its parameters and init, the `--arch moe` preset."""
+"""The mixture-of-experts MLP in the model: its config fields, its parameters and init, the `--arch moe` preset,
+the loss with the layers' auxiliary losses. (The model's gradients with experts are checked with every other option:
+``gradcheck/model.py``'s ``moe_*`` cases against finite differences, the textbook model and torch autograd.)"""
 
 import json
 import math
@@ -6,7 +8,9 @@ import math
 import numpy as np
 import pytest
 
+from numforge.backend import asarray, default_rng, to_numpy
 from numforge.cli import main
+from numforge.gradcheck.model import DROPOUT_SEED, OPTIONS, randomized_model, tiny_batch
 from numforge.model import GPT, GPTConfig, parameter_shapes
 from numforge.model.config import ARCHS
 from numforge.model.flops import flop_counts, parameter_counts
@@ -91,3 +95,51 @@ def test_params_shows_the_experts(capsys):
     assert "top-1, not renormalised" in capsys.readouterr().out
     assert main(["params", "--experts", "4"]) == 2  # GPT-2's GELU MLP cannot be split into SwiGLU experts
     assert "num_experts=4: the experts are swiglu MLPs, got activation='gelu'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the layer in the model
+
+
+def test_the_loss_adds_every_layers_aux_loss_in_training_and_in_evaluation():
+    options = OPTIONS["moe_top2_aux"]
+    model = randomized_model(options)
+    ids, targets = tiny_batch(model.config.vocab_size)
+    loss, cache = model.forward(ids, targets)
+    aux = [float(block.aux_loss) for block in cache.blocks]
+    assert len(aux) == model.config.num_layers and min(aux) > 0.1  # each layer's, large enough to be seen
+    without = GPT(GPTConfig(**{**model.config.to_dict(), "router_aux_loss_coef": 0.0, "router_z_loss_coef": 0.0}),
+                  dtype="float64", params=model.params)  # fmt: skip
+    cross_entropy = float(without.forward(ids, targets)[0])
+    assert float(loss) == pytest.approx(cross_entropy + sum(aux), rel=1e-14)
+    assert float(model.forward(ids, targets, for_backward=False)[0]) == pytest.approx(float(loss), rel=1e-14)
+    moe = cache.blocks[0].mlp.moe
+    by_hand = 0.5 * moe.balance_loss + 0.25 * moe.z_loss  # AUX's coefficients
+    assert aux[0] == pytest.approx(float(by_hand), rel=1e-14)
+
+
+def test_a_float32_model_with_experts_stays_float32_and_matches_float64():
+    options = {**TINY, **EXPERTS, "router_aux_loss_coef": 0.01, "router_z_loss_coef": 0.001}
+    model32, model64 = GPT(GPTConfig(**options), seed=1), GPT(GPTConfig(**options), seed=1, dtype="float64")
+    ids = asarray(np.random.default_rng(0).integers(0, 50, size=(3, 12)))
+    targets = asarray(np.random.default_rng(1).integers(0, 50, size=(3, 12)))
+    loss32, cache32 = model32.forward(ids, targets)
+    loss64, cache64 = model64.forward(ids, targets)
+    assert loss32.dtype == np.float32 and float(loss32) == pytest.approx(float(loss64), rel=1e-5)
+    grads32, grads64 = model32.backward(cache32), model64.backward(cache64)
+    for name, g in grads32.items():
+        assert g.dtype == np.float32, name
+        scale = float(np.abs(to_numpy(grads64[name])).max())
+        np.testing.assert_allclose(to_numpy(g), to_numpy(grads64[name]), atol=1e-4 * scale, err_msg=name)
+
+
+@pytest.mark.parametrize("option", [name for name in OPTIONS if OPTIONS[name].get("num_experts")])
+def test_the_model_gradient_checks_keep_clear_of_the_choices_jumps(option):
+    """A finite difference that moved a row's k-th and (k+1)-th expert past each other would measure a jump: every
+    row of every layer of the checked model keeps a gap at its cut that no step of the check can close."""
+    model = randomized_model(OPTIONS[option])
+    ids, targets = tiny_batch(model.config.vocab_size)
+    _, cache = model.forward(ids, targets, rng=default_rng(DROPOUT_SEED))
+    k = model.config.experts_top_k
+    for block in cache.blocks:
+        ranked = -np.sort(-np.log(to_numpy(block.mlp.moe.probs)), axis=1)  # (N, E) logits less lse, decreasing
+        assert (ranked[:, k - 1] - ranked[:, k]).min() > 1e-3  # measured: 0.015 at the least

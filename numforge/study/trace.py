@@ -98,7 +98,7 @@ def forward_stages(model, prompt) -> list[Stage]:
         stages.append(summarize("position embedding", model.position_tables[added][:T][None], f"the {added} table[:T]"))
     stages.append(summarize("embedding sum", rows(cache.blocks[0].attention.norm.x), "blocks[0].attention.norm.x"))
     residuals = [block.attention.norm.x for block in cache.blocks] + [cache.final_norm.x]  # (N,C) each
-    for i, (attention, mlp) in enumerate(cache.blocks):
+    for i, (attention, mlp, _) in enumerate(cache.blocks):
         at, mp = f"blocks[{i}].attention", f"blocks[{i}].mlp"
         after = f"blocks[{i + 1}].attention.norm.x" if i + 1 < len(cache.blocks) else "final_norm.x"
         layer = f"layer {i}"
