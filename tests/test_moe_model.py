@@ -14,6 +14,7 @@ from numforge.gradcheck.model import DROPOUT_SEED, OPTIONS, randomized_model, ti
 from numforge.model import GPT, GPTConfig, parameter_shapes
 from numforge.model.config import ARCHS
 from numforge.model.flops import flop_counts, parameter_counts
+from numforge.training.logs import read_loss_csv, write_loss_csv
 
 TINY = dict(vocab_size=50, max_seq_len=16, d_model=32, num_heads=4, num_layers=2)
 EXPERTS = dict(**ARCHS["llama"], num_experts=4, experts_top_k=2, d_ff=24)
@@ -143,3 +144,36 @@ def test_the_model_gradient_checks_keep_clear_of_the_choices_jumps(option):
     for block in cache.blocks:
         ranked = -np.sort(-np.log(to_numpy(block.mlp.moe.probs)), axis=1)  # (N, E) logits less lse, decreasing
         assert (ranked[:, k - 1] - ranked[:, k]).min() > 1e-3  # measured: 0.015 at the least
+
+
+# ---------------------------------------------------------------- training: the per-expert load
+
+
+def test_train_logs_the_per_expert_load_and_resumes_with_it(tmp_path, capsys):
+    corpus = tmp_path / "corpus.txt"
+    words = "the cat sat on a mat while one dog ran to the old red barn and back".split()
+    rng = np.random.default_rng(0)
+    corpus.write_text(" ".join(words[i] for i in rng.integers(0, len(words), 600)), encoding="utf-8")
+    out = tmp_path / "run"
+    argv = ["train", "--data", str(corpus), "--cache-dir", str(tmp_path), "--vocab-size", "270", "--layers", "2",
+            "--seq-len", "8", "--batch-size", "2", "--eval-every", "1", "--out", str(out), "--d-model", "16",
+            "--heads", "2", "--arch", "moe", "--experts", "3", "--d-ff", "8"]  # fmt: skip
+    assert main([*argv, "--max-steps", "2"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "expert load" in line]
+    assert len(lines) == 2  # one per evaluation
+    shares = [float(share) for share in lines[-1].split(": ")[-1].split()]
+    assert len(shares) == 3 and sum(shares) == pytest.approx(1.0, abs=2e-4) and min(shares) > 0
+    rows = read_loss_csv(out / "loss.csv", up_to_step=10)
+    assert list(rows[0]) == ["step", "train_loss", "val_loss", "lr", "expert_load"]
+    assert [float(share) for share in rows[-1]["expert_load"].split()] == shares
+    assert main(["train", "--resume", str(out), "--max-steps", "3"]) == 0  # the log with its column reads back
+    assert len(read_loss_csv(out / "loss.csv", up_to_step=10)) == 3
+
+
+def test_a_dense_models_loss_log_has_no_load_column_and_a_bad_load_is_named(tmp_path):
+    path = tmp_path / "loss.csv"
+    write_loss_csv(path, [{"step": 1, "train_loss": "5.0", "val_loss": "5.1", "lr": "0.001"}])
+    assert path.read_text().splitlines()[0] == "step,train_loss,val_loss,lr"
+    path.write_text("step,train_loss,val_loss,lr,expert_load\n1,5.0,5.1,0.001,0.5 half\n")
+    with pytest.raises(ValueError, match="line 2: expert_load '0.5 half' is not numbers separated by spaces"):
+        read_loss_csv(path, up_to_step=1)
