@@ -168,6 +168,11 @@ def test_train_logs_the_per_expert_load_and_resumes_with_it(tmp_path, capsys):
     assert [float(share) for share in rows[-1]["expert_load"].split()] == shares
     assert main(["train", "--resume", str(out), "--max-steps", "3"]) == 0  # the log with its column reads back
     assert len(read_loss_csv(out / "loss.csv", up_to_step=10)) == 3
+    capsys.readouterr()
+    assert main(["trace", "--checkpoint", str(out), "--prompt", "the cat", "--backward"]) == 0  # the study tool
+    traced = capsys.readouterr().out
+    assert "layer 1 router probabilities (N,E)" in traced and "layer 1 gates of the chosen experts (N,k)" in traced
+    assert "layers.1.mlp.experts.gate_proj.weight" in traced and "layers.0.mlp.router.weight" in traced
 
 
 def test_a_dense_models_loss_log_has_no_load_column_and_a_bad_load_is_named(tmp_path):
