@@ -13,12 +13,14 @@ import pytest
 from numforge.backend import asarray
 from numforge.model import GPT, GPTConfig, blocks
 from numforge.model.config import ARCHS
+from numforge.model.mlp_kinds import MLP_KINDS
 
 SMALL = dict(vocab_size=29, max_seq_len=12, d_model=16, num_heads=4, num_layers=3)
 OPTIONS = {
     "gpt2": {},
     "swiglu": {"activation": "swiglu"},
     "qwen3": {**ARCHS["llama"], "num_kv_heads": 2, "qk_norm": True, "qk_norm_order": "before_rope"},
+    "moe": {**ARCHS["moe"], "d_ff": 8, "num_experts": 3},
 }
 
 
@@ -46,18 +48,19 @@ def test_a_branchs_gradients_are_freed_before_the_next_branch_runs(monkeypatch, 
     previous, calls = [], []
 
     def watched(real):
-        def branch_backward(d, branch_cache, config):
+        def branch_backward(d, branch_cache, config, *daux):
             alive = [ref for ref in previous if ref() is not None]
             assert not alive, f"{len(alive)} arrays of the branch before are alive as {real.__name__} starts"
-            result = real(d, branch_cache, config)
+            result = real(d, branch_cache, config, *daux)
             previous[:] = [weakref.ref(a) for a in _on_the_way(result)]
             calls.append(real.__name__)
             return result
 
         return branch_backward
 
-    monkeypatch.setattr(blocks, "mlp_branch_backward", watched(blocks.mlp_branch_backward))
+    kind = MLP_KINDS[model.config.mlp_kind]
+    monkeypatch.setitem(MLP_KINDS, model.config.mlp_kind, kind._replace(backward=watched(kind.backward)))
     monkeypatch.setattr(blocks, "attention_branch_backward", watched(blocks.attention_branch_backward))
     model.backward(cache)
-    assert calls == ["mlp_branch_backward", "attention_branch_backward"] * SMALL["num_layers"]
+    assert calls == [kind.backward.__name__, "attention_branch_backward"] * SMALL["num_layers"]
     assert len(previous) >= 7  # the attention's: dmerged, dq, dk, dv, dh, and q, k before each QK step

@@ -144,7 +144,7 @@ def test_training_keeps_attention_probabilities_under_the_limit_with_the_same_gr
     ids, targets = tiny_batch(TINY["vocab_size"])
 
     def kept(cache):
-        return [attention.attention.probs is not None for attention, _ in cache.blocks]
+        return [block.attention.attention.probs is not None for block in cache.blocks]
 
     _, cache = model.forward(ids, targets)
     assert all(kept(cache))

@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from numforge.gradcheck.moe import SETTINGS, cut_gaps, moe_inputs
-from numforge.ops.moe import _router_backward, moe_backward, moe_forward, moe_textbook, moe_torch
+from numforge.ops.moe import (
+    _router_backward,
+    moe_backward,
+    moe_forward,
+    moe_textbook,
+    moe_textbook_backward,
+    moe_torch,
+)
 
 ARGUMENTS = ("h", "w_router", "w_gate", "w_up", "w_down")
 OPTIONS = [
@@ -39,6 +46,20 @@ def test_the_sorted_dispatch_equals_the_dense_textbook_layer(options, layout):
     n, k = cache.chosen.shape
     assert cache.act.shape == (n * k, inputs["w_gate"].shape[2])  # N k F, never N E F
     assert cache.load.sum() == n * k
+
+
+@pytest.mark.parametrize("options", OPTIONS)
+@pytest.mark.parametrize("layout", ["random", "idle", "ties"])
+def test_the_backward_equals_the_dense_textbook_backward(options, layout):
+    """The textbook model's backward (every expert on every row, the zero gates masking the rest)."""
+    inputs = _inputs() if layout == "random" else moe_inputs(layout)
+    y, cache = moe_forward(*inputs.values(), **options)
+    dy = np.random.default_rng(4).standard_normal(y.shape)
+    fast = moe_backward(dy, cache, daux=0.7)
+    dense = moe_textbook_backward(dy, *inputs.values(), **options, daux=0.7)
+    for name, a, b in zip(ARGUMENTS, fast, dense, strict=True):
+        assert a.shape == b.shape and _relative(a, b) < 1e-13, name
+    assert float(np.abs(dense[1]).max()) > 0.1  # the router's gradient is there to compare
 
 
 @pytest.mark.parametrize("options", OPTIONS)

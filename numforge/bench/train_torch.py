@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ..backend import to_numpy
+from ..model.moe_branch import WEIGHTS
 from ..model.names import (
     DOWN_PROJ,
     FINAL_NORM,
@@ -35,6 +36,7 @@ from ..model.names import (
 )
 from ..model.positions import POSITIONS
 from ..ops.activations import ACTIVATIONS
+from ..ops.moe import moe_torch
 from ..ops.norms import NORMS
 from ..ops.scores import torch_attention_options
 
@@ -50,7 +52,8 @@ def torch_tables(model) -> dict:
 
 
 def torch_loss(p: dict, config, ids, targets, tables: dict | None = None):
-    """The mean cross-entropy of numforge's GPT (``model/gpt.py``), by torch autograd ops."""
+    """The mean cross-entropy of numforge's GPT (``model/gpt.py``), by torch autograd ops, plus with experts the
+    layers' auxiliary losses (``ops.moe.moe_torch``: the experts dispatched by ``torch.where``)."""
     B, T = ids.shape
     C, H, H_kv, D = config.d_model, config.num_heads, config.num_kv_heads, config.head_dim
     scheme, tables = POSITIONS[config.position], tables or {}
@@ -60,6 +63,7 @@ def torch_loss(p: dict, config, ids, targets, tables: dict | None = None):
     if scheme.added is not None:
         x = x + {**p, **tables}[scheme.added][:T]
     rotation = None if scheme.rotation is None else [tables[name][:T] for name in scheme.rotation.tables]  # cos, sin
+    aux_loss = 0.0  # the experts' auxiliary losses, summed over the layers
     for i in range(config.num_layers):
         scores = torch_attention_options(config.score_modifiers(i), (B, H, T, T), x.dtype)  # causal|window, ALiBi
         layer = {n[len(f"layers.{i}.") :]: t for n, t in p.items() if n.startswith(f"layers.{i}.")}
@@ -78,6 +82,10 @@ def torch_loss(p: dict, config, ids, targets, tables: dict | None = None):
         o = F.scaled_dot_product_attention(q, k, v, **scores, enable_gqa=H_kv != H)  # (B,H,T,D)
         x = x + _linear(o.transpose(1, 2).reshape(B, T, H * D), layer, OUT_PROJ)
         h = _norm(x, layer, PRE_MLP_NORM, config)
+        if config.num_experts:  # experts: moe_torch, its auxiliary loss added to the model's
+            m, aux, _ = moe_torch(h, *(layer[f"{name}.weight"] for name in WEIGHTS), **config.experts_options())
+            x, aux_loss = x + m, aux_loss + aux
+            continue
         activation = ACTIVATIONS[config.activation]
         inputs = [_linear(h, layer, projection(name)) for name in activation.inputs]  # each (B,T,C) -> (B,T,F)
         act = activation.torch(*inputs, **config.activation_options())  # (B,T,F)
@@ -85,7 +93,7 @@ def torch_loss(p: dict, config, ids, targets, tables: dict | None = None):
     h = _norm(x, p, FINAL_NORM, config)
     unembedding = p[TOKEN_EMBEDDING] if config.tie_weights else p[LM_HEAD]
     logits = h @ unembedding.T  # (B,T,C) -> (B,T,V)
-    return F.cross_entropy(logits.view(B * T, -1), targets.view(-1), ignore_index=-1)
+    return F.cross_entropy(logits.view(B * T, -1), targets.view(-1), ignore_index=-1) + aux_loss
 
 
 def _linear(x, layer: dict, name: str):

@@ -27,6 +27,7 @@ from ..training.spec import RUN_DEFAULTS
 
 PROBABILITY = float_between(0, 1, high_open=True)  # an argparse type: "--dropout 1" names the flag and [0, 1)
 POSITIVE = float_between(0, low_open=True)
+NON_NEGATIVE = float_between(0)
 GELU_FLAG_VALUES = {form: options["approximate"] for form, options in GELU_FORMS.items()}  # --gelu -> gelu_approximate
 
 
@@ -111,6 +112,23 @@ MODEL_FLAGS = {
     "window_layers": (
         "window_layers",
         dict(type=layer_list, metavar="0,2,..", help="the layers with the window (default: all; 0-based)"),
+    ),
+    "experts": (
+        "num_experts",
+        dict(type=int_at_least(0), metavar="E", help="a mixture of E SwiGLU experts in place of each MLP (0: dense)"),
+    ),
+    "experts_top_k": ("experts_top_k", dict(type=int_at_least(1), metavar="K", help="the experts each token goes to")),
+    "experts_renormalize": (
+        "experts_renormalize",
+        dict(action=argparse.BooleanOptionalAction, help="divide the K kept gates by their sum (Mixtral; not: OLMoE)"),
+    ),
+    "router_aux_loss_coef": (
+        "router_aux_loss_coef",
+        dict(type=NON_NEGATIVE, metavar="COEF", help="times each layer's load-balancing loss E sum_e f_e P_e"),
+    ),
+    "router_z_loss_coef": (
+        "router_z_loss_coef",
+        dict(type=NON_NEGATIVE, metavar="COEF", help="times each layer's router z-loss mean logsumexp(z)^2"),
     ),
     "dropout": (
         "drop_prob",

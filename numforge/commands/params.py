@@ -15,7 +15,7 @@ from ..data import DEFAULT_VOCAB_SIZE
 from ..model import POSITIONS, GPTConfig
 from ..model.config import BIAS_SWITCHES
 from ..model.flops import COMPONENTS, flop_counts, parameter_counts
-from ..model.mlp_branch import projection
+from ..model.names import PRE_MLP_NORM, mlp_layout
 from ..ops.activations import ACTIVATIONS
 from ..ops.norms import NORMS
 from ..table import format_table
@@ -72,21 +72,21 @@ def breakdown(config: GPTConfig) -> str:
     ]
     params = parameter_counts(config)
     norms = (2 * L + 1) + (2 * L if config.qk_norm else 0)
-    projections = ", ".join(projection(name).removeprefix("mlp.") for name in ACTIVATIONS[config.activation].inputs)
+    projections = ", ".join(name.removeprefix("mlp.") for name in mlp_layout(config) if name != PRE_MLP_NORM)
     notes = {
         "token table": f"V x C = {V} x {C}" + (", also the unembedding (tied)" if config.tie_weights else ""),
         "position table": POSITIONS[config.position].about,
         "attention": f"{L} layers x {params['attention'] // L:,} (qkv_proj C x (H + 2 H_kv) D, out_proj H D x C)",
-        "mlp": f"{L} layers x {params['mlp'] // L:,} ({projections}, down_proj)",
+        "mlp": f"{L} layers x {params['mlp'] // L:,} ({projections}{_experts(config)})",
         "norms": f"{norms} {config.norm} norms" + (f", {2 * L} of them on q and k" if config.qk_norm else ""),
         "lm_head": "V x C, the untied unembedding" if not config.tie_weights else "none: tied to the token table",
     }
     lines += _table("parameters", {name: params[name] for name in COMPONENTS}, notes)
-    flops = flop_counts(config)
+    flops, E = flop_counts(config), config.num_experts
     notes = {
         "attention projections": "6 x (qkv_proj + out_proj weights)",
         "attention scores": f"Q K^T and P V: 12 x L x T x H x D, T = {T}",
-        "mlp": "6 x the MLP's weights",
+        "mlp": "6 x the MLP's weights" + (f" (top-{config.experts_top_k} experts per token)" if E else ""),
         "logits": "6 x V x C (h @ unembedding^T)",
     }
     lines += ["", *_table("training FLOPs per token", flops, notes)]
@@ -99,6 +99,14 @@ def breakdown(config: GPTConfig) -> str:
         + (f"; {H_kv}/{H} of full attention's {2 * L * H * D:,} values" if H_kv != H else ""),
     ]
     return "\n".join(lines)
+
+
+def _experts(config: GPTConfig) -> str:
+    """``": 8 experts of width 128, top-2, renormalised"`` with experts, else nothing."""
+    if not config.num_experts:
+        return ""
+    kept = "renormalised" if config.experts_renormalize else "not renormalised"
+    return f": {config.num_experts} experts of width {config.d_ff}, top-{config.experts_top_k}, {kept}"
 
 
 def _biases(config: GPTConfig) -> str:

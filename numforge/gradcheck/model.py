@@ -36,6 +36,8 @@ DROPOUT_SEED = 5
 DEFAULTS = {f.name: f.default for f in fields(GPTConfig)}
 GQA = {"num_heads": 4, "num_kv_heads": 2}  # two query heads per key/value head (head width 8 / 4 = 2)
 LLAMA = {**ARCHS["llama"], "num_kv_heads": 1}  # TINY's two query heads share one key/value head
+MOE = {**LLAMA, "num_experts": 4, "experts_top_k": 2}  # 4 SwiGLU experts of width d_ff = 12, top-2, renormalised
+AUX = {"router_aux_loss_coef": 0.5, "router_z_loss_coef": 0.25}  # large: their gradients are not lost in the loss's
 QWEN3 = {**ARCHS["llama"], **GQA, "qk_norm": True, "qk_norm_order": "before_rope", "head_dim": 6}  # H D != C
 
 
@@ -89,6 +91,18 @@ OPTIONS = {  # every entry of each registry (norms, positions, activations) and 
     "window": {**LLAMA, "sliding_window": 3},  # Mistral: every layer sees its 3 latest positions of SEQ = 7
     "window_alternating": {**LLAMA, "sliding_window": 3, "window_layers": [0]},  # Gemma 2: local, then global
     "window_plain_attention": {"sliding_window": 2, "attention": "plain", "position": "alibi"},
+    "moe_top1": {**MOE, "experts_top_k": 1, "experts_renormalize": False},  # Switch: the one gate is p
+    "moe_top2": MOE,  # Mixtral: the two kept gates renormalised
+    "moe_top2_not_renormalized": {**MOE, "experts_renormalize": False},  # OLMoE
+    "moe_top2_aux": {**MOE, **AUX},  # the load-balancing and z-losses added to the loss
+    "moe_top1_renormalized_aux": {**MOE, **AUX, "experts_top_k": 1},  # the gate is 1: the router learns from aux only
+    "moe_top3_not_renormalized_aux_dropout": {
+        **MOE,
+        **AUX,
+        "experts_top_k": 3,
+        "experts_renormalize": False,
+        "drop_prob": 0.2,
+    },  # fmt: skip
     "dropout": {"drop_prob": 0.2},  # embeddings, branches and attention weights
     "dropout_plain_attention": {"drop_prob": 0.2, "attention": "plain"},
     "dropout_llama": {**LLAMA, "drop_prob": 0.2},
@@ -107,8 +121,8 @@ def randomized_model(options: dict, seed: int = 0, model_class: type = GPT) -> G
             values[name] = 1.0 + 0.2 * rng.standard_normal(p.shape)
         elif p.ndim == 1:  # biases
             values[name] = 0.2 * rng.standard_normal(p.shape)
-        else:  # (C_in, C_out) mixes C_in inputs: std 1/sqrt(C_in) keeps activations O(1)
-            values[name] = rng.standard_normal(p.shape) / np.sqrt(p.shape[0])
+        else:  # ([E,] C_in, C_out) mixes C_in inputs: std 1/sqrt(C_in) keeps activations O(1)
+            values[name] = rng.standard_normal(p.shape) / np.sqrt(p.shape[-2])
     model.load_params({name: asarray(v, dtype="float64") for name, v in values.items()})
     return model
 

@@ -280,6 +280,8 @@ def family_of(config: GPTConfig) -> str:
     for option, (value, needed) in fixed.items():
         if value != needed:
             raise ValueError(f"{FAMILY_NAMES} cannot express {option}={value!r} (they need {needed!r})")
+    if config.num_experts:
+        raise ValueError(f"{FAMILY_NAMES} cannot express num_experts={config.num_experts} (their MLP is dense)")
     if activation_to_hf(config, MLP_INPUTS) is None:
         raise ValueError(
             f"{FAMILY_NAMES} cannot express activation={config.activation!r} (they need a gated activation "

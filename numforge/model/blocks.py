@@ -4,9 +4,12 @@ A pre-norm block::
 
     x = x + Drop(attn.out_proj(Attention(qk(attn.qkv_proj(pre_attn_norm(x))))))   attention_branch.py
     x = x + Drop(mlp.down_proj(act(mlp.up_proj(pre_mlp_norm(x)))))                mlp_branch.py
+                                         or with experts, x + Drop(moe(pre_mlp_norm(x)))   moe_branch.py
 
 ``block_forward`` adds both branches and returns a ``BlockCache(attention,
-mlp)``; ``block_backward`` reverses it. Each branch's ``*_forward(x, p,
+mlp, aux_loss)``; ``block_backward`` reverses it. The MLP branch is the config's kind
+(``mlp_kinds.MLP_KINDS``); an MLP with experts has an auxiliary loss (``aux_loss``, None without), which the
+model adds to its loss, and its backward takes that loss's upstream gradient ``daux``. Each branch's ``*_forward(x, p,
 config, ...)`` takes the block's parameters ``p`` by short name
 (``"attn.qkv_proj.weight"``; an absent parameter is ``None``) and returns
 ``(branch, cache)``; each ``*_backward(dbranch, cache, config)`` returns a
@@ -32,12 +35,15 @@ from .attention_branch import (
     attention_branch_backward,
     attention_branch_forward,
 )
-from .mlp_branch import MlpBackward, MlpBranchCache, mlp_branch_backward, mlp_branch_forward
+from .mlp_branch import MlpBackward
+from .mlp_kinds import MLP_KINDS
+from .moe_branch import MoeBackward
 
 
 class BlockCache(NamedTuple):
-    attention: AttentionBranchCache
-    mlp: MlpBranchCache
+    attention: AttentionBranchCache | None  # None in evaluation and inference (``keep_cache`` False)
+    mlp: object | None  # the MLP kind's cache (``MlpBranchCache``, ``MoeBranchCache``), or None likewise
+    aux_loss: object = None  # () the MLP's auxiliary loss, kept in evaluation too; None: it has none
 
 
 def block_forward(
@@ -56,7 +62,7 @@ def block_forward(
 
     ``for_backward`` lets the attention keep what speeds up its backward;
     ``kv_cache``, ``layer`` and ``tables`` as in ``attention_branch_forward``.
-    Without ``keep_cache`` (evaluation, inference) the cache is ``None``, and the
+    Without ``keep_cache`` (evaluation, inference) the cache holds only ``aux_loss``, and the
     attention's is dropped before the MLP runs: the block's peak is its larger branch's.
     """
     a, attention_cache = attention_branch_forward(
@@ -66,16 +72,16 @@ def block_forward(
         attention_cache = None
     x = x + a  # (B,T,C)
     del a
-    m, mlp_cache = mlp_branch_forward(x, p, config, rng=rng)
+    m, mlp_cache = MLP_KINDS[config.mlp_kind].forward(x, p, config, rng=rng)
     x = x + m  # (B,T,C)
-    return x, (BlockCache(attention_cache, mlp_cache) if keep_cache else None)
+    return x, BlockCache(attention_cache, mlp_cache if keep_cache else None, mlp_cache.aux_loss)
 
 
 class ResidualStep(NamedTuple):
     """One branch walked back (``branch``: its ``MlpBackward`` or ``AttentionBackward``) and the residual
     gradient it leaves: the skip's ``dx`` plus the branch's."""
 
-    branch: MlpBackward | AttentionBackward
+    branch: MlpBackward | MoeBackward | AttentionBackward
     dx: object  # (B,T,C)
 
     @property
@@ -83,10 +89,11 @@ class ResidualStep(NamedTuple):
         return self.branch.grads
 
 
-def block_backward_steps(dx, cache: BlockCache, config):
-    """The block's backward as two ``ResidualStep``s, in the order it runs: the MLP branch, then attention."""
+def block_backward_steps(dx, cache: BlockCache, config, daux=0.0):
+    """The block's backward as two ``ResidualStep``s, in the order it runs: the MLP branch, then attention.
+    ``daux``: the upstream gradient of the block's ``aux_loss`` (the model passes its loss's; 0: none)."""
     # forward: x = x + m, m = mlp_branch(x)
-    mlp = mlp_branch_backward(dx, cache.mlp, config)
+    mlp = MLP_KINDS[config.mlp_kind].backward(dx, cache.mlp, config, daux)
     dx = dx + mlp.dx
     yield ResidualStep(mlp, dx)
     del mlp  # not alive while the attention branch runs (unless the caller keeps it)
@@ -95,10 +102,10 @@ def block_backward_steps(dx, cache: BlockCache, config):
     yield ResidualStep(attention, dx + attention.dx)
 
 
-def block_backward(dx, cache: BlockCache, config):
+def block_backward(dx, cache: BlockCache, config, daux=0.0):
     """``(dx, grads)``: the residual gradient passes through each skip and adds each branch's."""
     grads = {}
-    for step in block_backward_steps(dx, cache, config):
+    for step in block_backward_steps(dx, cache, config, daux):
         dx, grads = step.dx, grads | step.grads
         del step  # not alive while the next branch runs
     return dx, grads

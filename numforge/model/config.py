@@ -25,6 +25,11 @@ config validates against them): ``norm`` from ``ops.norms.NORMS``,
   keys ``i - W < j <= i``; ``ops/scores.py``'s ``window``); ``window_layers``, the 0-based layers with the
   window, sorted (None: every layer, as Mistral; ``[0, 2, 4]`` of 6: alternating local and global, as
   Gemma 2 and gpt-oss);
+- ``num_experts`` E (0: a dense MLP): the MLP of every layer is a mixture of E SwiGLU experts of width
+  ``d_ff`` each (``ops/moe.py``), each token routed to ``experts_top_k`` of them by ``mlp.router``, the kept
+  gates renormalised (``experts_renormalize``: Mixtral, Qwen3-MoE) or not (OLMoE); the model's loss adds each
+  layer's load-balancing loss ``E sum_e f_e P_e`` times ``router_aux_loss_coef`` and its router z-loss times
+  ``router_z_loss_coef``. The experts have no biases;
 - the bias switches ``qkv_bias`` (the fused q|k|v projection), ``out_bias``
   (attention's output projection), ``mlp_bias`` and ``norm_bias``: each left
   None follows ``use_bias``, the one switch that sets them all (a norm with no
@@ -50,8 +55,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 
-from ..checks import check_bool, check_index, check_positive_int, is_real
+from ..checks import check_bool, check_index, check_int_value, check_number, check_positive_int, is_real
 from ..ops.activations import ACTIVATIONS, GELU_APPROXIMATIONS
+from ..ops.moe import EXPERT_ACTIVATIONS
 from ..ops.norms import NORMS
 from ..ops.rope import check_rope_scaling
 from .attention_branch import KERNELS
@@ -61,21 +67,32 @@ ATTENTION_KINDS = tuple(KERNELS)  # the tiled kernel, or the plain one that hold
 QK_NORM_ORDERS = ("before_rope", "after_rope")  # QK-norm then the rotation (Qwen3), or the reverse (nanochat)
 BIAS_SWITCHES = ("qkv_bias", "out_bias", "mlp_bias", "norm_bias")
 ACTIVATION_OPTION_FIELDS = {"approximate": "gelu_approximate"}  # an activation's option -> the field that holds it
+EXPERT_FIELDS = ("experts_top_k", "experts_renormalize", "router_aux_loss_coef", "router_z_loss_coef")
 # the families a preset (``numforge train --arch NAME``) names: the fields each sets over GPTConfig's defaults.
 # gpt2: the defaults themselves. llama: RMSNorm, rotary positions of base 10,000, SwiGLU, no biases, an untied
 # head. Grouped-query attention is a size, like the number of heads (Llama 2 7B has none, 70B has 8 key/value
 # heads for 64), so num_kv_heads is left to the caller.
-ARCHS = {
-    "gpt2": {},
-    "llama": {
-        "norm": "rmsnorm",
-        "position": "rope",
-        "rope_theta": 10000.0,
-        "activation": "swiglu",
-        "use_bias": False,
-        "tie_weights": False,
-    },
+LLAMA = {
+    "norm": "rmsnorm",
+    "position": "rope",
+    "rope_theta": 10000.0,
+    "activation": "swiglu",
+    "use_bias": False,
+    "tie_weights": False,
 }
+# moe: a small Mixtral: Llama's layer with a mixture of 8 SwiGLU experts of width 128 in place of the MLP, top-2,
+# the kept gates renormalised; a load-balancing coefficient of 0.01 (OLMoE's; transformers' loss is top_k times
+# this one, ops/moe.py) and a small router z-loss (0.001).
+MOE = {
+    **LLAMA,
+    "num_experts": 8,
+    "experts_top_k": 2,
+    "experts_renormalize": True,
+    "d_ff": 128,
+    "router_aux_loss_coef": 0.01,
+    "router_z_loss_coef": 0.001,
+}
+ARCHS = {"gpt2": {}, "llama": LLAMA, "moe": MOE}
 GATED_MULTIPLE = 64
 LEGACY_NAMES = {"ffn": "activation", "ln_eps": "norm_eps"}  # field names of older checkpoints -> today's
 LEGACY_VALUES = {("attention", "naive"): "plain"}
@@ -124,6 +141,11 @@ class GPTConfig:
     attention: str = "tiled"
     sliding_window: int | None = None  # W: a windowed layer's query i sees keys i - W < j <= i (None: no window)
     window_layers: tuple[int, ...] | None = None  # the layers with the window (None: every layer)
+    num_experts: int = 0  # E: a mixture of E experts in place of each MLP (0: a dense MLP)
+    experts_top_k: int = 2  # the experts each token is routed to
+    experts_renormalize: bool = True  # the kept gates divided by their sum (Mixtral) or not (OLMoE)
+    router_aux_loss_coef: float = 0.0  # times each layer's load-balancing loss, added to the model's loss
+    router_z_loss_coef: float = 0.0  # times each layer's router z-loss, added to the model's loss
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "max_seq_len", "d_model", "num_heads", "num_layers"):
@@ -149,6 +171,7 @@ class GPTConfig:
         self._check_positions()
         self._check_biases()
         self._check_window()
+        self._check_experts()
 
     def _resolve_heads(self) -> None:
         if self.num_kv_heads is None:
@@ -212,6 +235,40 @@ class GPTConfig:
             raise ValueError(f"window_layers must name distinct layers, at least one, got {list(self.window_layers)}")
         self.window_layers = tuple(sorted(self.window_layers))
 
+    def _check_experts(self) -> None:
+        check_int_value(self.num_experts, "num_experts", 0)
+        check_bool(self.experts_renormalize, "experts_renormalize")
+        for name in ("router_aux_loss_coef", "router_z_loss_coef"):
+            setattr(self, name, float(check_number(getattr(self, name), name, 0.0)))
+        if not self.num_experts:
+            changed = [name for name in EXPERT_FIELDS if getattr(self, name) != _DEFAULTS[name]]
+            if changed:
+                raise ValueError(f"{', '.join(changed)} set, but num_experts is 0 (a dense MLP has no experts)")
+            return
+        check_int_value(self.experts_top_k, "experts_top_k", 1, self.num_experts)
+        if self.activation not in EXPERT_ACTIVATIONS:
+            raise ValueError(
+                f"num_experts={self.num_experts}: the experts are {'/'.join(EXPERT_ACTIVATIONS)} MLPs, "
+                f"got activation={self.activation!r}"
+            )
+        if self.has_bias("mlp_bias"):
+            raise ValueError("num_experts > 0: the experts have no biases; set mlp_bias=False (or use_bias=False)")
+
+    @property
+    def mlp_kind(self) -> str:
+        """The MLP of every layer: ``"experts"`` (a mixture, ``num_experts > 0``) or ``"dense"``; the key of
+        ``names.MLP_LAYOUTS`` and ``mlp_branch.MLP_KINDS``."""
+        return "experts" if self.num_experts else "dense"
+
+    def experts_options(self) -> dict:
+        """The keyword options of ``ops.moe.moe_forward``, read from their fields."""
+        return {
+            "top_k": self.experts_top_k,
+            "renormalize": self.experts_renormalize,
+            "balance_coef": self.router_aux_loss_coef,
+            "z_coef": self.router_z_loss_coef,
+        }
+
     def layer_window(self, layer: int) -> int | None:
         """The window ``W`` of layer ``layer`` (0-based), or None when it attends to every earlier position."""
         if self.sliding_window is None or (self.window_layers is not None and layer not in self.window_layers):
@@ -270,6 +327,9 @@ def activation_fields(options: dict) -> dict:
     """The fields that give an activation its ``options``: ``{"approximate": "none"}`` -> ``{"gelu_approximate":
     "none"}`` (the inverse of ``GPTConfig.activation_options``)."""
     return {ACTIVATION_OPTION_FIELDS[name]: value for name, value in options.items()}
+
+
+_DEFAULTS = {f.name: f.default for f in fields(GPTConfig)}
 
 
 def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:

@@ -13,6 +13,9 @@ nanoGPT and PaLM count them:
   unless ``head_dim`` is set; grouped-query attention shares keys, not
   products), 3x that for training: ``12 T H D`` per layer (the full ``T x T``,
   causal or not);
+- with experts (``num_experts`` E > 0), a token passes through ``experts_top_k`` of each layer's E stacked
+  expert matrices ``(E, c_in, c_out)``: each such matrix costs ``top_k c_in c_out`` weights per token, and the
+  router ``C E`` (the dispatch itself is no product);
 - the logits ``h @ unembedding^T`` are a product with ``V C`` weights;
   the token lookup and the position rows cost no product.
 
@@ -64,11 +67,12 @@ def flop_counts(config: GPTConfig, seq_len: int | None = None) -> dict[str, int]
     matrices = {
         name: shape
         for name, shape in parameter_shapes(config).items()
-        if len(shape) == 2 and name.startswith("layers.")
+        if len(shape) >= 2 and name.startswith("layers.")
     }
     weights = {part: 0 for part in ("attention", "mlp")}
-    for name, (rows, cols) in matrices.items():
-        weights[component_of(name, config)] += rows * cols
+    for name, (*stacked, rows, cols) in matrices.items():
+        used = config.experts_top_k if stacked else 1  # experts (E, c_in, c_out): top_k of the E per token
+        weights[component_of(name, config)] += used * rows * cols
     return {
         "attention projections": 6 * weights["attention"],
         "attention scores": 12 * L * T * H * D,

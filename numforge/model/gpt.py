@@ -9,6 +9,7 @@ The network (pre-norm blocks), on token ids ``(B,T)``, with the parameters by na
     h = final_norm(x)
     logits = h @ unembedding^T      unembedding = token_embedding (tied) or lm_head.weight    (B,T,V)
     loss = mean cross-entropy(logits, targets) over targets != -1                          unembedding.py
+           (+ with experts, each layer's auxiliary loss: load balancing and router z-loss)  moe_branch.py
 
 The components are the registries' (``config.norm`` from ``ops.norms.NORMS``,
 ``config.position`` from ``positions.POSITIONS``, ``config.activation`` from
@@ -45,7 +46,17 @@ from .blocks import BlockCache, ResidualStep, block_backward_steps, block_forwar
 from .config import GPTConfig
 from .kv_cache import KVCache
 from .layers import LayerParams, dropout_if, dropout_if_backward, norm_backward, norm_forward
-from .names import FINAL_NORM, LM_HEAD, RESIDUAL_OUTPUTS, TOKEN_EMBEDDING, Linear, Norm, final_norm, layer_layout
+from .names import (
+    FINAL_NORM,
+    LM_HEAD,
+    RESIDUAL_OUTPUTS,
+    TOKEN_EMBEDDING,
+    Experts,
+    Linear,
+    Norm,
+    final_norm,
+    layer_layout,
+)
 from .positions import POSITIONS
 from .unembedding import unembedding_loss, unembedding_loss_backward, unembedding_loss_forward
 
@@ -66,9 +77,12 @@ def parameter_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _part_shapes(prefix: str, part: Linear | Norm, config: GPTConfig) -> dict[str, tuple[int, ...]]:
-    """A linear layer's ``weight (c_in, c_out)`` and bias ``(c_out,)``; a norm's ``(width,)`` parameters: those
-    it needs, and of its optional ones the weight when ``config.norm_weight`` and the bias when its switch is on."""
+def _part_shapes(prefix: str, part: Linear | Experts | Norm, config: GPTConfig) -> dict[str, tuple[int, ...]]:
+    """A linear layer's ``weight (c_in, c_out)`` and bias ``(c_out,)``; experts' ``weight (count, c_in, c_out)``;
+    a norm's ``(width,)`` parameters: those it needs, and of its optional ones the weight when
+    ``config.norm_weight`` and the bias when its switch is on."""
+    if isinstance(part, Experts):
+        return {f"{prefix}.weight": (part.count, part.c_in, part.c_out)}
     has_bias = part.bias_switch is not None and config.has_bias(part.bias_switch)
     if isinstance(part, Linear):
         return {f"{prefix}.weight": (part.c_in, part.c_out), **({f"{prefix}.bias": (part.c_out,)} if has_bias else {})}
@@ -104,6 +118,11 @@ def check_params(params, expected: dict[str, tuple[tuple, np.dtype]]) -> None:
         given, kind = tuple(getattr(value, "shape", ())), getattr(value, "dtype", type(value).__name__)
         if given != tuple(shape) or kind != dtype:
             raise ValueError(f"params[{name!r}] is {kind}{given}, expected {dtype}{tuple(shape)}")
+
+
+def _plus(loss, aux_loss):
+    """``loss + aux_loss``, or ``loss`` itself when the layers have no auxiliary loss (None)."""
+    return loss if aux_loss is None else loss + aux_loss
 
 
 class ModelCache(NamedTuple):
@@ -184,7 +203,8 @@ class GPT:
     # ------------------------------------------------------------------ forward
 
     def forward(self, token_ids, targets, *, rng=None, for_backward: bool = True, keep_caches: bool = False):
-        """``(loss, cache)``: the mean cross-entropy of predicting ``targets (B,T)`` from ``token_ids (B,T)``.
+        """``(loss, cache)``: the mean cross-entropy of predicting ``targets (B,T)`` from ``token_ids (B,T)``, plus
+        with experts the layers' auxiliary losses (load balancing, router z-loss; ``moe_branch.py``), every mode alike.
 
         Dropout is on when a generator ``rng`` (``numforge.backend.default_rng(seed)``) is given
         and ``drop_prob > 0``: its masks are drawn from ``rng``. ``for_backward`` (the default) keeps
@@ -203,18 +223,18 @@ class GPT:
         rng = rng if self.config.drop_prob > 0 else None
         x, embedding_cache = self._embed(token_ids, start=0)  # (B,T) -> (B,T,C)
         x, embedding_dropout = dropout_if(x, self.config, rng)
-        x, blocks = self._blocks(x, rng=rng, for_backward=for_backward, keep_caches=keep_caches)  # (B,T,C)
+        x, blocks, aux_loss = self._blocks(x, rng=rng, for_backward=for_backward, keep_caches=keep_caches)  # (B,T,C)
         h, final_norm_cache = norm_forward(x, self.params, FINAL_NORM, self.config)  # (B,T,C)
         if not keep_caches:  # evaluation: only h goes on, into the loss alone, a chunk of rows of logits at a time
             del x, final_norm_cache
-            return unembedding_loss(h, self._unembedding(), targets, IGNORE_INDEX), None  # (B,T,C) -> ()
+            return _plus(unembedding_loss(h, self._unembedding(), targets, IGNORE_INDEX), aux_loss), None  # -> ()
         loss, loss_cache = unembedding_loss_forward(
             h, self._unembedding(), targets, IGNORE_INDEX, with_gradients=for_backward
         )  # (B,T,C) -> ()
         cache = ModelCache(
             tuple(token_ids.shape), embedding_cache, embedding_dropout, blocks, final_norm_cache, loss_cache
         )
-        return loss, cache
+        return _plus(loss, aux_loss), cache
 
     # ----------------------------------------------------------------- backward
 
@@ -244,9 +264,9 @@ class GPT:
         # forward: h = final_norm(x)
         dx, norm_grads = norm_backward(dh, cache.final_norm, FINAL_NORM, config)
         yield HeadBackward(dloss, dh, dunembedding, dx, norm_grads)
-        # forward: x, blocks = self._blocks(x), layer by layer
+        # forward: x, blocks = self._blocks(x), layer by layer; loss = cross-entropy + the layers' aux losses
         for i in reversed(range(config.num_layers)):
-            for step in block_backward_steps(dx, cache.blocks[i], config):
+            for step in block_backward_steps(dx, cache.blocks[i], config, daux=dloss):
                 dx = step.dx
                 yield LayerBackward(i, step, {f"layers.{i}.{name}": g for name, g in step.grads.items()})
                 del step  # not alive while the next branch runs
@@ -263,12 +283,13 @@ class GPT:
         yield EmbeddingBackward(dx, dtoken_embedding, position_grads, grads)
 
     def _blocks(self, x, *, rng, for_backward: bool, kv_cache: KVCache | None = None, keep_caches: bool = True):
-        """Every layer in turn on ``x (B,T,C)``: ``(x, [BlockCache per layer])``.
+        """Every layer in turn on ``x (B,T,C)``: ``(x, [BlockCache per layer], aux_loss)``, ``aux_loss`` the sum of
+        the layers' auxiliary losses (an MLP with experts has one), None when no layer has one.
 
         Without ``keep_caches`` (evaluation, inference) no layer keeps a cache (``block_forward``'s
         ``keep_cache``), so memory does not grow with the number of layers; the list is empty.
         """
-        caches = []
+        caches, aux_loss = [], None
         for i, layer in enumerate(self.layers):
             x, block_cache = block_forward(
                 x,
@@ -281,9 +302,11 @@ class GPT:
                 tables=self.position_tables,
                 keep_cache=keep_caches,
             )  # (B,T,C)
+            if block_cache.aux_loss is not None:
+                aux_loss = block_cache.aux_loss if aux_loss is None else aux_loss + block_cache.aux_loss
             if keep_caches:
                 caches.append(block_cache)
-        return x, caches
+        return x, caches, aux_loss
 
     # -------------------------------------------------------------- embeddings
 
@@ -324,7 +347,7 @@ class GPT:
         self._check_ids(token_ids, "token_ids")
         start = 0 if kv_cache is None else self._check_kv_cache(kv_cache, token_ids.shape)
         x, _ = self._embed(token_ids, start)  # (B,T) -> (B,T,C)
-        x, _ = self._blocks(x, rng=None, for_backward=False, kv_cache=kv_cache, keep_caches=False)  # (B,T,C)
+        x, _, _ = self._blocks(x, rng=None, for_backward=False, kv_cache=kv_cache, keep_caches=False)  # (B,T,C)
         if kv_cache is not None:
             kv_cache.advance(token_ids.shape[1])
         if last_only:

@@ -28,6 +28,11 @@ class MlpBranchCache(NamedTuple):
     down_proj: object
     dropout: object
 
+    @property
+    def aux_loss(self):
+        """A dense MLP adds nothing to the model's loss (an MLP with experts does: ``moe_branch.py``)."""
+        return None
+
 
 def mlp_branch_forward(x, p, config, *, rng=None):
     """``Drop(down_proj(act(*[projection(h) per input])))``, ``h = pre_mlp_norm(x)``.

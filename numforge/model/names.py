@@ -19,6 +19,14 @@ the strings themselves: they do not change.
     mlp.up_proj [, mlp.gate_proj]  (C, F)                one per input of the activation (SwiGLU: gate too)
     mlp.down_proj                  (F, C)
 
+or, with experts (``config.num_experts`` E > 0, ``config.mlp_kind`` "experts"; ``ops/moe.py``), in place of the
+three projections::
+
+    mlp.router                     (C, E)                the router's logits h W_r; no bias
+    mlp.experts.gate_proj          (E, C, F)             expert e's matrices stacked on the first axis; no biases
+    mlp.experts.up_proj            (E, C, F)
+    mlp.experts.down_proj          (E, F, C)
+
 A linear layer's bias has its output width and exists where its switch (``config.has_bias``) says.
 Around the layers: ``token_embedding (V, C)``, the position scheme's table if it has one
 (``positions.py``), ``final_norm (C,)`` and, with untied weights, ``lm_head.weight (V, C)``.
@@ -37,9 +45,15 @@ Q_NORM, K_NORM = "attn.q_norm", "attn.k_norm"
 OUT_PROJ = "attn.out_proj"
 PRE_MLP_NORM = "pre_mlp_norm"
 DOWN_PROJ = "mlp.down_proj"
+ROUTER = "mlp.router"
+EXPERTS_GATE_PROJ, EXPERTS_UP_PROJ, EXPERTS_DOWN_PROJ = (
+    "mlp.experts.gate_proj",
+    "mlp.experts.up_proj",
+    "mlp.experts.down_proj",
+)
 FINAL_NORM = "final_norm"
 LM_HEAD = "lm_head.weight"
-RESIDUAL_OUTPUTS = (OUT_PROJ, DOWN_PROJ)  # the projections that write into the residual stream
+RESIDUAL_OUTPUTS = (OUT_PROJ, DOWN_PROJ, EXPERTS_DOWN_PROJ)  # the projections that write into the residual stream
 
 
 def projection(input_name: str) -> str:
@@ -48,11 +62,20 @@ def projection(input_name: str) -> str:
 
 
 class Linear(NamedTuple):
-    """``y = x W + b``: ``weight (c_in, c_out)``, ``bias (c_out,)`` where ``config.has_bias(bias_switch)``."""
+    """``y = x W + b``: ``weight (c_in, c_out)``, ``bias (c_out,)`` where ``config.has_bias(bias_switch)`` (None:
+    never)."""
 
     c_in: int
     c_out: int
-    bias_switch: str
+    bias_switch: str | None
+
+
+class Experts(NamedTuple):
+    """``count`` stacked matrices, one per expert: ``weight (count, c_in, c_out)``; no bias."""
+
+    count: int
+    c_in: int
+    c_out: int
 
 
 class Norm(NamedTuple):
@@ -63,7 +86,7 @@ class Norm(NamedTuple):
     bias_switch: str | None
 
 
-def layer_layout(config) -> dict[str, Linear | Norm]:
+def layer_layout(config) -> dict[str, Linear | Experts | Norm]:
     """Layer ``i``'s parts by short name (module docstring), each with its widths: its attention branch's,
     then its MLP branch's."""
     return attention_layout(config) | mlp_layout(config)
@@ -78,13 +101,33 @@ def attention_layout(config) -> dict[str, Linear | Norm]:
     return layout | {OUT_PROJ: Linear(H * D, C, "out_bias")}
 
 
-def mlp_layout(config) -> dict[str, Linear | Norm]:
-    """The MLP branch's parts: its norm, a projection per input of the activation, the down projection."""
+def mlp_layout(config) -> dict[str, Linear | Experts | Norm]:
+    """The MLP branch's parts, as its kind (``config.mlp_kind``: ``MLP_LAYOUTS``) has them."""
+    return MLP_LAYOUTS[config.mlp_kind](config)
+
+
+def dense_mlp_layout(config) -> dict[str, Linear | Norm]:
+    """A dense MLP's parts: its norm, a projection per input of the activation, the down projection."""
     C, F = config.d_model, config.d_ff
     layout = {PRE_MLP_NORM: Norm(C, "norm_bias")}
     for name in sorted(ACTIVATIONS[config.activation].inputs, key=lambda name: name != "up"):
         layout[projection(name)] = Linear(C, F, "mlp_bias")  # up_proj first: the order the init has always drawn
     return layout | {DOWN_PROJ: Linear(F, C, "mlp_bias")}
+
+
+def experts_mlp_layout(config) -> dict[str, Linear | Experts | Norm]:
+    """A mixture of experts' parts: its norm, the router, the experts' stacked gate, up and down projections."""
+    C, F, E = config.d_model, config.d_ff, config.num_experts
+    return {
+        PRE_MLP_NORM: Norm(C, "norm_bias"),
+        ROUTER: Linear(C, E, None),
+        EXPERTS_GATE_PROJ: Experts(E, C, F),
+        EXPERTS_UP_PROJ: Experts(E, C, F),
+        EXPERTS_DOWN_PROJ: Experts(E, F, C),
+    }
+
+
+MLP_LAYOUTS = {"dense": dense_mlp_layout, "experts": experts_mlp_layout}  # config.mlp_kind -> the layer's MLP parts
 
 
 def final_norm(config) -> Norm:

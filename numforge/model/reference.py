@@ -14,8 +14,9 @@ gradients (tested equal to 1e-12 in float64 under every ``GPTConfig`` option,
   RMSNorm), the activation's (``ops.activations.ACTIVATIONS``), the rotation's
   (``model.positions.POSITIONS``: RoPE as an explicit turn of each pair of
   coordinates). Those formulas live beside their op (``ops/layernorm.py::layer_norm_textbook``, ...),
-  written as plainly as this file; grouped-query attention is a ``repeat`` of each key/value head
-  for its group of query heads;
+  written as plainly as this file; a mixture of experts is ``ops/moe.py::moe_textbook`` and its
+  ``moe_textbook_backward``: every expert on every row, the choice a mask (no sort, no dispatch);
+  grouped-query attention is a ``repeat`` of each key/value head for its group of query heads;
 - no array is changed in place once computed (the two embedding gradients are
   filled into zeros); no fast op of ``numforge/ops`` is called (only the components' textbook
   formulas, the score modifiers' textbook terms (the causal mask, ALiBi's bias), the position
@@ -35,9 +36,9 @@ The network (pre-norm; ``s = sqrt(C)`` if ``scale_embeddings`` else 1; ``G = H /
                      q, k = QK-norm and the rotation, in the config's order (either may be absent)
                      o = Drop(softmax(q repeat(k, G)^T / sqrt(D) + terms)) @ repeat(v, G)
                      x = x + Drop(o @ out_proj)
-                     x = x + Drop(mlp(pre_mlp_norm(x)))
+                     x = x + Drop(mlp(pre_mlp_norm(x)))       with experts: mlp = the gated sum of top_k experts
     logits = final_norm(x) @ unembedding^T                     token_embedding (tied) or lm_head.weight
-    loss = mean over targets != -1 of -log softmax(logits)[target]
+    loss = mean over targets != -1 of -log softmax(logits)[target]  (+ the experts' auxiliary losses, summed)
 
 Dropout: with ``rng`` given and ``drop_prob > 0``, each dropout draws its
 keep mask as ``rng.random(shape, dtype) >= drop_prob`` in forward order
@@ -64,6 +65,7 @@ from ..backend import get_xp, scatter_add, to_numpy
 from ..checks import check_int
 from ..ops._attention_dropout import AttentionDropout
 from ..ops.activations import ACTIVATIONS
+from ..ops.moe import moe_textbook, moe_textbook_backward
 from ..ops.norms import NORMS
 from ..ops.scores import SCORE_MODIFIERS, as_use
 from .config import GPTConfig
@@ -89,6 +91,7 @@ def reference_forward(params: dict, config: GPTConfig, token_ids, targets, rng=N
     p_drop = config.drop_prob if rng is not None else 0.0
     tables = _position_tables(params, config, T, xp)
     cache = {"token_ids": token_ids, "targets": targets, "tables": tables, "layers": []}
+    aux_loss = 0.0  # the experts' auxiliary losses, summed over the layers
 
     # embeddings
     scale = math.sqrt(C) if config.scale_embeddings else 1.0
@@ -131,12 +134,18 @@ def reference_forward(params: dict, config: GPTConfig, token_ids, targets, rng=N
         # MLP branch: m = Drop(down_proj(act(up_proj(pre_mlp_norm(x))))); gated: act(gate_proj(h), up_proj(h))
         h, saved["mlp_norm"] = _norm(x, w, "pre_mlp_norm", config)  # (B,T,C)
         saved["mlp_h"] = h
-        activation = ACTIVATIONS[config.activation]
-        inputs = [_linear(h, w, projection(name)) for name in activation.inputs]  # each (B,T,C) @ (C,F) -> (B,T,F)
-        act = activation.textbook(*inputs, **config.activation_options())  # (B,T,F)
-        m = _linear(act, w, "mlp.down_proj")  # (B,T,F) @ (F,C) -> (B,T,C)
+        if (
+            config.num_experts
+        ):  # with experts: m = sum_e g_e expert_e(h), every expert on every row, g_e = 0 off the top_k
+            m, aux, _ = moe_textbook(h, *_experts(w), **config.experts_options())  # (B,T,C), ()
+            aux_loss = aux_loss + aux  # the load-balancing and z-losses, times their coefficients
+        else:
+            activation = ACTIVATIONS[config.activation]
+            inputs = [_linear(h, w, projection(name)) for name in activation.inputs]  # each (B,T,C) @ (C,F) -> (B,T,F)
+            act = activation.textbook(*inputs, **config.activation_options())  # (B,T,F)
+            m = _linear(act, w, "mlp.down_proj")  # (B,T,F) @ (F,C) -> (B,T,C)
+            saved.update(mlp_inputs=inputs, act=act)
         m, saved["mlp_keep"] = _dropout(m, p_drop, rng)  # (B,T,C)
-        saved.update(mlp_inputs=inputs, act=act)
         x = x + m  # (B,T,C), the residual
         cache["layers"].append(saved)
 
@@ -152,6 +161,8 @@ def reference_forward(params: dict, config: GPTConfig, token_ids, targets, rng=N
     picked = xp.take_along_axis(log_probs, safe_targets[..., None], axis=-1)[..., 0]  # (B,T,V) -> (B,T)
     nll = -picked * counted  # (B,T)
     loss = nll.sum() / count if count else xp.zeros((), dtype=logits.dtype)  # ()
+    if config.num_experts:
+        loss = loss + aux_loss  # () the objective: cross-entropy plus the experts' auxiliary losses
     cache.update(probs=xp.exp(log_probs), counted=counted, count=count, safe_targets=safe_targets)  # probs (B,T,V)
     return logits, loss, cache
 
@@ -187,15 +198,24 @@ def reference_backward(params: dict, config: GPTConfig, cache: dict) -> dict:
         g = {}
         # forward: x = x + m  (the residual: dx flows on unchanged, and into the branch)
         dm = _dropout_backward(dx, saved["mlp_keep"], config.drop_prob)  # forward: m = Drop(m); (B,T,C)
-        # forward: m = act @ down_proj + b
-        dact = _linear_backward(dm, saved["act"], w, "mlp.down_proj", g)  # (B,T,C) -> (B,T,F)
-        # forward: act = activation(*inputs), inputs = (up,) or (gate, up): one (B,T,F) gradient per input
-        activation = ACTIVATIONS[config.activation]
-        dinputs = activation.textbook_backward(dact, *saved["mlp_inputs"], **config.activation_options())
-        # forward: up = h @ up_proj + b (and gate = h @ gate_proj + b): h feeds each, their gradients add
-        dh = sum(
-            _linear_backward(d, saved["mlp_h"], w, projection(name), g) for name, d in zip(activation.inputs, dinputs)
-        )  # (B,T,F) @ (F,C) -> (B,T,C), summed over the inputs
+        if config.num_experts:  # forward: m, aux = moe(h); loss = cross-entropy + aux, so d loss / d aux = 1
+            dh, *dexperts = moe_textbook_backward(
+                dm, saved["mlp_h"], *_experts(w), **config.experts_options(), daux=1.0
+            )
+            g.update(
+                {f"mlp.{name}.weight": d for name, d in zip(EXPERT_PARTS, dexperts)}
+            )  # (C,E), (E,C,F) x 2, (E,F,C)
+        else:
+            # forward: m = act @ down_proj + b
+            dact = _linear_backward(dm, saved["act"], w, "mlp.down_proj", g)  # (B,T,C) -> (B,T,F)
+            # forward: act = activation(*inputs), inputs = (up,) or (gate, up): one (B,T,F) gradient per input
+            activation = ACTIVATIONS[config.activation]
+            dinputs = activation.textbook_backward(dact, *saved["mlp_inputs"], **config.activation_options())
+            # forward: up = h @ up_proj + b (and gate = h @ gate_proj + b): h feeds each, their gradients add
+            dh = sum(
+                _linear_backward(d, saved["mlp_h"], w, projection(name), g)
+                for name, d in zip(activation.inputs, dinputs)
+            )  # (B,T,F) @ (F,C) -> (B,T,C), summed over the inputs
         # forward: h = pre_mlp_norm(x)
         dx_mlp = _norm_backward(dh, saved["mlp_norm"], w, "pre_mlp_norm", config, g)  # (B,T,C)
         dx = dx + dx_mlp  # (B,T,C): the skip path plus the branch path
@@ -362,6 +382,19 @@ def _position_tables(params: dict, config: GPTConfig, T: int, xp) -> dict:
     if scheme.rotation is not None:
         found["rotation"] = [xp.asarray(tables[name][:T]) for name in scheme.rotation.tables]  # RoPE: (T,D) each
     return found
+
+
+EXPERT_PARTS = (
+    "router",
+    "experts.gate_proj",
+    "experts.up_proj",
+    "experts.down_proj",
+)  # under mlp., moe_textbook's order
+
+
+def _experts(w: dict) -> list:
+    """A layer's router and stacked experts: ``W_r (C,E)``, ``W_gate (E,C,F)``, ``W_up (E,C,F)``, ``W_down (E,F,C)``."""
+    return [w[f"mlp.{name}.weight"] for name in EXPERT_PARTS]
 
 
 def _unembedding(params: dict, config: GPTConfig):

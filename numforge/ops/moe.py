@@ -40,8 +40,10 @@ from typing import NamedTuple
 
 from ..backend import get_xp
 from ..checks import check_float, check_int_value, check_number, check_same_dtype
-from .activations import swiglu_backward, swiglu_forward, swiglu_textbook
+from .activations import swiglu_backward, swiglu_forward, swiglu_textbook, swiglu_textbook_backward
 from .linear import LinearCache, linear_backward, linear_forward
+
+EXPERT_ACTIVATIONS = ("swiglu",)  # the experts' activation (ops.activations.ACTIVATIONS): silu(x W_gate) * (x W_up)
 
 
 class MoeCache(NamedTuple):
@@ -260,6 +262,61 @@ def moe_textbook(
     Expert e is among row n's top_k when fewer than top_k experts are ahead of it: more probable, or as
     probable with a lower index. The oracle of ``moe_forward``; no sort, no dispatch.
     """
+    t = _textbook_parts(h, w_router, w_gate, w_up, w_down, top_k, renormalize)
+    y = get_xp(h).einsum("ne,enf,efc->nc", t["gates"], t["act"], w_down)  # sum_e g_{n,e} expert_e(h_n); (N, C)
+    aux = balance_coef * t["balance"] + z_coef * (t["lse"] * t["lse"]).mean()  # E sum_e f_e P_e; mean lse^2
+    return y.reshape(h.shape), aux, t["load"]
+
+
+def moe_textbook_backward(
+    dy,
+    h,
+    w_router,
+    w_gate,
+    w_up,
+    w_down,
+    *,
+    top_k: int = 2,
+    renormalize: bool = True,
+    balance_coef: float = 0.0,
+    z_coef: float = 0.0,
+    daux: float = 1.0,
+):
+    """``(dh, dW_r, dW_gate, dW_up, dW_down)`` of ``sum(y dy) + daux aux_loss``, the plain way: every expert on every
+    row, a row's gradient into an expert it did not choose multiplied by its zero gate. The oracle of
+    ``moe_backward``; the forward's intermediates recomputed (``moe_textbook``'s)."""
+    xp = get_xp(h)
+    t = _textbook_parts(h, w_router, w_gate, w_up, w_down, top_k, renormalize)
+    rows, p, mask, gates = t["rows"], t["p"], t["mask"], t["gates"]
+    n, num_experts = p.shape
+    dy = dy.reshape(n, -1)  # (..., C) -> (N, C)
+    # forward: y = sum_e G_{n,e} out_{e,n}, out_e = act_e W_down_e
+    out = xp.einsum("enf,efc->enc", t["act"], w_down)  # (E, N, C)
+    dgates = xp.einsum("nc,enc->ne", dy, out)  # (N, E)
+    dout = xp.einsum("ne,nc->enc", gates, dy)  # (E, N, C): zero where e was not chosen
+    dw_down = xp.einsum("enf,enc->efc", t["act"], dout)  # (E, F, C)
+    dact = xp.einsum("enc,efc->enf", dout, w_down)  # (E, N, F)
+    # forward: act_e = swiglu(rows W_gate_e, rows W_up_e)
+    dgate, dup = swiglu_textbook_backward(dact, t["gate"], t["up"])  # (E, N, F) each
+    dw_gate = xp.einsum("nc,enf->ecf", rows, dgate)  # (E, C, F)
+    dw_up = xp.einsum("nc,enf->ecf", rows, dup)
+    dh = xp.einsum("enf,ecf->nc", dgate, w_gate) + xp.einsum("enf,ecf->nc", dup, w_up)  # (N, C)
+    # forward: G = p mask, renormalised G = p mask / S with S = sum_e p_e mask_e
+    if renormalize:
+        dp = mask * (dgates - (gates * dgates).sum(axis=1, keepdims=True)) / (p * mask).sum(axis=1, keepdims=True)
+    else:
+        dp = mask * dgates  # (N, E)
+    fraction = t["load"] / (n * top_k)  # (E,) f_e, the choice: held fixed
+    dp = dp + daux * balance_coef * num_experts * fraction / n  # forward: balance = E sum_e f_e mean_n p_{n,e}
+    dz = p * (dp - (p * dp).sum(axis=1, keepdims=True))  # forward: p = softmax(z)
+    dz = dz + daux * z_coef * 2.0 / n * t["lse"][:, None] * p  # forward: z-loss = mean_n lse_n^2
+    dh = dh + dz @ w_router.T  # forward: z = rows W_r; (N, E) @ (E, C) -> (N, C)
+    return dh.reshape(h.shape), rows.T @ dz, dw_gate, dw_up, dw_down
+
+
+def _textbook_parts(h, w_router, w_gate, w_up, w_down, top_k: int, renormalize: bool) -> dict:
+    """The dense layer's intermediates by name: rows (N, C), p (N, E), lse (N,), mask (N, E) (the choice), gates
+    (N, E) (zero off it), the experts' pre-activations gate, up and act (E, N, F), load (E,), balance ()."""
     xp = get_xp(h)
     rows = h.reshape(-1, h.shape[-1])  # (..., C) -> (N, C)
     n, num_experts = rows.shape[0], w_router.shape[1]
@@ -272,12 +329,12 @@ def moe_textbook(
     gates = p * mask  # (N, E): zero off the choice
     if renormalize:
         gates = gates / gates.sum(axis=1, keepdims=True)
-    act = swiglu_textbook(xp.einsum("nc,ecf->enf", rows, w_gate), xp.einsum("nc,ecf->enf", rows, w_up))  # (E,N,F)
-    y = xp.einsum("ne,enf,efc->nc", gates, act, w_down)  # sum_e g_{n,e} expert_e(h_n); (N, C)
+    gate, up = xp.einsum("nc,ecf->enf", rows, w_gate), xp.einsum("nc,ecf->enf", rows, w_up)  # (E, N, F) each
     load = mask.sum(axis=0)  # (E,)
     balance = num_experts * (load / (n * top_k) * p.mean(axis=0)).sum()  # E sum_e f_e P_e
     lse = xp.log(xp.exp(z - zmax).sum(axis=1)) + zmax[:, 0]  # (N,)
-    return y.reshape(h.shape), balance_coef * balance + z_coef * (lse * lse).mean(), load
+    return dict(rows=rows, p=p, lse=lse, mask=mask, gates=gates, gate=gate, up=up, act=swiglu_textbook(gate, up),
+                load=load, balance=balance)  # fmt: skip
 
 
 def moe_torch(

@@ -33,6 +33,7 @@ from ..backend import to_numpy
 from ..model.attention_branch import QK_NORM, AttentionBackward
 from ..model.gpt import EmbeddingBackward, HeadBackward, LayerBackward
 from ..model.mlp_branch import MlpBackward
+from ..model.moe_branch import WEIGHTS, MoeBackward
 from ..model.names import (
     DOWN_PROJ,
     K_NORM,
@@ -111,11 +112,10 @@ def _head_stages(head: HeadBackward, config):
 
 def _layer_stages(layer: LayerBackward, config):
     branch, prefix = layer.step.branch, f"layers.{layer.layer}."
-    stages = _mlp_stages(branch, config) if isinstance(branch, MlpBackward) else _attention_stages(branch)
-    for name, grad, parts in stages:
+    for name, grad, parts in BRANCH_STAGES[type(branch)](branch, config):
         params = {prefix + p: g for part in parts for p, g in branch.grads.items() if p.rpartition(".")[0] == part}
         yield f"layer {layer.layer} {name}", grad, params
-    after = "residual after attention (skip + MLP)" if isinstance(branch, MlpBackward) else _INTO_THE_BLOCK
+    after = _INTO_THE_BLOCK if isinstance(branch, AttentionBackward) else "residual after attention (skip + MLP)"
     yield f"layer {layer.layer} {after}", layer.step.dx, {}
 
 
@@ -132,7 +132,13 @@ def _mlp_stages(mlp: MlpBackward, config):
     yield "MLP branch -> residual", mlp.dx.reshape(mlp.dh.shape), (PRE_MLP_NORM,)  # (B,T,C) -> (N,C)
 
 
-def _attention_stages(attention: AttentionBackward):
+def _moe_stages(moe: MoeBackward, config):
+    """``(name, gradient, the parts whose parameter gradients that step made)`` of the MLP branch with experts."""
+    yield "pre-MLP norm output (router and experts input)", moe.dh, WEIGHTS
+    yield "MLP branch -> residual", moe.dx.reshape(moe.dh.shape), (PRE_MLP_NORM,)  # (B,T,C) -> (N,C)
+
+
+def _attention_stages(attention: AttentionBackward, config):
     """``(name, gradient, the parts whose parameter gradients that step made)`` of the attention branch."""
     yield "heads merged (out_proj input)", attention.dmerged, (OUT_PROJ,)
     yield from (("q", attention.dq, ()), ("k", attention.dk, ()), ("v", attention.dv, ()))
@@ -152,6 +158,7 @@ def _embedding_stages(embedding: EmbeddingBackward, config):
     yield "embedding sum", embedding.dx, parts
 
 
+BRANCH_STAGES = {MlpBackward: _mlp_stages, MoeBackward: _moe_stages, AttentionBackward: _attention_stages}
 STEP_STAGES = {  # a step of GPT.backward_steps -> its stages, in the order the backward made them
     HeadBackward: _head_stages,
     LayerBackward: _layer_stages,

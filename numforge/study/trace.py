@@ -41,6 +41,8 @@ import numpy as np
 
 from ..atomic import atomic_path
 from ..backend import to_numpy
+from ..model.mlp_branch import MlpBranchCache
+from ..model.moe_branch import MoeBranchCache
 from ..model.names import TOKEN_EMBEDDING
 from ..table import format_table
 
@@ -98,7 +100,7 @@ def forward_stages(model, prompt) -> list[Stage]:
         stages.append(summarize("position embedding", model.position_tables[added][:T][None], f"the {added} table[:T]"))
     stages.append(summarize("embedding sum", rows(cache.blocks[0].attention.norm.x), "blocks[0].attention.norm.x"))
     residuals = [block.attention.norm.x for block in cache.blocks] + [cache.final_norm.x]  # (N,C) each
-    for i, (attention, mlp) in enumerate(cache.blocks):
+    for i, (attention, mlp, _) in enumerate(cache.blocks):
         at, mp = f"blocks[{i}].attention", f"blocks[{i}].mlp"
         after = f"blocks[{i + 1}].attention.norm.x" if i + 1 < len(cache.blocks) else "final_norm.x"
         layer = f"layer {i}"
@@ -110,19 +112,37 @@ def forward_stages(model, prompt) -> list[Stage]:
                 f"{layer} attention branch output", rows(mlp.norm.x - residuals[i]), f"{mp}.norm.x - {at}.norm.x"
             ),
             summarize(f"{layer} residual after attention", rows(mlp.norm.x), f"{mp}.norm.x"),
-            summarize(f"{layer} pre-MLP norm output", rows(mlp.projections[0].x), f"{mp}.projections[0].x"),
         ]
+        stages += MLP_STAGES[type(mlp)](layer, mp, mlp, rows)
         stages += [
-            summarize(f"{layer} MLP {name}", rows(array), f"{mp}.activation.{field}")
-            for name, field, array in _pre_activations(mlp.activation)
-        ]
-        stages += [
-            summarize(f"{layer} MLP activation (down_proj input)", rows(mlp.down_proj.x), f"{mp}.down_proj.x"),
             summarize(f"{layer} MLP branch output", rows(residuals[i + 1] - mlp.norm.x), f"{after} - {mp}.norm.x"),
             summarize(f"{layer} residual after MLP", rows(residuals[i + 1]), after),
         ]
     stages.append(summarize("final norm output", rows(cache.loss.rows), "loss.rows"))
     return stages
+
+
+def _dense_mlp_stages(layer: str, mp: str, mlp: MlpBranchCache, rows) -> list[Stage]:
+    """Inside a dense MLP: the norm's output, the activation's inputs, its output."""
+    stages = [summarize(f"{layer} pre-MLP norm output", rows(mlp.projections[0].x), f"{mp}.projections[0].x")]
+    stages += [
+        summarize(f"{layer} MLP {name}", rows(array), f"{mp}.activation.{field}")
+        for name, field, array in _pre_activations(mlp.activation)
+    ]
+    return stages + [summarize(f"{layer} MLP activation (down_proj input)", rows(mlp.down_proj.x), f"{mp}.down_proj.x")]
+
+
+def _moe_stages(layer: str, mp: str, mlp: MoeBranchCache, rows) -> list[Stage]:
+    """Inside an MLP with experts: the norm's output (the router's and the experts' input), the router's
+    probabilities over the experts, the gates of the chosen ones."""
+    return [
+        summarize(f"{layer} pre-MLP norm output", rows(mlp.moe.router.x), f"{mp}.moe.router.x"),
+        summarize(f"{layer} router probabilities (N,E)", rows(mlp.moe.probs), f"{mp}.moe.probs"),
+        summarize(f"{layer} gates of the chosen experts (N,k)", rows(mlp.moe.gates), f"{mp}.moe.gates"),
+    ]
+
+
+MLP_STAGES = {MlpBranchCache: _dense_mlp_stages, MoeBranchCache: _moe_stages}  # an MLP kind's cache -> its stages
 
 
 def _qkv_stages(layer: str, at: str, attention) -> list[Stage]:

@@ -1,4 +1,9 @@
-"""The loss log of a run: ``loss.csv`` (step, train loss, validation loss, learning rate) and ``loss.png``."""
+"""The loss log of a run: ``loss.csv`` (step, train loss, validation loss, learning rate) and ``loss.png``.
+
+A model with experts logs one more column, ``expert_load``, at each evaluation: the share of the routed tokens
+each expert received on the first validation batch, averaged over the layers, the E shares separated by spaces
+(``0.1250 0.1302 ...``; 1/E each when the load is balanced).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,8 @@ from ..atomic import atomic_path, write_text_atomic
 LOSS_CSV = "loss.csv"
 LOSS_PNG = "loss.png"
 CSV_FIELDS = ("step", "train_loss", "val_loss", "lr")
+LOAD_FIELD = "expert_load"  # the extra column of a model with experts
+HEADERS = (CSV_FIELDS, (*CSV_FIELDS, LOAD_FIELD))
 
 
 def read_loss_csv(path: Path, up_to_step: int) -> list[dict]:
@@ -25,11 +32,12 @@ def read_loss_csv(path: Path, up_to_step: int) -> list[dict]:
     try:
         with open(path, newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
-            if tuple(reader.fieldnames or ()) != CSV_FIELDS:
-                raise ValueError(f"its header is {reader.fieldnames}, expected {list(CSV_FIELDS)}")
+            if tuple(reader.fieldnames or ()) not in HEADERS:
+                expected = " or ".join(str(list(header)) for header in HEADERS)
+                raise ValueError(f"its header is {reader.fieldnames}, expected {expected}")
             rows = []
             for row in reader:
-                _check_row(row, reader.line_num)
+                _check_row(row, reader.line_num, len(reader.fieldnames))
                 if int(row["step"]) <= up_to_step:
                     rows.append(row)
             return rows
@@ -37,9 +45,9 @@ def read_loss_csv(path: Path, up_to_step: int) -> list[dict]:
         raise ValueError(f"loss log {path} is damaged: {err}; move it away to resume without it") from err
 
 
-def _check_row(row: dict, line: int) -> None:
+def _check_row(row: dict, line: int, width: int) -> None:
     if None in row or None in row.values():
-        raise ValueError(f"line {line} has {len(row) - (None in row)} fields, expected {len(CSV_FIELDS)}")
+        raise ValueError(f"line {line} has {len(row) - (None in row)} fields, expected {width}")
     if not (row["step"].isascii() and row["step"].isdigit()):
         raise ValueError(f"line {line}: step {row['step']!r} is not a non-negative integer")
     for name in ("train_loss", "lr") + (("val_loss",) if row["val_loss"] else ()):
@@ -47,11 +55,17 @@ def _check_row(row: dict, line: int) -> None:
             float(row[name])
         except ValueError:
             raise ValueError(f"line {line}: {name} {row[name]!r} is not a number") from None
+    try:
+        [float(share) for share in row.get(LOAD_FIELD, "").split()]
+    except ValueError:
+        raise ValueError(f"line {line}: {LOAD_FIELD} {row[LOAD_FIELD]!r} is not numbers separated by spaces") from None
 
 
 def write_loss_csv(path: Path, rows: list[dict]) -> None:
+    """The rows as ``loss.csv``; with the ``expert_load`` column when a row has one."""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, lineterminator="\n")
+    fields = HEADERS[any(row.get(LOAD_FIELD) for row in rows)]
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
     write_text_atomic(path, buffer.getvalue())

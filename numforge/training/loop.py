@@ -50,11 +50,12 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import interrupts
+from ..backend import asarray, to_numpy
 from ..blas import one_blas_thread
 from ..data import windows
 from ..optim import clip_grad_norm
 from .dropout import dropout_rng
-from .logs import LOSS_CSV, LOSS_PNG, plot_losses, write_loss_csv
+from .logs import LOAD_FIELD, LOSS_CSV, LOSS_PNG, plot_losses, write_loss_csv
 from .parallel import DataParallel, SingleProcess
 from .run import Run, TrainSettings
 from .threads import Threads, thread_count
@@ -71,6 +72,18 @@ def evaluation_windows(tokens: np.ndarray, seq_len: int, count: int) -> tuple[np
     """``count`` windows at evenly spaced starts over ``tokens``: the same every evaluation."""
     starts = np.linspace(0, len(tokens) - seq_len - 1, num=count).astype(np.int64)  # (count,)
     return windows(tokens, starts, seq_len)  # (count,T), (count,T)
+
+
+def expert_load(model, tokens: np.ndarray, settings: TrainSettings) -> list[float] | None:
+    """The share of the routed (token, choice) pairs each expert received (E,), averaged over the layers, on the
+    first evaluation batch of ``tokens``; None for a model without experts. 1/E each when balanced."""
+    if not model.config.num_experts:
+        return None
+    x, y = evaluation_windows(tokens, settings.seq_len, settings.eval_batches * settings.batch_size)
+    rows = slice(0, settings.batch_size)
+    _, cache = model.forward(asarray(x[rows]), asarray(y[rows]), for_backward=False, keep_caches=True)
+    loads = np.stack([to_numpy(block.mlp.load) for block in cache.blocks])  # (L, E) rows per expert
+    return (loads / loads.sum(axis=1, keepdims=True)).mean(axis=0).tolist()  # (E,)
 
 
 def evaluate(model, tokens: np.ndarray, settings: TrainSettings, parallel: DataParallel | None = None) -> float:
@@ -192,10 +205,15 @@ def _logged_step(run: Run, parallel: DataParallel, world, say) -> tuple[float, f
         val_loss = evaluate(run.model, run.val_tokens, settings, parallel)
         world.check_same_params(run.model.params, run.step)
         row["val_loss"] = f"{val_loss:.6f}"
+        load = expert_load(run.model, run.val_tokens, settings)
+        if load is not None:
+            row[LOAD_FIELD] = " ".join(f"{share:.4f}" for share in load)
         if world.is_root:
             write_loss_csv(run.run_dir / LOSS_CSV, run.log)
         with tqdm.external_write_mode():  # the message above the bar, not through it
             say(f"step {run.step}: train loss {loss:.3f}, validation loss {val_loss:.3f}")
+            if load is not None:
+                say(f"  expert load (share of routed tokens, mean over layers): {row[LOAD_FIELD]}")
     if (run.step % settings.save_every == 0 or last) and world.is_root:
         run.save()
     return loss, lr
