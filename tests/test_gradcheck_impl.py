@@ -215,15 +215,26 @@ def test_a_backward_that_writes_into_dy_is_caught(tmp_path, capsys):
 
 
 def test_a_finite_difference_backward_is_refused(tmp_path, capsys):
-    """It would pass every check: the grader refuses a backward that runs the forward."""
+    """It would pass every check: the grader refuses a backward that runs the forward around its inputs."""
     source = LAYER_NORM.replace(
         "def layer_norm_backward(dy, cache: LayerNormCache):",
         "def layer_norm_backward(dy, cache: LayerNormCache):\n"
-        "    layer_norm_forward(cache.x, cache.weight)  # (a finite-difference gradient would start so)",
+        "    x = cache.x.copy()\n"
+        "    x.flat[0] += 1e-6  # (a finite-difference gradient starts so)\n"
+        "    layer_norm_forward(x, cache.weight)",
     )
     status, captured = grade(tmp_path, capsys, source, "--only", "layer_norm")
     assert status == 1
-    assert "refused: layer_norm: layer_norm_backward calls layer_norm_forward: a backward must not run" in captured.out
+    assert (
+        "refused: layer_norm: layer_norm_backward runs the forward layer_norm_forward at a perturbation of an "
+        "array it was given (1 of its 30 entries moved, by up to 1.0e-06): a finite difference" in captured.out
+    )
+    again = LAYER_NORM.replace(
+        "def layer_norm_backward(dy, cache: LayerNormCache):",
+        "def layer_norm_backward(dy, cache: LayerNormCache):\n    layer_norm_forward(cache.x, cache.weight)",
+    )
+    status, captured = grade(tmp_path, capsys, again, "--only", "layer_norm")
+    assert status == 0, captured.out  # the forward once more on the same inputs computes no difference: allowed
 
 
 def test_the_exercise_is_written_never_over_a_file(tmp_path, capsys):

@@ -25,7 +25,7 @@ from ..model.mlp_branch import mlp_branch_backward, mlp_branch_forward
 from .cases import option_cases
 from .check import GradResult, check_op
 from .diagnose import diagnosed
-from .model import GQA, LLAMA, randomized_model
+from .model import DEFAULTS, GQA, LLAMA, randomized_model
 
 BATCH, SEQ = 2, 5
 MAX_COORDS = 12  # sampled coordinates per array, as for the whole model
@@ -145,6 +145,7 @@ CASES = [
         part,
         p.options,
         lambda option, learner, part=part: check_part(part, option, learner),
+        defaults=DEFAULTS,
         module=p.backward.__module__,
         learner=(p.backward.__name__,),
         forwards=(p.forward.__name__,),

@@ -145,14 +145,17 @@ def _shape(shape) -> str:
     return "x".join(str(n) for n in shape) or "scalar"
 
 
-def option_cases(prefix: str, options: Mapping[str, Mapping], check: Callable, **fields) -> list[Case]:
+def option_cases(
+    prefix: str, options: Mapping[str, Mapping], check: Callable, defaults: Mapping | None = None, **fields
+) -> list[Case]:
     """One case ``prefix[option]`` per entry of ``options``, running ``check(option, learner)``; the option's
-    settings are the case's features (``weight_decay > 0``, ``tie_weights``), ``fields`` the rest of each case."""
+    settings over ``defaults`` (a config's: ``tie_weights`` is True where an option does not say) are the case's
+    features (``weight_decay > 0``, ``tie_weights``), ``fields`` the rest of each case."""
     return [
         Case(
             f"{prefix}[{option}]",
             lambda learner=None, option=option: check(option, learner),
-            features=lambda option=option: ({}, dict(options[option])),
+            features=lambda option=option: ({}, {**(defaults or {}), **options[option]}),
             **fields,
         )
         for option in options

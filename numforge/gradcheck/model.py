@@ -160,6 +160,7 @@ CASES = option_cases(
     "model",
     OPTIONS,
     check_model,
+    defaults=DEFAULTS,
     module=GPT.__module__,
     learner=("GPT.backward",),
     forwards=("GPT.forward",),
