@@ -321,3 +321,36 @@ def test_a_closed_output_pipe_ends_the_command_quietly(command):
     child.stdout.close()  # before the child has written anything: its first write finds the pipe closed
     error = child.stderr.read()
     assert child.wait(timeout=120) == 141 and error == b""
+
+
+def test_only_that_matches_no_case_says_so(tmp_path, capsys):
+    status, captured = grade(tmp_path, capsys, exercise_source("gpt", solution=True), "--only", "model[gelu")
+    assert status == 2 and "--only 'model[gelu' matches no case (see: numforge gradcheck --list --impl" in captured.err
+    assert "defines none of the functions" not in captured.err
+
+
+def test_debug_goes_before_or_after_the_command(tmp_path, capsys):
+    for flags in (["--debug", "gradcheck", "--only", "zzz"], ["gradcheck", "--only", "zzz", "--debug"]):
+        with pytest.raises(ValueError, match="no gradient-check case matches 'zzz'"):  # the error itself, raised
+            main(flags)
+    assert main(["gradcheck", "--only", "zzz"]) == 2  # without: one line
+
+
+def test_course_lists_the_exercises_in_lesson_order(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    main(["course"])
+    lines = capsys.readouterr().out.splitlines()[2:]
+    rows = [line.split() for line in lines if line[:1] and line[0] in "0123456789-" and "exercises passed" not in line]
+    lessons = [float(r[0]) if r[0] != "-" else float("inf") for r in rows]
+    assert len(rows) == len(exercise_names()) and lessons == sorted(lessons), rows
+
+
+def test_a_train_merges_that_ignores_special_tokens_is_caught(tmp_path, capsys):
+    tokenizer = exercise_source("tokenizer", solution=True)
+    line = "    chunks = chunk_byte_ids(texts, pattern, special_tokens)\n"
+    assert tokenizer.count(line) == 1
+    source = tokenizer.replace(line, "    chunks = chunk_byte_ids(texts, pattern)\n")
+    status, captured = grade(tmp_path, capsys, source, "--only", "tokenizer.train_merges")
+    assert status == 1
+    assert "wrong: tokenizer.train_merges on hidden texts 1-3 joined by '<|endoftext|>'" in captured.out
+    assert "each '<|endoftext|>' is cut out of the text before the chunks are counted" in captured.out

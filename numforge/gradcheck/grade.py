@@ -54,6 +54,8 @@ def learner_cases(module, pattern: str = "*") -> list[Case]:
 def grade(path: str | Path, pattern: str = "*") -> list[Outcome]:
     """Every case of the learner's file ``path`` (matching ``pattern``), run with the learner's functions."""
     module = load_learner(path)
+    if not matching(exercise_cases(), pattern):
+        raise ValueError(f"--only {pattern!r} matches no case (see: numforge gradcheck --list --impl {path})")
     cases = learner_cases(module, pattern)
     if not cases:
         names = sorted({n for c in exercise_cases() for n in c.learner})

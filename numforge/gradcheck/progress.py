@@ -75,7 +75,8 @@ def progress(directory: str | Path = ".") -> list[Progress]:
         raise ValueError(f"{directory}: no such directory")
     files, lesson_of = exercise_files(directory), lessons()
     rows = []
-    for name in exercise_names():
+    in_order = sorted(exercise_names(), key=lambda n: int(lesson_of[n]) if lesson_of.get(n, "-").isdigit() else 1e9)
+    for name in in_order:  # the course's order, the exercises no lesson sets last
         lesson = lesson_of.get(name, "-")
         if name not in files:
             start = f"not started: numforge gradcheck --write-exercise {name} --out my_{name}.py"

@@ -22,11 +22,13 @@ into float32's upper half (bfloat16 is float32 with the low 16 bits cut).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
+from ..atomic import file_mode
 from ..checks import MissingDependencyError
 
 LM_HEAD = "lm_head.weight"  # the one tensor stored without the architecture's prefix
@@ -189,3 +191,4 @@ def hf_tensors(params: dict[str, np.ndarray], layout: Layout) -> dict[str, np.nd
 def write_tensors(path: Path, params: dict[str, np.ndarray], layout: Layout) -> None:
     """Write ``params`` (numforge names) as the architecture's ``model.safetensors`` at ``path``."""
     safetensors_numpy().save_file(hf_tensors(params, layout), str(path), metadata={"format": "pt"})
+    os.chmod(path, file_mode())  # safetensors creates it 0o600; numforge's files follow the umask
