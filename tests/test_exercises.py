@@ -11,12 +11,13 @@ are graded on a few of their cases.
 
 import ast
 import inspect
+import re
 
 import pytest
 
 from numforge.gradcheck.exercise import _modules, exercise_names, exercise_source, get_exercise, imports_of
 from numforge.gradcheck.grade import grade, passed, report
-from numforge.gradcheck.scaffold import HINT_LEVELS, STUB, functions
+from numforge.gradcheck.scaffold import HINT_LEVELS, STUB, forward_steps, functions
 from numforge.ops.flash_attention import flash_attention_backward
 
 FEW_CASES = {"gpt": "model[gelu]", "flash_attention": "flash_attention.causal*", "blocks": "block[gelu]"}
@@ -259,3 +260,18 @@ def test_a_registry_is_not_an_exercise_its_ops_are():
         exercise = get_exercise(name)
         substituted = {function for case in exercise.cases for function in case.learner}
         assert substituted <= set(functions(ast.parse(exercise.path.read_text(encoding="utf-8")))), name
+
+
+@pytest.mark.parametrize("name", exercise_names())
+def test_the_chain_rule_steps_are_whole_forward_equations_not_the_answer(name):
+    """Hint level 1 lists the forward lines the backward reverses: each a whole equation (no sentence cut off at
+    the comment's line end), none of them the transposed one the backward computes (rope's ``dx = ...``)."""
+    exercise = get_exercise(name)
+    real = exercise.path.read_text(encoding="utf-8").splitlines()
+    nodes = functions(ast.parse("\n".join(real)))
+    for qualname in (*exercise.parts().exercise, *exercise.parts().helpers):
+        for step in forward_steps(real, nodes[qualname]):
+            assert "=" in step and "transposed" not in step, (qualname, step)
+            assert not re.search(r"(^|[\s(,])d[a-z]\w* =", step), (qualname, step)  # no dx = ..., dq = ...
+            last = step.split()[-1]
+            assert last not in {"a", "an", "the", "of", "to", "by", "with", "over", "and", "its", "head"}, step

@@ -354,3 +354,15 @@ def test_a_train_merges_that_ignores_special_tokens_is_caught(tmp_path, capsys):
     assert status == 1
     assert "wrong: tokenizer.train_merges on hidden texts 1-3 joined by '<|endoftext|>'" in captured.out
     assert "each '<|endoftext|>' is cut out of the text before the chunks are counted" in captured.out
+
+
+@pytest.mark.parametrize("name", ["tokenizer", "adamw"])
+def test_the_exercises_with_nothing_to_differentiate_speak_of_no_gradient(tmp_path, capsys, name):
+    header = exercise_source(name).split('"""')[0]
+    assert "gradient" not in header and "finite differences" not in header, header
+    path = tmp_path / "mine.py"
+    path.write_text(exercise_source(name, solution=True), encoding="utf-8")
+    case = "adamw[1 step]" if name == "adamw" else "tokenizer.encode"
+    assert main(["gradcheck", "--show", case, "--impl", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "gradient" not in out and "finite differences" not in out, out
