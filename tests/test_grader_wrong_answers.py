@@ -159,6 +159,7 @@ def test_the_tied_sum_left_out_is_graded_case_by_case_not_a_crash(tmp_path):
     out = report(outcomes)
     assert "  wrong (token_embedding) on 2 cases where tie_weights: model[gelu], model[gelu_exact]" in out, out
     assert "  right on 1 case where not tie_weights: model[untied]" in out, out
+    assert out.count("  - yours is the input side only (the lookup's rows): the table is tied") == 2, out
 
 
 def test_the_fail_pattern_takes_options_that_hold_a_dict():
@@ -168,3 +169,63 @@ def test_the_fail_pattern_takes_options_that_hold_a_dict():
     outcomes = [Outcome(c, [], None, "wrong" if "rope" in c.name else "right") for c in cases]
     lines = pattern_lines(outcomes)
     assert lines[0] == "by case, GPT.backward:" and len(lines) == 3, lines
+
+
+# ---------------------------------------------------------------- the mistakes named, each computed
+
+
+def stubbed(name: str, function: str, body: str) -> str:
+    source = exercise_source(name)
+    stub = f'raise NotImplementedError("{function}: not written yet")'
+    assert source.count(stub) == 1
+    return source.replace(stub, "\n    ".join(body.strip().splitlines()))
+
+
+RMS_WITH_MEAN = """
+g = dy.reshape(cache.xhat.shape) * cache.weight
+dx = cache.rstd * (g - g.mean(-1, keepdims=True) - cache.xhat * (g * cache.xhat).mean(-1, keepdims=True))
+return dx.reshape(dy.shape), (dy.reshape(cache.xhat.shape) * cache.xhat).sum(axis=0)
+"""
+BLOCK = exercise_source("blocks", solution=True)
+NAMED = {  # mistake -> (exercise file, --only, the words the report must hold)
+    "rope's forward rotation": (
+        stubbed("rope", "rope_backward", "return rope_forward(dy, cache.cos, cache.sin)[0]"),
+        "rope*",
+        "yours is the forward's rotation of dy (by +angle, sin as it is): the backward is its transpose",
+    ),
+    "rmsnorm with layernorm's mean": (
+        stubbed("rmsnorm", "rms_norm_backward", RMS_WITH_MEAN),
+        "rms_norm",
+        "yours has LayerNorm's mean term (- mean(g)): RMSNorm subtracts no mean from x",
+    ),
+    "the block without its skips": (
+        BLOCK.replace("    dx = dx + dx_mlp\n", "    dx = dx_mlp\n").replace(
+            "    dx = dx + dx_attention\n", "    dx = dx_attention\n"
+        ),
+        "block*",
+        "yours leaves out the gradient of both skips: each residual sum x + f(x) passes dy on unchanged",
+    ),
+    "the block without the skip around the MLP": (
+        BLOCK.replace("    dx = dx + dx_mlp\n", "    dx = dx_mlp\n"),
+        "block*",
+        "yours leaves out the gradient of the skip around the MLP",
+    ),
+    "the block without the skip around attention": (
+        BLOCK.replace("    dx = dx + dx_attention\n", "    dx = dx_attention\n"),
+        "block*",
+        "yours leaves out the gradient of the skip around attention",
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", list(NAMED))
+def test_each_known_mistake_is_named(tmp_path, mistake):
+    source, only, words = NAMED[mistake]
+    path = tmp_path / "mine.py"
+    path.write_text(source, encoding="utf-8")
+    outcomes = grade(path, only)
+    out = report(outcomes)
+    assert outcomes and all(o.label.startswith("wrong") for o in outcomes), out
+    named = [line for line in out.splitlines() if line.startswith("  - " + words)]
+    assert len(named) == len(outcomes), out  # on every case, once
+    assert "norm = None" not in out  # the llama block is no different for a skip left out

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from functools import partial
 from importlib import import_module
 
-from .check import GradResult, check_op
+from .check import GradResult, check_op, upstream
 from .diagnose import diagnosed
+from .mistakes import MISTAKES
 
 SUITES: tuple[str, ...] = ("ops", "attention", "block", "model")  # modules in numforge.gradcheck, in run order
 EXERCISE_SUITES: tuple[str, ...] = ("tiling", "tokenizer", "adamw")  # graded only: numforge against itself says little
@@ -96,7 +97,15 @@ def op_case(
             name, forward, mine, arrays, options(), seed=seed, reference=backward, cache_forward=cache_forward
         )
         sizes, _ = features()
-        return [diagnosed(r, arrays, invariants, axes, sizes) for r in results]
+        return [diagnosed(r, arrays, invariants + _mistakes(backward, arrays), axes, sizes) for r in results]
+
+    def _mistakes(backward, arrays) -> tuple:
+        """The known mistakes of ``backward`` (``mistakes.py``), bound to this check's ``dy`` and cache."""
+        known = MISTAKES.get(backward.__name__, ())
+        if not known:
+            return ()
+        y, cache = forward(*arrays.values(), **options())
+        return tuple(m.bound(upstream(y, seed), cache) for m in known)
 
     features = partial(_features, inputs, options, axes)
     describe = partial(_describe, name, forward, backward, inputs, options, fused, forward_name)
