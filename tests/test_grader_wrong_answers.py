@@ -144,7 +144,7 @@ def test_a_wrong_answer_is_diagnosed_in_every_exercise(tmp_path, name, hints):
             assert any(s.startswith("  - ") for s in said), out
 
 
-TIED = 'grads["token_embedding"] = dtoken_embedding + dunembedding'
+TIED = "grads[TOKEN_EMBEDDING] = dtoken_embedding + dunembedding"
 
 
 def test_the_tied_sum_left_out_is_graded_case_by_case_not_a_crash(tmp_path):
@@ -152,7 +152,7 @@ def test_the_tied_sum_left_out_is_graded_case_by_case_not_a_crash(tmp_path):
     source = exercise_source("gpt", solution=True)
     assert source.count(TIED) == 1
     path = tmp_path / "my_gpt.py"
-    path.write_text(source.replace(TIED, 'grads["token_embedding"] = dtoken_embedding'), encoding="utf-8")
+    path.write_text(source.replace(TIED, "grads[TOKEN_EMBEDDING] = dtoken_embedding"), encoding="utf-8")
     outcomes = grade(path, "model[[][gu][en][lt]*")  # untied: right; gelu, gelu_exact (tied): wrong
     assert [o.case.name for o in outcomes] == ["model[gelu]", "model[gelu_exact]", "model[untied]"]
     assert [o.label for o in outcomes] == ["wrong (token_embedding)"] * 2 + ["right"], report(outcomes)
@@ -187,6 +187,9 @@ dx = cache.rstd * (g - g.mean(-1, keepdims=True) - cache.xhat * (g * cache.xhat)
 return dx.reshape(dy.shape), (dy.reshape(cache.xhat.shape) * cache.xhat).sum(axis=0)
 """
 BLOCK = exercise_source("blocks", solution=True)
+NO_MLP_SKIP = ("    dx = dx + mlp.dx\n", "    dx = mlp.dx\n")
+NO_ATTENTION_SKIP = ("ResidualStep(attention, dx + attention.dx)", "ResidualStep(attention, attention.dx)")
+assert all(BLOCK.count(line) == 1 for line, _ in (NO_MLP_SKIP, NO_ATTENTION_SKIP))
 NAMED = {  # mistake -> (exercise file, --only, the words the report must hold)
     "rope's forward rotation": (
         stubbed("rope", "rope_backward", "return rope_forward(dy, cache.cos, cache.sin)[0]"),
@@ -199,19 +202,17 @@ NAMED = {  # mistake -> (exercise file, --only, the words the report must hold)
         "yours has LayerNorm's mean term (- mean(g)): RMSNorm subtracts no mean from x",
     ),
     "the block without its skips": (
-        BLOCK.replace("    dx = dx + dx_mlp\n", "    dx = dx_mlp\n").replace(
-            "    dx = dx + dx_attention\n", "    dx = dx_attention\n"
-        ),
+        BLOCK.replace(*NO_MLP_SKIP).replace(*NO_ATTENTION_SKIP),
         "block*",
         "yours leaves out the gradient of both skips: each residual sum x + f(x) passes dy on unchanged",
     ),
     "the block without the skip around the MLP": (
-        BLOCK.replace("    dx = dx + dx_mlp\n", "    dx = dx_mlp\n"),
+        BLOCK.replace(*NO_MLP_SKIP),
         "block*",
         "yours leaves out the gradient of the skip around the MLP",
     ),
     "the block without the skip around attention": (
-        BLOCK.replace("    dx = dx + dx_attention\n", "    dx = dx_attention\n"),
+        BLOCK.replace(*NO_ATTENTION_SKIP),
         "block*",
         "yours leaves out the gradient of the skip around attention",
     ),

@@ -5,7 +5,7 @@ import pytest
 from helpers import STUDY_PROMPT, STUDY_TEXT, tiny_model
 
 from numforge.backend import asarray, to_numpy
-from numforge.study.backward import backward_stages, format_backward
+from numforge.study.backward import backward_stages, format_backward, record_backward
 from numforge.study.prompt import run_prompt
 from numforge.tokenizer import BPETokenizer
 
@@ -103,8 +103,8 @@ def test_position_gradient_is_summed_over_the_batch(tokenizer):
     ids = np.array([[1, 2, 3, 4, 5], [5, 4, 3, 2, 1]])  # (2,5)
     targets = np.concatenate([ids[:, 1:], np.full((2, 1), -1)], axis=1)
     _, cache = model.forward(asarray(ids), asarray(targets), for_backward=False, keep_caches=True)
-    recorded = {}
-    grads = model.backward(cache, record=lambda name, grad, params: recorded.update({name: (grad, params)}))
+    stages, grads = record_backward(model, cache)
+    recorded = {s.name: (s.array, s.param_arrays) for s in stages}
     dx, params = recorded["embedding sum"]
     summed = to_numpy(dx).sum(axis=0)  # (B,T,C) -> (T,C)
     np.testing.assert_allclose(to_numpy(params["position_embedding (summed over the batch)"])[:5], summed, atol=1e-15)

@@ -20,7 +20,19 @@ import torch
 import torch.nn.functional as F
 
 from ..backend import to_numpy
-from ..model.mlp_branch import projection
+from ..model.names import (
+    DOWN_PROJ,
+    FINAL_NORM,
+    K_NORM,
+    LM_HEAD,
+    OUT_PROJ,
+    PRE_ATTN_NORM,
+    PRE_MLP_NORM,
+    Q_NORM,
+    QKV_PROJ,
+    TOKEN_EMBEDDING,
+    projection,
+)
 from ..model.positions import POSITIONS
 from ..ops.activations import ACTIVATIONS
 from ..ops.norms import NORMS
@@ -42,7 +54,7 @@ def torch_loss(p: dict, config, ids, targets, tables: dict | None = None):
     B, T = ids.shape
     C, H, H_kv, D = config.d_model, config.num_heads, config.num_kv_heads, config.head_dim
     scheme, tables = POSITIONS[config.position], tables or {}
-    x = p["token_embedding"][ids]  # (B,T) -> (B,T,C)
+    x = p[TOKEN_EMBEDDING][ids]  # (B,T) -> (B,T,C)
     if config.scale_embeddings:
         x = x * math.sqrt(C)
     if scheme.added is not None:
@@ -51,27 +63,27 @@ def torch_loss(p: dict, config, ids, targets, tables: dict | None = None):
     for i in range(config.num_layers):
         scores = torch_attention_options(config.score_modifiers(i), (B, H, T, T), x.dtype)  # causal|window, ALiBi
         layer = {n[len(f"layers.{i}.") :]: t for n, t in p.items() if n.startswith(f"layers.{i}.")}
-        h = _norm(x, layer, "pre_attn_norm", config)
-        qkv = _linear(h, layer, "attn.qkv_proj")  # (B,T,C) -> (B,T,(H + 2 H_kv) D)
+        h = _norm(x, layer, PRE_ATTN_NORM, config)
+        qkv = _linear(h, layer, QKV_PROJ)  # (B,T,C) -> (B,T,(H + 2 H_kv) D)
         q, k, v = qkv.split([H * D, H_kv * D, H_kv * D], dim=-1)
         q = q.view(B, T, H, D).transpose(1, 2)  # (B,H,T,D)
         k, v = (t.view(B, T, H_kv, D).transpose(1, 2) for t in (k, v))  # (B,H_kv,T,D)
         norm_first = config.qk_norm and config.qk_norm_order == "before_rope"
         if norm_first:
-            q, k = _norm(q, layer, "attn.q_norm", config), _norm(k, layer, "attn.k_norm", config)
+            q, k = _norm(q, layer, Q_NORM, config), _norm(k, layer, K_NORM, config)
         if rotation is not None:
             q, k = scheme.rotation.torch(q, *rotation), scheme.rotation.torch(k, *rotation)
         if config.qk_norm and not norm_first:
-            q, k = _norm(q, layer, "attn.q_norm", config), _norm(k, layer, "attn.k_norm", config)
+            q, k = _norm(q, layer, Q_NORM, config), _norm(k, layer, K_NORM, config)
         o = F.scaled_dot_product_attention(q, k, v, **scores, enable_gqa=H_kv != H)  # (B,H,T,D)
-        x = x + _linear(o.transpose(1, 2).reshape(B, T, H * D), layer, "attn.out_proj")
-        h = _norm(x, layer, "pre_mlp_norm", config)
+        x = x + _linear(o.transpose(1, 2).reshape(B, T, H * D), layer, OUT_PROJ)
+        h = _norm(x, layer, PRE_MLP_NORM, config)
         activation = ACTIVATIONS[config.activation]
         inputs = [_linear(h, layer, projection(name)) for name in activation.inputs]  # each (B,T,C) -> (B,T,F)
         act = activation.torch(*inputs, **config.activation_options())  # (B,T,F)
-        x = x + _linear(act, layer, "mlp.down_proj")  # (B,T,F) -> (B,T,C)
-    h = _norm(x, p, "final_norm", config)
-    unembedding = p["token_embedding"] if config.tie_weights else p["lm_head.weight"]
+        x = x + _linear(act, layer, DOWN_PROJ)  # (B,T,F) -> (B,T,C)
+    h = _norm(x, p, FINAL_NORM, config)
+    unembedding = p[TOKEN_EMBEDDING] if config.tie_weights else p[LM_HEAD]
     logits = h @ unembedding.T  # (B,T,C) -> (B,T,V)
     return F.cross_entropy(logits.view(B * T, -1), targets.view(-1), ignore_index=-1)
 

@@ -11,9 +11,14 @@ Every score modifier of ``ops.scores.SCORE_MODIFIERS`` is checked on both kernel
 with the arguments its entry draws (``gradcheck``), alone and after the causal
 mask, with Tq != Tk and grouped-query heads: ``attention.scores.alibi``,
 ``flash_attention.scores.causal+alibi``, ...
+The ``sinks`` cases give the kernels one sink logit per query head (gpt-oss), an input with its own gradient
+``dsinks``, after ``dv``: causal, windowed, masked, with dropout, grouped-query, Tq != Tk, rows that see only
+their sink.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -35,11 +40,12 @@ KEYS_INVARIANT = Invariant(
 )
 
 
-def _qkv(B: int, H: int, Tq: int, Tk: int, D: int, Dv: int, seed: int, kv_heads: int | None = None) -> dict:
-    """``q (B,H,Tq,D)``, ``k (B,H_kv,Tk,D)``, ``v (B,H_kv,Tk,Dv)`` in float64, ``H_kv = kv_heads`` (default H)."""
+def _qkv(B: int, H: int, Tq: int, Tk: int, D: int, Dv: int, seed: int, kv_heads: int | None = None, sinks=False):
+    """``q (B,H,Tq,D)``, ``k (B,H_kv,Tk,D)``, ``v (B,H_kv,Tk,Dv)`` in float64, ``H_kv = kv_heads`` (default H),
+    and with ``sinks`` the sink logits ``(H,)``."""
     rng = np.random.default_rng(seed)
     H_kv = H if kv_heads is None else kv_heads
-    shapes = {"q": (B, H, Tq, D), "k": (B, H_kv, Tk, D), "v": (B, H_kv, Tk, Dv)}
+    shapes = {"q": (B, H, Tq, D), "k": (B, H_kv, Tk, D), "v": (B, H_kv, Tk, Dv)} | ({"sinks": (H,)} if sinks else {})
     return {name: backend.asarray(rng.standard_normal(shape), dtype="float64") for name, shape in shapes.items()}
 
 
@@ -51,19 +57,34 @@ def _mask(B: int, Tq: int, Tk: int, seed: int):
 
 
 def _case(
-    name: str, shape: tuple, seed: int, masked: bool = False, kv_heads: int | None = None, options=None, **kwargs
+    name: str, shape: tuple, seed: int, masked=False, kv_heads: int | None = None, options=None, sinks=False, **kwargs
 ) -> Case:
     """A check of ``attention`` or ``flash_attention`` (by the name's prefix) on ``shape = (B, H, Tq, Tk, D, Dv)``,
-    with ``kv_heads`` key/value heads (default H); ``options`` (a function making the kernel's options) in place
-    of ``kwargs``."""
+    with ``kv_heads`` key/value heads (default H), and with ``sinks`` a sink logit per query head; ``options``
+    (a function making the kernel's options) in place of ``kwargs``."""
     tiled = name.startswith("flash_attention")
-    forward = flash_attention_forward if tiled else attention_forward
+    kernel = flash_attention_forward if tiled else attention_forward
     backward = flash_attention_backward if tiled else attention_backward
     B, H, Tq, Tk, D, Dv = shape
     if options is None:
         options = (lambda: {**kwargs, "mask": _mask(B, Tq, Tk, seed)}) if masked else kwargs
-    inputs = lambda: _qkv(*shape, seed=seed, kv_heads=kv_heads)
-    return op_case(name, forward, backward, inputs, options, seed=seed, axes=AXES, invariants=(KEYS_INVARIANT,))
+    inputs = lambda: _qkv(*shape, seed=seed, kv_heads=kv_heads, sinks=sinks)
+    # a sink takes its share of each row: dS's rows sum to -dS_sink, not 0, and dk over the keys neither
+    invariants = () if sinks else (KEYS_INVARIANT,)
+    forward = _sinks_positional(kernel) if sinks else kernel
+    return op_case(
+        name, forward, backward, inputs, options, seed=seed, forward_name=kernel.__name__,
+        axes=AXES | ({"sinks": "H"} if sinks else {}), invariants=invariants,
+    )  # fmt: skip
+
+
+def _sinks_positional(kernel: Callable) -> Callable:
+    """``kernel(q, k, v, sinks, **options)``: a check passes its inputs by position, the kernels take ``sinks=``."""
+
+    def with_sinks(q, k, v, sinks, **options):
+        return kernel(q, k, v, sinks=sinks, **options)
+
+    return with_sinks
 
 
 def _modifier_case(kernel: str, names: tuple[str, ...], shape: tuple, seed: int) -> Case:
@@ -178,5 +199,67 @@ CASES = [
         block_k=3,
         dropout_p=0.5,
         dropout_seed=7,
+    ),  # fmt: skip
+    # attention sinks (gpt-oss): dsinks (H,) after dv; rows that see only their sink (Tq > Tk causal, a mask row)
+    _case("attention.sinks_causal", (2, 2, 5, 5, 3, 4), seed=50, sinks=True, causal=True),
+    _case("attention.sinks_masked_tq>tk", (1, 2, 6, 3, 3, 2), seed=51, sinks=True, masked=True, causal=True),
+    _case(
+        "attention.sinks_gqa_window_tq<tk",
+        (2, 4, 3, 7, 3, 2),
+        seed=52,
+        sinks=True,
+        kv_heads=2,
+        causal=False,
+        modifiers=(("window", 3),),
+    ),  # fmt: skip
+    _case(
+        "attention.sinks_dropout", (1, 2, 5, 6, 3, 2), seed=53, sinks=True, causal=True, dropout_p=0.3, dropout_seed=8
+    ),  # fmt: skip
+    _case(
+        "flash_attention.sinks_causal", (2, 2, 7, 7, 3, 4), seed=54, sinks=True, causal=True, block_q=2, block_k=3
+    ),  # fmt: skip
+    _case(
+        "flash_attention.sinks_mqa_causal_tq>tk",
+        (1, 3, 7, 3, 3, 3),
+        seed=55,
+        sinks=True,
+        kv_heads=1,
+        causal=True,
+        block_q=2,
+        block_k=2,
+    ),  # fmt: skip
+    _case(
+        "flash_attention.sinks_gqa_window_tq<tk",
+        (2, 4, 3, 8, 3, 2),
+        seed=56,
+        sinks=True,
+        kv_heads=2,
+        causal=False,
+        block_q=2,
+        block_k=3,
+        modifiers=(("window", 3), "alibi"),
+    ),  # fmt: skip
+    _case(
+        "flash_attention.sinks_masked",
+        (1, 2, 5, 6, 3, 2),
+        seed=57,
+        sinks=True,
+        masked=True,
+        causal=False,
+        block_q=2,
+        block_k=3,
+    ),  # fmt: skip
+    _case(
+        "flash_attention.sinks_gqa_dropout_keep_probs",
+        (2, 4, 7, 5, 3, 4),
+        seed=58,
+        sinks=True,
+        kv_heads=2,
+        causal=True,
+        block_q=3,
+        block_k=2,
+        keep_probs=True,
+        dropout_p=0.3,
+        dropout_seed=9,
     ),  # fmt: skip
 ] + _modifier_cases()

@@ -4,10 +4,11 @@ A block (``model/blocks.py``: the residual fan-out) and each branch
 (``model/attention_branch.py``, ``model/mlp_branch.py``) is checked as an op
 whose inputs are its input ``x (B,T,C)`` and each of the parameters it uses
 by short name (``attn.qkv_proj.weight``), the objective ``sum(forward(x) *
-dy)``. Each backward returns ``(dx, grads)``; the case reads ``grads`` by
-those names. With a learner's module, its backward is graded in numforge's
-place (the exercises ``blocks``, ``attention_branch``, ``mlp_branch``),
-numforge's own serving as the reference. Parameters are drawn as for the
+dy)``. Each backward returns ``(dx, grads)`` (numforge's branches a NamedTuple
+that starts with them); the case reads ``grads`` by those names. With a
+learner's module, its backward is graded in numforge's place (the exercises
+``blocks``, ``attention_branch``, ``mlp_branch``), numforge's own serving as
+the reference. Parameters are drawn as for the
 whole model (``gradcheck/model.py``): random, O(1), no zero bias to hide a path.
 """
 
@@ -22,6 +23,7 @@ from ..backend import asarray, default_rng
 from ..model.attention_branch import attention_branch_backward, attention_branch_forward
 from ..model.blocks import block_backward, block_forward
 from ..model.mlp_branch import mlp_branch_backward, mlp_branch_forward
+from ..model.names import attention_layout, layer_layout, mlp_layout
 from .cases import option_cases
 from .check import GradResult, check_op, upstream
 from .diagnose import diagnosed
@@ -61,27 +63,27 @@ class Part(NamedTuple):
     forward: Callable
     backward: Callable
     options: dict[str, dict]
-    prefixes: tuple[str, ...] | None  # the parameters it uses by the start of their names; None: all of a layer's
+    layout: Callable  # config -> the parts of a layer it uses, by short name (``model/names.py``)
     attends: bool  # its forward takes ``for_backward`` and the position ``tables`` (it holds an attention)
 
 
 PARTS = {
-    "block": Part(block_forward, block_backward, BLOCK_OPTIONS, None, attends=True),
+    "block": Part(block_forward, block_backward, BLOCK_OPTIONS, layer_layout, attends=True),
     "attention_branch": Part(
-        attention_branch_forward, attention_branch_backward, ATTENTION_OPTIONS, ("pre_attn", "attn."), attends=True
+        attention_branch_forward, attention_branch_backward, ATTENTION_OPTIONS, attention_layout, attends=True
     ),
-    "mlp_branch": Part(mlp_branch_forward, mlp_branch_backward, MLP_OPTIONS, ("pre_mlp", "mlp."), attends=False),
+    "mlp_branch": Part(mlp_branch_forward, mlp_branch_backward, MLP_OPTIONS, mlp_layout, attends=False),
 }
 
 
 def _inputs(part: str, option: str):
     """``(config, position tables, {"x": x, parameter: array by short name})``: what ``part`` reads of layer 0 of
     the randomized tiny model with the part's option ``option``."""
-    prefixes = PARTS[part].prefixes
     model = randomized_model(PARTS[part].options[option])
+    parts = PARTS[part].layout(model.config)
     x = np.random.default_rng(1).standard_normal((BATCH, SEQ, model.config.d_model))
     layer = model.layers[0]
-    params = {name: layer[name].copy() for name in layer if prefixes is None or name.startswith(prefixes)}
+    params = {name: layer[name].copy() for name in layer if name.rpartition(".")[0] in parts}
     return model.config, model.position_tables, {"x": asarray(x, dtype="float64"), **params}
 
 
@@ -98,7 +100,7 @@ def _adapters(part: str, config, tables: dict, names: list[str]):
 
     def as_op(backward):
         def op_backward(dy, cache):
-            dx, grads = backward(dy, cache, config)
+            dx, grads = backward(dy, cache, config)[:2]  # numforge's branches return more: the gradients on the way
             missing = [name for name in names if name not in grads]
             if missing:
                 raise ValueError(f"{backward.__name__} returned no gradient for {missing}")
@@ -136,7 +138,9 @@ def _describer(part: str):
         return (
             "(dx, grads): the gradient of the input x, and a dict of the parameters' gradients by short name (the "
             "names of p: 'attn.qkv_proj.weight', ...; an absent parameter, a bias under use_bias=False, has none), "
-            f"from the gradient of the output and the cache {cache} returns.\n\n"
+            f"from the gradient of the output and the cache {cache} returns. (numforge's branch backwards return "
+            "a NamedTuple that starts with these two, .dx and .grads, then the gradients on the way that the "
+            "study tools show; the pair is all a check reads.)\n\n"
             f"In the check '{part}[{option}]': x {'x'.join(map(str, inputs['x'].shape))}; the parameters {shapes}."
         )
 

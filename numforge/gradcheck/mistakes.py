@@ -20,6 +20,7 @@ import numpy as np
 from ..backend import to_numpy
 from ..model.attention_branch import attention_branch_backward
 from ..model.mlp_branch import mlp_branch_backward
+from ..model.names import TOKEN_EMBEDDING
 from ..ops.rope import rope_forward
 from .check import relative_error
 
@@ -66,9 +67,9 @@ def _block_without(skips: set[str]):
     """A block's dx with the gradient of the ``skips`` ("mlp", "attention") left out of the residual sums."""
 
     def gradient(dy, cache, config):
-        dx_mlp, _ = mlp_branch_backward(dy, cache.mlp, config)
+        dx_mlp = mlp_branch_backward(dy, cache.mlp, config).dx
         dx = dx_mlp if "mlp" in skips else dy + dx_mlp
-        dx_attention, _ = attention_branch_backward(dx, cache.attention, config)
+        dx_attention = attention_branch_backward(dx, cache.attention, config).dx
         return dx_attention if "attention" in skips else dx + dx_attention
 
     return gradient
@@ -102,8 +103,8 @@ def tied_sides(input_side, output_side) -> tuple[Mistake, ...]:
     (``dlogits^T h``, the output layer's), arrays of the table's shape."""
     both = "the table is tied: the token embedding and the output layer, so its gradient is the sum of both uses"
     return (
-        Mistake("token_embedding", f"yours is the input side only (the lookup's rows): {both}, + dlogits^T h",
+        Mistake(TOKEN_EMBEDDING, f"yours is the input side only (the lookup's rows): {both}, + dlogits^T h",
                 lambda: input_side),
-        Mistake("token_embedding", f"yours is the output side only (dlogits^T h): {both}, + the lookup's rows",
+        Mistake(TOKEN_EMBEDDING, f"yours is the output side only (dlogits^T h): {both}, + the lookup's rows",
                 lambda: output_side),
     )  # fmt: skip

@@ -22,6 +22,7 @@ import numpy as np
 from ..backend import asarray, default_rng
 from ..model import GPT, POSITIONS, GPTConfig
 from ..model.config import ARCHS, activation_fields
+from ..model.names import LM_HEAD, TOKEN_EMBEDDING
 from ..model.reference import reference_backward, reference_forward
 from ..ops.activations import ACTIVATIONS
 from ..ops.norms import NORMS
@@ -154,10 +155,10 @@ def _tied_mistakes(truth: GPT, ids, targets) -> tuple:
     """The tied table's gradient with one of its uses left out: the same model untied, its output layer the
     table, gives each use's gradient apart (``token_embedding``: the lookup's; ``lm_head.weight``: the output's)."""
     config = dataclasses.replace(truth.config, tie_weights=False)
-    params = {**truth.params, "lm_head.weight": truth.params["token_embedding"]}
+    params = {**truth.params, LM_HEAD: truth.params[TOKEN_EMBEDDING]}
     _, _, cache = reference_forward(params, config, ids, targets, rng=default_rng(DROPOUT_SEED))
     grads = reference_backward(params, config, cache)
-    return tuple(m.bound() for m in tied_sides(grads["token_embedding"], grads["lm_head.weight"]))
+    return tuple(m.bound() for m in tied_sides(grads[TOKEN_EMBEDDING], grads[LM_HEAD]))
 
 
 def describe(function: str) -> str:

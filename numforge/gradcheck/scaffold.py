@@ -5,7 +5,8 @@ gradient-check case substitutes, a forward that computes its own gradients,
 ``AdamW.step``). The file's own reference graph says what else is the answer:
 
 - the exercise's functions: the graded ones and every other ``*backward``
-  function or method (``E``);
+  function or method, and every backward walked step by step
+  (``*backward_steps``: ``GPT.backward_steps``) (``E``);
 - the helpers only they use (``H``): every function ``E`` reaches (by name, or
   as ``self.name`` inside a class) that no other code of the file reaches
   without passing through ``E``, and that no other numforge module imports.
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 HINT_LEVELS = (0, 1, 2)
 ANSWER_WORDS = ("Backward", "Update")  # a module-docstring paragraph or section that starts so holds the formulas
 STUB = 'raise NotImplementedError("{name}: not written yet")'
+BACKWARD_SUFFIXES = ("backward", "backward_steps")  # the names of E's functions besides the graded ones
 WIDTH = 110  # generated docstrings are filled to this width
 FORWARD_COMMENT = re.compile(r"#\s*(?:\.\.\.\s*)?forward:\s*(.+)$")
 
@@ -47,7 +49,7 @@ class Parts:
     """The functions of a file by role, qualified names in file order."""
 
     graded: tuple[str, ...]
-    exercise: tuple[str, ...]  # E: graded first-class, and every *backward
+    exercise: tuple[str, ...]  # E: graded first-class, and every *backward and *backward_steps
     helpers: tuple[str, ...]  # H: used only by E
     kept_references: frozenset[str]  # every name the kept code (and module-level statements) refers to
 
@@ -88,7 +90,7 @@ def analyse(tree: ast.Module, graded: tuple[str, ...], used_outside: set[str] = 
     edges = {
         name: _references(node, name.split(".")[0] if "." in name else None, names) for name, node in nodes.items()
     }
-    exercise = [name for name in nodes if name in graded or name.split(".")[-1].endswith("backward")]
+    exercise = [name for name in nodes if name in graded or name.split(".")[-1].endswith(BACKWARD_SUFFIXES)]
     top_level = set()  # what module-level statements and class bodies refer to (registries, defaults)
     for statement in tree.body:
         if isinstance(statement, ast.ClassDef):

@@ -40,6 +40,17 @@ from __future__ import annotations
 
 from ..model import GPTConfig, parameter_shapes
 from ..model.config import BIAS_SWITCHES
+from ..model.names import (
+    DOWN_PROJ,
+    FINAL_NORM,
+    LM_HEAD,
+    OUT_PROJ,
+    PRE_ATTN_NORM,
+    PRE_MLP_NORM,
+    QKV_PROJ,
+    TOKEN_EMBEDDING,
+    projection,
+)
 from .activations import activation_from_hf, activation_to_hf, hf_activation_names
 from .weights import Layout, Stored
 
@@ -48,19 +59,19 @@ MLP_INPUTS = ("up",)  # GPT-2's MLP, c_proj(act(c_fc(x))), takes an activation o
 MUST_BE = {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "add_cross_attention": False}
 REQUIRED = ("vocab_size", "n_positions", "n_embd", "n_head", "n_layer")
 LAYER_NAMES = {  # numforge's name inside layers.{i}. -> GPT-2's inside h.{i}.
-    "pre_attn_norm": "ln_1",
-    "attn.qkv_proj": "attn.c_attn",
-    "attn.out_proj": "attn.c_proj",
-    "pre_mlp_norm": "ln_2",
-    "mlp.up_proj": "mlp.c_fc",
-    "mlp.down_proj": "mlp.c_proj",
+    PRE_ATTN_NORM: "ln_1",
+    QKV_PROJ: "attn.c_attn",
+    OUT_PROJ: "attn.c_proj",
+    PRE_MLP_NORM: "ln_2",
+    projection("up"): "mlp.c_fc",
+    DOWN_PROJ: "mlp.c_proj",
 }
 TOP_NAMES = {
-    "token_embedding": "wte.weight",
+    TOKEN_EMBEDDING: "wte.weight",
     "position_embedding": "wpe.weight",
-    "final_norm.weight": "ln_f.weight",
-    "final_norm.bias": "ln_f.bias",
-    "lm_head.weight": "lm_head.weight",
+    f"{FINAL_NORM}.weight": "ln_f.weight",
+    f"{FINAL_NORM}.bias": "ln_f.bias",
+    LM_HEAD: "lm_head.weight",
 }
 PREFIX = "transformer."
 BUFFERS = (".attn.bias", ".attn.masked_bias")  # the causal mask of older files, not a parameter

@@ -51,6 +51,19 @@ from typing import NamedTuple
 import numpy as np
 
 from ..model import GPTConfig, parameter_shapes
+from ..model.names import (
+    DOWN_PROJ,
+    FINAL_NORM,
+    K_NORM,
+    LM_HEAD,
+    OUT_PROJ,
+    PRE_ATTN_NORM,
+    PRE_MLP_NORM,
+    Q_NORM,
+    QKV_PROJ,
+    TOKEN_EMBEDDING,
+    projection,
+)
 from ..tokenizer import BPETokenizer
 from ..tokenizer.pipeline import Pipeline
 from ..tokenizer.pretokenize import QWEN2_SPLIT_PATTERN
@@ -312,7 +325,7 @@ def as_exported(config: GPTConfig, params: dict, tokenizer: BPETokenizer) -> tup
     ):
         return config, params
     zero = {
-        f"layers.{i}.attn.out_proj.bias": np.zeros(config.d_model, dtype=params["token_embedding"].dtype)
+        f"layers.{i}.{OUT_PROJ}.bias": np.zeros(config.d_model, dtype=params[TOKEN_EMBEDDING].dtype)
         for i in range(config.num_layers)
     }
     config = dataclasses.replace(config, out_bias=True)
@@ -370,20 +383,20 @@ def window_to_hf(config: GPTConfig, family: Family) -> dict:
 
 
 LAYER_NAMES = {  # numforge's name inside layers.{i}. -> the family's inside layers.{i}.: one tensor or q|k|v
-    "pre_attn_norm": ("input_layernorm",),
-    "attn.qkv_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-    "attn.out_proj": ("self_attn.o_proj",),
-    "attn.q_norm": ("self_attn.q_norm",),
-    "attn.k_norm": ("self_attn.k_norm",),
-    "pre_mlp_norm": ("post_attention_layernorm",),
-    "mlp.gate_proj": ("mlp.gate_proj",),
-    "mlp.up_proj": ("mlp.up_proj",),
-    "mlp.down_proj": ("mlp.down_proj",),
+    PRE_ATTN_NORM: ("input_layernorm",),
+    QKV_PROJ: ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    OUT_PROJ: ("self_attn.o_proj",),
+    Q_NORM: ("self_attn.q_norm",),
+    K_NORM: ("self_attn.k_norm",),
+    PRE_MLP_NORM: ("post_attention_layernorm",),
+    projection("gate"): ("mlp.gate_proj",),
+    projection("up"): ("mlp.up_proj",),
+    DOWN_PROJ: ("mlp.down_proj",),
 }
 TOP_NAMES = {
-    "token_embedding": "embed_tokens.weight",
-    "final_norm.weight": "norm.weight",
-    "lm_head.weight": "lm_head.weight",
+    TOKEN_EMBEDDING: "embed_tokens.weight",
+    f"{FINAL_NORM}.weight": "norm.weight",
+    LM_HEAD: "lm_head.weight",
 }
 
 
@@ -401,6 +414,6 @@ def layout(config: GPTConfig) -> Layout:
         if short.endswith("norm"):
             tensors[name] = Stored(names, (shape,))
         else:
-            widths = (H * D, H_kv * D, H_kv * D) if short == "attn.qkv_proj" else None
+            widths = (H * D, H_kv * D, H_kv * D) if short == QKV_PROJ else None
             tensors[name] = linear(names, shape, widths)
     return Layout(FAMILY_NAMES, tensors, "model.", (".rotary_emb.inv_freq",))

@@ -29,10 +29,10 @@ from .layers import (
     dropout_if_backward,
     linear_layer_backward,
     linear_layer_forward,
-    no_record,
     norm_backward,
     norm_forward,
 )
+from .names import K_NORM, OUT_PROJ, PRE_ATTN_NORM, Q_NORM, QKV_PROJ
 from .positions import POSITIONS
 
 
@@ -168,8 +168,8 @@ def qk_forward(q, k, p, config, tables: dict, start: int):
     steps, caches, path = qk_steps(config), [], [(q, k)]
     for step in steps:
         if step == QK_NORM:
-            q, q_cache = norm_forward(q, p, "attn.q_norm", config)  # (B,H,T,D), over each head's D
-            k, k_cache = norm_forward(k, p, "attn.k_norm", config)  # (B,H_kv,T,D)
+            q, q_cache = norm_forward(q, p, Q_NORM, config)  # (B,H,T,D), over each head's D
+            k, k_cache = norm_forward(k, p, K_NORM, config)  # (B,H_kv,T,D)
         else:
             rotation = POSITIONS[step].rotation
             rows = [tables[name][start : start + q.shape[2]] for name in rotation.tables]  # each (T,D)
@@ -180,24 +180,31 @@ def qk_forward(q, k, p, config, tables: dict, start: int):
     return q, k, QKCache(steps, tuple(caches), tuple(path))
 
 
-def qk_backward(dq, dk, cache: QKCache, config, record=no_record):
-    """``(dq, dk, grads)``: ``qk_forward`` walked back, the last step first."""
-    grads = {}
+class QKBackward(NamedTuple):
+    """What ``qk_backward`` made, by reference: ``dq``, ``dk`` as split and the norms' ``grads``; ``path`` the
+    ``(step, dq, dk)`` that each step's backward gave, the last step first (the study tools show them)."""
+
+    dq: object  # (B,H,T,D)
+    dk: object  # (B,H_kv,T,D)
+    grads: dict
+    path: tuple[tuple[str, object, object], ...]
+
+
+def qk_backward(dq, dk, cache: QKCache, config) -> QKBackward:
+    """``QKBackward(dq, dk, grads, path)``: ``qk_forward`` walked back, the last step first."""
+    grads, path = {}, []
     for step, (q_cache, k_cache) in reversed(list(zip(cache.steps, cache.caches))):
         if step == QK_NORM:
             # forward: q = q_norm(q), k = k_norm(k)
-            dq, q_grads = norm_backward(dq, q_cache, "attn.q_norm", config)
-            record("q before q_norm", dq, q_grads)
-            dk, k_grads = norm_backward(dk, k_cache, "attn.k_norm", config)
-            record("k before k_norm", dk, k_grads)
+            dq, q_grads = norm_backward(dq, q_cache, Q_NORM, config)
+            dk, k_grads = norm_backward(dk, k_cache, K_NORM, config)
             grads.update(q_grads | k_grads)
         else:
             # forward: q = rotate(q), k = rotate(k); the backward rotates them back
             rotation = POSITIONS[step].rotation
             dq, dk = rotation.backward(dq, q_cache), rotation.backward(dk, k_cache)
-            record(f"q before {step}", dq, {})
-            record(f"k before {step}", dk, {})
-    return dq, dk, grads
+        path.append((step, dq, dk))
+    return QKBackward(dq, dk, grads, tuple(path))
 
 
 # ---------------------------------------------------------------- the branch
@@ -225,8 +232,8 @@ def attention_branch_forward(
     B, T, C = x.shape
     H, H_kv, D = config.num_heads, config.num_kv_heads, config.head_dim
     start = 0 if kv_cache is None else kv_cache.length
-    h, norm_cache = norm_forward(x.reshape(B * T, C), p, "pre_attn_norm", config)  # (B,T,C) -> (N,C)
-    qkv, qkv_cache = linear_layer_forward(h, p, "attn.qkv_proj")  # (N,C) -> (N,(H + 2 H_kv) D)
+    h, norm_cache = norm_forward(x.reshape(B * T, C), p, PRE_ATTN_NORM, config)  # (B,T,C) -> (N,C)
+    qkv, qkv_cache = linear_layer_forward(h, p, QKV_PROJ)  # (N,C) -> (N,(H + 2 H_kv) D)
     q, k, v = split_heads(qkv.reshape(B, T, -1), H, H_kv)  # -> (B,H,T,D), 2 x (B,H_kv,T,D)
     q, k, qk_cache = qk_forward(q, k, p, config, tables, start)
     if kv_cache is not None:
@@ -234,33 +241,43 @@ def attention_branch_forward(
     seeds = attention_seeds(config, rng, B)
     o, attention_cache = attend(q, k, v, config, layer=layer, for_backward=for_backward, dropout_seed=seeds)
     merged = merge_heads(o).reshape(B * T, H * D)  # (B,H,T,D) -> (N,H D)
-    a, out_cache = linear_layer_forward(merged, p, "attn.out_proj")  # (N,H D) -> (N,C)
+    a, out_cache = linear_layer_forward(merged, p, OUT_PROJ)  # (N,H D) -> (N,C)
     a, drop_cache = dropout_if(a, config, rng)
     cache = AttentionBranchCache(norm_cache, qkv_cache, qk_cache, attention_cache, out_cache, drop_cache)
     return a.reshape(B, T, C), cache
 
 
-def attention_branch_backward(da, cache: AttentionBranchCache, config, record=no_record):
-    """``(dx, grads)``: each step reverses the forward line named beside it."""
+class AttentionBackward(NamedTuple):
+    """What ``attention_branch_backward`` made, by reference: ``dx`` and ``grads`` go on into the block; the rest
+    are the gradients on the way, in the order they were made (the study tools show them)."""
+
+    dx: object  # (B,T,C) into the residual
+    grads: dict  # short name -> gradient: out_proj's, the QK-norms', qkv_proj's, the norm's
+    dmerged: object  # (N,H D) the heads side by side, out_proj's input
+    dq: object  # (B,H,T,D) the kernel's q, k, v
+    dk: object  # (B,H_kv,T,D)
+    dv: object  # (B,H_kv,T,D)
+    qk: QKBackward  # q and k walked back through the QK-norm and the rotation
+    dh: object  # (N,C) the norm's output, qkv_proj's input
+
+
+def attention_branch_backward(da, cache: AttentionBranchCache, config) -> AttentionBackward:
+    """``AttentionBackward(dx, grads, ...)``: each step reverses the forward line named beside it."""
     B, T, C = da.shape
     H, D = config.num_heads, config.head_dim
     da = dropout_if_backward(da.reshape(B * T, C), cache.dropout)  # (B,T,C) -> (N,C)
     # forward: a = out_proj(merge_heads(o))
-    dmerged, out_grads = linear_layer_backward(da, cache.out_proj, "attn.out_proj")  # (N,C) -> (N,H D)
-    record("heads merged (out_proj input)", dmerged, out_grads)
+    dmerged, out_grads = linear_layer_backward(da, cache.out_proj, OUT_PROJ)  # (N,C) -> (N,H D)
     do = dmerged.reshape(B, T, H, D).transpose(0, 2, 1, 3)  # (N,H D) -> (B,H,T,D)
     # forward: o = attend(q, k, v)
     dq, dk, dv = attend_backward(get_xp(do).ascontiguousarray(do), cache.attention, config)
-    for name, grad in (("q", dq), ("k", dk), ("v", dv)):
-        record(name, grad, {})
     # forward: q, k = qk(q, k)
-    dq, dk, qk_grads = qk_backward(dq, dk, cache.qk, config, record)
+    qk = qk_backward(dq, dk, cache.qk, config)
     # forward: q, k, v = split_heads(qkv)
-    dqkv = merge_qkv_grads(dq, dk, dv).reshape(B * T, -1)  # -> (N,(H + 2 H_kv) D)
+    dqkv = merge_qkv_grads(qk.dq, qk.dk, dv).reshape(B * T, -1)  # -> (N,(H + 2 H_kv) D)
     # forward: qkv = qkv_proj(h)
-    dh, qkv_grads = linear_layer_backward(dqkv, cache.qkv_proj, "attn.qkv_proj")  # -> (N,C)
-    record("pre-attention norm output", dh, qkv_grads)
+    dh, qkv_grads = linear_layer_backward(dqkv, cache.qkv_proj, QKV_PROJ)  # -> (N,C)
     # forward: h = pre_attn_norm(x)
-    dx, norm_grads = norm_backward(dh, cache.norm, "pre_attn_norm", config)
-    record("attention branch -> residual", dx, norm_grads)
-    return dx.reshape(B, T, C), out_grads | qk_grads | qkv_grads | norm_grads  # (N,C) -> (B,T,C)
+    dx, norm_grads = norm_backward(dh, cache.norm, PRE_ATTN_NORM, config)
+    grads = out_grads | qk.grads | qkv_grads | norm_grads
+    return AttentionBackward(dx.reshape(B, T, C), grads, dmerged, dq, dk, dv, qk, dh)  # (N,C) -> (B,T,C)

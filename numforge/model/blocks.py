@@ -9,27 +9,30 @@ A pre-norm block::
 mlp)``; ``block_backward`` reverses it. Each branch's ``*_forward(x, p,
 config, ...)`` takes the block's parameters ``p`` by short name
 (``"attn.qkv_proj.weight"``; an absent parameter is ``None``) and returns
-``(branch, cache)``; each ``*_backward(dbranch, cache, config, record)``
-returns ``(dx, grads)`` with ``grads`` keyed by the same short names. ``rng``
-is None when dropout is off (at ``drop_prob = 0``, in evaluation and at
-inference).
+``(branch, cache)``; each ``*_backward(dbranch, cache, config)`` returns a
+NamedTuple that starts with ``(dx, grads)``, ``grads`` keyed by the same short
+names. ``rng`` is None when dropout is off (at ``drop_prob = 0``, in
+evaluation and at inference).
 
-Every backward takes a recorder ``record(stage, grad, params)``
-(``layers.no_record`` by default): it is called with each upstream gradient
-as the backward computes it (and the parameter gradients that step
-produced), so that ``study/backward.py`` shows the real backward's numbers,
-stage by stage. It only receives references: the math is the same with or
-without it. (A study-side re-walk of these calls would duplicate the
-backward's logic and could drift from it; a callback cannot.)
+The model walks a block back one branch at a time (``block_backward_steps``): each step
+is a ``ResidualStep``, the branch's ``MlpBackward`` or ``AttentionBackward`` (every gradient it
+made, by reference) and the residual gradient it leaves. Training keeps only each step's
+``grads`` and drops the rest before the next branch runs, so the gradients on the way are
+freed as soon as they are used; ``study/backward.py`` reads them all (``numforge trace
+--backward``). ``block_backward`` is the same walk with only ``(dx, grads)`` kept.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from .attention_branch import AttentionBranchCache, attention_branch_backward, attention_branch_forward
-from .layers import no_record
-from .mlp_branch import MlpBranchCache, mlp_branch_backward, mlp_branch_forward
+from .attention_branch import (
+    AttentionBackward,
+    AttentionBranchCache,
+    attention_branch_backward,
+    attention_branch_forward,
+)
+from .mlp_branch import MlpBackward, MlpBranchCache, mlp_branch_backward, mlp_branch_forward
 
 
 class BlockCache(NamedTuple):
@@ -68,14 +71,34 @@ def block_forward(
     return x, (BlockCache(attention_cache, mlp_cache) if keep_cache else None)
 
 
-def block_backward(dx, cache: BlockCache, config, record=no_record):
-    """``(dx, grads)``: the residual gradient passes through each skip and adds each branch's."""
+class ResidualStep(NamedTuple):
+    """One branch walked back (``branch``: its ``MlpBackward`` or ``AttentionBackward``) and the residual
+    gradient it leaves: the skip's ``dx`` plus the branch's."""
+
+    branch: MlpBackward | AttentionBackward
+    dx: object  # (B,T,C)
+
+    @property
+    def grads(self) -> dict:
+        return self.branch.grads
+
+
+def block_backward_steps(dx, cache: BlockCache, config):
+    """The block's backward as two ``ResidualStep``s, in the order it runs: the MLP branch, then attention."""
     # forward: x = x + m, m = mlp_branch(x)
-    dx_mlp, mlp_grads = mlp_branch_backward(dx, cache.mlp, config, record)
-    dx = dx + dx_mlp
-    record("residual after attention (skip + MLP)", dx, {})
+    mlp = mlp_branch_backward(dx, cache.mlp, config)
+    dx = dx + mlp.dx
+    yield ResidualStep(mlp, dx)
+    del mlp  # not alive while the attention branch runs (unless the caller keeps it)
     # forward: x = x + a, a = attention_branch(x)
-    dx_attention, attention_grads = attention_branch_backward(dx, cache.attention, config, record)
-    dx = dx + dx_attention
-    record("residual into the block (skip + attention)", dx, {})
-    return dx, mlp_grads | attention_grads
+    attention = attention_branch_backward(dx, cache.attention, config)
+    yield ResidualStep(attention, dx + attention.dx)
+
+
+def block_backward(dx, cache: BlockCache, config):
+    """``(dx, grads)``: the residual gradient passes through each skip and adds each branch's."""
+    grads = {}
+    for step in block_backward_steps(dx, cache, config):
+        dx, grads = step.dx, grads | step.grads
+        del step  # not alive while the next branch runs
+    return dx, grads

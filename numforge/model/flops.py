@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from .config import GPTConfig
 from .gpt import parameter_shapes
+from .names import LM_HEAD, TOKEN_EMBEDDING
 from .positions import POSITIONS
 
 COMPONENTS = ("token table", "position table", "attention", "mlp", "norms", "lm_head")
@@ -32,11 +33,11 @@ COMPONENTS = ("token table", "position table", "attention", "mlp", "norms", "lm_
 
 def component_of(name: str, config: GPTConfig) -> str:
     """The component a parameter belongs to: ``"layers.0.attn.qkv_proj.weight"`` -> ``"attention"``."""
-    if name == "token_embedding":
+    if name == TOKEN_EMBEDDING:
         return "token table"
     if name in POSITIONS[config.position].parameter_shapes(config):
         return "position table"
-    if name == "lm_head.weight":
+    if name == LM_HEAD:
         return "lm_head"
     if name.rpartition(".")[0].endswith("norm"):
         return "norms"  # pre_attn_norm, pre_mlp_norm, final_norm, attn.q_norm, attn.k_norm

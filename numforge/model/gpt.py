@@ -21,8 +21,9 @@ SwiGLU, no biases and untied head, and ``num_kv_heads``, ``head_dim`` and
 ``qk_norm`` give Mistral's, Qwen2's and Qwen3's grouped-query attention,
 head widths and QK-norm.
 
-``forward`` and ``backward`` below are mirror images: ``backward`` walks the
-same lines bottom-up, each gradient step reversing the forward line it names.
+``forward`` and ``backward_steps`` below are mirror images: ``backward_steps`` walks
+the same lines bottom-up, each gradient step reversing the forward line it names,
+and hands out each step's gradients; ``backward`` keeps the parameters' and drops the rest.
 ``forward`` (training and evaluation) and ``logits`` (inference, with or
 without a KV cache) walk the layers through one loop, ``_blocks``. With tied
 weights the token table gets one gradient, the visible sum of its input-side
@@ -38,14 +39,13 @@ import numpy as np
 
 from ..backend import array_module, get_xp, resolve_dtype
 from ..checks import check_bool, check_int, check_positive_int
-from ..ops.activations import ACTIVATIONS
 from ..ops.embedding import embedding_backward, embedding_forward
 from ..ops.norms import NORMS
-from .blocks import BlockCache, block_backward, block_forward
+from .blocks import BlockCache, ResidualStep, block_backward_steps, block_forward
 from .config import GPTConfig
 from .kv_cache import KVCache
-from .layers import LayerParams, dropout_if, dropout_if_backward, no_record, norm_backward, norm_forward
-from .mlp_branch import projection
+from .layers import LayerParams, dropout_if, dropout_if_backward, norm_backward, norm_forward
+from .names import FINAL_NORM, LM_HEAD, RESIDUAL_OUTPUTS, TOKEN_EMBEDDING, Linear, Norm, final_norm, layer_layout
 from .positions import POSITIONS
 from .unembedding import unembedding_loss, unembedding_loss_backward, unembedding_loss_forward
 
@@ -54,40 +54,27 @@ IGNORE_INDEX = -1
 
 
 def parameter_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
-    """Every parameter's name and shape, in a fixed order."""
-    V, C, F = config.vocab_size, config.d_model, config.d_ff
-    H, H_kv, D = config.num_heads, config.num_kv_heads, config.head_dim
-    bias = config.has_bias
-    shapes = {"token_embedding": (V, C), **POSITIONS[config.position].parameter_shapes(config)}
+    """Every parameter's name and shape, in a fixed order: the layers' as ``names.layer_layout`` declares them."""
+    V, C = config.vocab_size, config.d_model
+    shapes = {TOKEN_EMBEDDING: (V, C), **POSITIONS[config.position].parameter_shapes(config)}
     for i in range(config.num_layers):
-        layer = f"layers.{i}."
-        shapes.update(_norm_shapes(layer + "pre_attn_norm", C, config, bias("norm_bias")))
-        shapes.update(_linear_shapes(layer + "attn.qkv_proj", C, (H + 2 * H_kv) * D, bias("qkv_bias")))
-        if config.qk_norm:
-            shapes.update(_norm_shapes(layer + "attn.q_norm", D, config, bias=False))
-            shapes.update(_norm_shapes(layer + "attn.k_norm", D, config, bias=False))
-        shapes.update(_linear_shapes(layer + "attn.out_proj", H * D, C, bias("out_bias")))
-        shapes.update(_norm_shapes(layer + "pre_mlp_norm", C, config, bias("norm_bias")))
-        for name in sorted(ACTIVATIONS[config.activation].inputs, key=lambda name: name != "up"):
-            # up_proj first, then the other inputs' (SwiGLU's gate_proj): the order the init has always drawn them in
-            shapes.update(_linear_shapes(layer + projection(name), C, F, bias("mlp_bias")))
-        shapes.update(_linear_shapes(layer + "mlp.down_proj", F, C, bias("mlp_bias")))
-    shapes.update(_norm_shapes("final_norm", C, config, bias("norm_bias")))
+        for name, part in layer_layout(config).items():
+            shapes.update(_part_shapes(f"layers.{i}.{name}", part, config))
+    shapes.update(_part_shapes(FINAL_NORM, final_norm(config), config))
     if not config.tie_weights:
-        shapes["lm_head.weight"] = (V, C)
+        shapes[LM_HEAD] = (V, C)
     return shapes
 
 
-def _linear_shapes(prefix: str, c_in: int, c_out: int, bias: bool) -> dict[str, tuple[int, ...]]:
-    return {f"{prefix}.weight": (c_in, c_out), **({f"{prefix}.bias": (c_out,)} if bias else {})}
-
-
-def _norm_shapes(prefix: str, width: int, config: GPTConfig, bias: bool) -> dict[str, tuple[int]]:
-    """The norm's ``(width,)`` parameters: those it needs, and of its optional ones the weight
-    when ``config.norm_weight`` and the bias when ``bias``."""
+def _part_shapes(prefix: str, part: Linear | Norm, config: GPTConfig) -> dict[str, tuple[int, ...]]:
+    """A linear layer's ``weight (c_in, c_out)`` and bias ``(c_out,)``; a norm's ``(width,)`` parameters: those
+    it needs, and of its optional ones the weight when ``config.norm_weight`` and the bias when its switch is on."""
+    has_bias = part.bias_switch is not None and config.has_bias(part.bias_switch)
+    if isinstance(part, Linear):
+        return {f"{prefix}.weight": (part.c_in, part.c_out), **({f"{prefix}.bias": (part.c_out,)} if has_bias else {})}
     norm = NORMS[config.norm]
-    wanted = {"weight": config.norm_weight, "bias": bias}
-    return {f"{prefix}.{name}": (width,) for name in norm.parameters if name not in norm.optional or wanted[name]}
+    wanted = {"weight": config.norm_weight, "bias": has_bias}
+    return {f"{prefix}.{name}": (part.width,) for name in norm.parameters if name not in norm.optional or wanted[name]}
 
 
 def init_value(name: str, shape: tuple[int, ...], config: GPTConfig, rng: np.random.Generator):
@@ -99,7 +86,7 @@ def init_value(name: str, shape: tuple[int, ...], config: GPTConfig, rng: np.ran
     if param == "bias":
         return np.zeros(shape)
     std = INIT_STD
-    if name.endswith(("attn.out_proj.weight", "mlp.down_proj.weight")):
+    if layer.endswith(RESIDUAL_OUTPUTS):
         std /= math.sqrt(2 * config.num_layers)
     return rng.normal(0.0, std, size=shape)
 
@@ -128,6 +115,33 @@ class ModelCache(NamedTuple):
     blocks: list[BlockCache]  # per layer: BlockCache(attention, mlp)
     final_norm: object
     loss: object
+
+
+class HeadBackward(NamedTuple):
+    """The loss and the final norm walked back: the first of ``GPT.backward_steps``."""
+
+    dloss: object  # () d loss / d loss = 1
+    dh: object  # (B,T,C) the final norm's output
+    dunembedding: object  # (V,C) dlogits^T h: lm_head's gradient, or the tied token table's output side
+    dx: object  # (B,T,C) the residual after the last layer
+    grads: dict  # the final norm's parameters
+
+
+class LayerBackward(NamedTuple):
+    """One branch of layer ``layer`` walked back (``blocks.ResidualStep``); ``grads`` by full name."""
+
+    layer: int
+    step: ResidualStep
+    grads: dict
+
+
+class EmbeddingBackward(NamedTuple):
+    """The embedding walked back: the last of ``GPT.backward_steps``."""
+
+    dx: object  # (B,T,C) the embedding sum (through its dropout's backward)
+    dtoken_embedding: object  # (V,C) the token table's input side: the scatter-add of dx
+    position_grads: dict  # the position table's gradient, if it has one: dx summed over the batch
+    grads: dict  # token_embedding (both sides when tied), lm_head.weight (untied), the position table
 
 
 class GPT:
@@ -165,7 +179,7 @@ class GPT:
         return sum(int(p.size) for p in self.params.values())
 
     def _unembedding(self):
-        return self.params["token_embedding" if self.config.tie_weights else "lm_head.weight"]
+        return self.params[TOKEN_EMBEDDING if self.config.tie_weights else LM_HEAD]
 
     # ------------------------------------------------------------------ forward
 
@@ -190,7 +204,7 @@ class GPT:
         x, embedding_cache = self._embed(token_ids, start=0)  # (B,T) -> (B,T,C)
         x, embedding_dropout = dropout_if(x, self.config, rng)
         x, blocks = self._blocks(x, rng=rng, for_backward=for_backward, keep_caches=keep_caches)  # (B,T,C)
-        h, final_norm_cache = norm_forward(x, self.params, "final_norm", self.config)  # (B,T,C)
+        h, final_norm_cache = norm_forward(x, self.params, FINAL_NORM, self.config)  # (B,T,C)
         if not keep_caches:  # evaluation: only h goes on, into the loss alone, a chunk of rows of logits at a time
             del x, final_norm_cache
             return unembedding_loss(h, self._unembedding(), targets, IGNORE_INDEX), None  # (B,T,C) -> ()
@@ -204,41 +218,49 @@ class GPT:
 
     # ----------------------------------------------------------------- backward
 
-    def backward(self, cache: ModelCache, record=no_record) -> dict:
+    def backward(self, cache: ModelCache) -> dict:
         """Gradients of the loss for every parameter: same names, shapes and dtype as ``params``.
 
-        ``record(stage, grad, params)`` hears each upstream gradient in the order the backward makes
-        them, and the parameter gradients (by name) that step produced (``layers.no_record``, the
-        default, keeps nothing; ``numforge trace --backward`` shows them). It changes nothing else.
+        The chain rule is ``backward_steps``; this keeps each step's parameter gradients and drops the
+        rest of the step before the next one runs (as a plain walk would free them).
+        """
+        grads = {}
+        for step in self.backward_steps(cache):
+            grads.update(step.grads)
+            del step  # not alive while the next step runs
+        return {name: grads[name] for name in self.params}  # params' order
+
+    def backward_steps(self, cache: ModelCache):
+        """The backward, one step at a time, in the order it runs: ``HeadBackward`` (the loss, the final norm),
+        a ``LayerBackward`` per branch of each layer, the last layer first (its MLP branch, then its attention
+        branch: ``blocks.block_backward_steps``), and ``EmbeddingBackward``. Each step holds every gradient it
+        made, by reference, and its parameter gradients by full name (``grads``); ``study/backward.py`` shows them.
         """
         config = self.config
         xp = get_xp(*self.params.values())
         # forward: loss = cross_entropy(h @ unembedding^T, targets)
         dloss = xp.ones((), dtype=self.dtype)
         dh, dunembedding = unembedding_loss_backward(dloss, cache.loss)
-        record("loss", dloss, {})
-        output_side = "token_embedding (output side: dlogits^T h)" if config.tie_weights else "lm_head.weight"
-        record("final norm output h", dh, {output_side: dunembedding})
         # forward: h = final_norm(x)
-        dx, norm_grads = norm_backward(dh, cache.final_norm, "final_norm", config)
-        record("residual after the last layer", dx, norm_grads)
-        grads = dict(norm_grads)
+        dx, norm_grads = norm_backward(dh, cache.final_norm, FINAL_NORM, config)
+        yield HeadBackward(dloss, dh, dunembedding, dx, norm_grads)
         # forward: x, blocks = self._blocks(x), layer by layer
         for i in reversed(range(config.num_layers)):
-            dx, layer_grads = block_backward(dx, cache.blocks[i], config, _layer_recorder(record, i))
-            grads.update({f"layers.{i}.{name}": g for name, g in layer_grads.items()})
+            for step in block_backward_steps(dx, cache.blocks[i], config):
+                dx = step.dx
+                yield LayerBackward(i, step, {f"layers.{i}.{name}": g for name, g in step.grads.items()})
+                del step  # not alive while the next branch runs
         # forward: x = Drop(x)
         dx = dropout_if_backward(dx, cache.embedding_dropout)
         # forward: x = token_embedding[ids] * scale + positions[:T]
         dtoken_embedding, position_grads = self._embed_backward(dx, cache.embedding)
-        grads.update(position_grads)
+        grads = dict(position_grads)
         if config.tie_weights:
-            grads["token_embedding"] = dtoken_embedding + dunembedding  # input side + output side
+            grads[TOKEN_EMBEDDING] = dtoken_embedding + dunembedding  # input side + output side
         else:
-            grads["token_embedding"] = dtoken_embedding
-            grads["lm_head.weight"] = dunembedding
-        record("embedding sum", dx, _embedding_parts(dtoken_embedding, grads, position_grads, config.tie_weights))
-        return {name: grads[name] for name in self.params}  # params' order
+            grads[TOKEN_EMBEDDING] = dtoken_embedding
+            grads[LM_HEAD] = dunembedding
+        yield EmbeddingBackward(dx, dtoken_embedding, position_grads, grads)
 
     def _blocks(self, x, *, rng, for_backward: bool, kv_cache: KVCache | None = None, keep_caches: bool = True):
         """Every layer in turn on ``x (B,T,C)``: ``(x, [BlockCache per layer])``.
@@ -269,7 +291,7 @@ class GPT:
         """``token_embedding[ids] * s``, plus the position rows ``[start, start + T)`` when the
         position scheme adds any; ``(B,T) -> (B,T,C)``."""
         T = token_ids.shape[1]
-        tokens, embedding_cache = embedding_forward(token_ids, self.params["token_embedding"])  # (B,T) -> (B,T,C)
+        tokens, embedding_cache = embedding_forward(token_ids, self.params[TOKEN_EMBEDDING])  # (B,T) -> (B,T,C)
         if self.config.scale_embeddings:
             tokens = tokens * math.sqrt(self.config.d_model)
         added = self.positions.added
@@ -307,7 +329,7 @@ class GPT:
             kv_cache.advance(token_ids.shape[1])
         if last_only:
             x = x[:, -1]  # (B,T,C) -> (B,C)
-        h, _ = norm_forward(x, self.params, "final_norm", self.config)  # (B,[T,]C)
+        h, _ = norm_forward(x, self.params, FINAL_NORM, self.config)  # (B,[T,]C)
         return h @ self._unembedding().T  # (B,[T,]C) @ (C,V) -> (B,[T,]V)
 
     def new_kv_cache(self, batch_size: int, max_len: int | None = None) -> KVCache:
@@ -359,23 +381,3 @@ class GPT:
                 f"{kv_cache.max_seq_len} it was made for (the model's max_seq_len is {self.config.max_seq_len})"
             )
         return kv_cache.length
-
-
-def _layer_recorder(record, layer: int):
-    """``record`` for block ``layer``: stages named ``"layer i ..."``, parameters by their full names."""
-    if record is no_record:
-        return no_record
-
-    def layer_record(stage: str, grad, params: dict) -> None:
-        record(f"layer {layer} {stage}", grad, {f"layers.{layer}.{name}": g for name, g in params.items()})
-
-    return layer_record
-
-
-def _embedding_parts(dtoken_embedding, grads: dict, position_grads: dict, tied: bool) -> dict:
-    """What the recorder hears at the embedding sum: the token table's parts, the position table's gradient."""
-    parts = {"token_embedding (input side: scatter-add)": dtoken_embedding}
-    if tied:
-        parts["token_embedding (input side + output side)"] = grads["token_embedding"]
-    parts.update({f"{name} (summed over the batch)": g for name, g in position_grads.items()})
-    return parts

@@ -1,8 +1,8 @@
 """The pieces every branch calls with a layer's parameters by name: a norm, a linear layer, dropout.
 
 ``p`` is a layer's parameters by short name (``LayerParams``, or the whole
-``params`` dict for the final norm); ``name`` the layer inside it
-(``"pre_attn_norm"``, ``"attn.qkv_proj"``). An absent parameter (a bias under
+``params`` dict for the final norm); ``name`` the layer inside it, as
+``names.py`` declares it (``PRE_ATTN_NORM``, ``QKV_PROJ``). An absent parameter (a bias under
 ``use_bias=False``, a norm without weight) reads as None and is passed as
 None. Each backward returns ``(dx, grads)``, ``grads`` keyed ``name.weight``,
 ``name.bias`` for the parameters the layer has.
@@ -39,15 +39,6 @@ def linear_layer_backward(dy, cache, name: str):
     """``(dx, {name.weight: dW, name.bias: db})``: ``dx = dy W^T``, ``dW = x^T dy``, ``db`` the column sums."""
     dx, dweight, dbias = linear_backward(dy, cache)
     return dx, {f"{name}.weight": dweight, **({} if dbias is None else {f"{name}.bias": dbias})}
-
-
-def no_record(stage: str, grad, params: dict) -> None:
-    """The recorder a backward listens with by default: it keeps nothing.
-
-    A backward calls ``record(stage, grad, params)`` with each upstream gradient as it computes
-    it and the parameter gradients (by name) that step produced; ``study/backward.py`` passes
-    one that keeps them. It only receives references: the math is the same with any recorder.
-    """
 
 
 def dropout_if(x, config, rng):

@@ -2,7 +2,7 @@
 
 The activation comes from ``ops.activations.ACTIVATIONS`` and declares its inputs: ``("up",)`` (GELU, ReLU)
 or ``("gate", "up")`` (SwiGLU). Input ``name`` is the projection ``mlp.{name}_proj`` of the same normalized
-``h`` (``projection``), so in the backward ``dh`` is the sum of one path per input.
+``h`` (``names.projection``), so in the backward ``dh`` is the sum of one path per input.
 """
 
 from __future__ import annotations
@@ -15,15 +15,10 @@ from .layers import (
     dropout_if_backward,
     linear_layer_backward,
     linear_layer_forward,
-    no_record,
     norm_backward,
     norm_forward,
 )
-
-
-def projection(input_name: str) -> str:
-    """The linear layer of ``h`` feeding the activation's input ``input_name``: ``mlp.up_proj``, ``mlp.gate_proj``."""
-    return f"mlp.{input_name}_proj"
+from .names import DOWN_PROJ, PRE_MLP_NORM, projection
 
 
 class MlpBranchCache(NamedTuple):
@@ -39,42 +34,45 @@ def mlp_branch_forward(x, p, config, *, rng=None):
 
     GELU: ``act(up_proj(h))``; SwiGLU: ``act(gate_proj(h), up_proj(h))``."""
     B, T, C = x.shape
-    h, norm_cache = norm_forward(x.reshape(B * T, C), p, "pre_mlp_norm", config)  # (B,T,C) -> (N,C)
+    h, norm_cache = norm_forward(x.reshape(B * T, C), p, PRE_MLP_NORM, config)  # (B,T,C) -> (N,C)
     activation = ACTIVATIONS[config.activation]
     projected = [linear_layer_forward(h, p, projection(name)) for name in activation.inputs]  # each (N,C) -> (N,F)
     act, act_cache = activation.forward(*(y for y, _ in projected), **config.activation_options())  # (N,F)
-    m, down_cache = linear_layer_forward(act, p, "mlp.down_proj")  # (N,F) -> (N,C)
+    m, down_cache = linear_layer_forward(act, p, DOWN_PROJ)  # (N,F) -> (N,C)
     m, drop_cache = dropout_if(m, config, rng)
     projection_caches = tuple(cache for _, cache in projected)
     return m.reshape(B, T, C), MlpBranchCache(norm_cache, projection_caches, act_cache, down_cache, drop_cache)
 
 
-def mlp_branch_backward(dm, cache: MlpBranchCache, config, record=no_record):
-    """``(dx, grads)``; ``h`` feeds every input's projection, so ``dh`` is the sum of their paths."""
+class MlpBackward(NamedTuple):
+    """What ``mlp_branch_backward`` made, by reference: ``dx`` and ``grads`` go on into the block; the rest are
+    the gradients on the way, in the order they were made (the study tools show them)."""
+
+    dx: object  # (B,T,C) into the residual
+    grads: dict  # short name -> gradient: down_proj's, each projection's, the norm's
+    dact: object  # (N,F) the activation's output, down_proj's input
+    dinputs: tuple  # (N,F) each: the activation's inputs, in its order (GELU: up; SwiGLU: gate, up)
+    dh: object  # (N,C) the norm's output, which feeds every projection: the sum of their paths
+
+
+def mlp_branch_backward(dm, cache: MlpBranchCache, config) -> MlpBackward:
+    """``MlpBackward(dx, grads, ...)``; ``h`` feeds every input's projection, so ``dh`` is the sum of their paths."""
     B, T, C = dm.shape
     dm = dropout_if_backward(dm.reshape(B * T, C), cache.dropout)  # (B,T,C) -> (N,C)
     # forward: m = down_proj(act)
-    dact, down_grads = linear_layer_backward(dm, cache.down_proj, "mlp.down_proj")  # (N,C) -> (N,F)
-    record("MLP activation (down_proj input)", dact, down_grads)
+    dact, down_grads = linear_layer_backward(dm, cache.down_proj, DOWN_PROJ)  # (N,C) -> (N,F)
     activation = ACTIVATIONS[config.activation]
     # forward: act = activation(*inputs); input name = name_proj(h)
     dinputs = activation.gradients(dact, cache.activation)  # one (N,F) per input, in its order
     dhs, grads = [], {}
     for name, dinput, projection_cache in zip(activation.inputs, dinputs, cache.projections):
-        record(_stage(activation, name), dinput, {})
         dh_path, path_grads = linear_layer_backward(dinput, projection_cache, projection(name))  # (N,F) -> (N,C)
         dhs.append(dh_path)
         grads |= path_grads
     dh = dhs[0]
     for dh_path in dhs[1:]:
         dh += dh_path  # h feeds every projection: the paths add
-    record("pre-MLP norm output", dh, grads)
     # forward: h = pre_mlp_norm(x)
-    dx, norm_grads = norm_backward(dh, cache.norm, "pre_mlp_norm", config)
-    record("MLP branch -> residual", dx, norm_grads)
-    return dx.reshape(B, T, C), down_grads | grads | norm_grads  # (N,C) -> (B,T,C)
-
-
-def _stage(activation, name: str) -> str:
-    """The study tools' name of the gradient reaching the activation's input ``name``."""
-    return "MLP pre-activation" if len(activation.inputs) == 1 else f"MLP {name} (pre-activation)"
+    dx, norm_grads = norm_backward(dh, cache.norm, PRE_MLP_NORM, config)
+    grads = down_grads | grads | norm_grads
+    return MlpBackward(dx.reshape(B, T, C), grads, dact, tuple(dinputs), dh)  # (N,C) -> (B,T,C)

@@ -22,6 +22,9 @@ gradients (tested equal to 1e-12 in float64 under every ``GPTConfig`` option,
   schemes' fixed tables and the attention-dropout mask are imported);
 - ``reference_backward`` is one function that walks ``reference_forward`` in
   exact reverse order, each step naming the forward line it reverses.
+- the parameters are spelt out by name where they are read (``"attn.qkv_proj"``), as a textbook
+  writes them; ``gpt.py`` reads the same strings from ``names.py``, which declares them once (a name
+  that differed would be a missing key in the tests that run both models).
 
 The network (pre-norm; ``s = sqrt(C)`` if ``scale_embeddings`` else 1; ``G = H / H_kv``)::
 

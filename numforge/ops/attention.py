@@ -25,9 +25,20 @@ new) query ``i`` is the token at position ``i + Tk - Tq``. Example, Tq = 2, Tk =
     query 0 (position 2) sees keys 0 1 2
     query 1 (position 3) sees keys 0 1 2 3
 
+Attention sinks (gpt-oss): with ``sinks`` (one learned logit ``s_h`` per query head, ``(H,)``) every row's
+softmax has one more column, a key every query sees whose score is ``s_h`` (no ``q . k``) and whose value is
+zero: it takes probability mass and adds nothing to the output, so ``P``'s rows sum to less than 1::
+
+    m_i = max(s_h, max_j S_ij)
+    P_ij = exp(S_ij - m_i) / (exp(s_h - m_i) + sum_j exp(S_ij - m_i))        O = P V
+    P_sink_i = exp(s_h - m_i) / (the same sum)                              sum_j P_ij = 1 - P_sink_i
+
+Example: one key of score 0 and s_h = 0: P = 1/2, P_sink = 1/2, O = V / 2.
+
 A row with nothing to see is all ``-inf`` and would give
 ``exp(-inf - -inf) = NaN``; its max is taken as 0 and its sum as 1, so its
-weights, its output and its gradients are exactly zero. A bias without parameters
+weights, its output and its gradients are exactly zero (with a sink it sees the sink alone:
+``P_sink = 1``, ``O = 0``). A bias without parameters
 adds a constant to ``S``: the backward below needs nothing for it.
 
 With ``dropout_p = p > 0`` the weights are dropped after the softmax
@@ -46,7 +57,22 @@ Backward, given ``dO`` (without dropout ``Z = 1``)::
 and a kv head used by ``G`` query heads gets the sum of their gradients: for kv
 head ``j``, ``dK_j = sum over h = jG .. jG+G-1 of dK_h`` (likewise ``dV_j``).
 
-The cache keeps ``q, k, v`` and ``P`` of shape ``(B, H, Tq, Tk)`` (and with
+With sinks, take the sink as column ``Tk`` of the extended row ``[S_i, s_h]``, with value ``0`` and so
+``dP_sink = dO_i . 0 = 0``. The softmax Jacobian on the extended row gives::
+
+    rowsum over the extended row of P * dP = rowsum(P * dP) + P_sink * 0 = rowsum(P * dP)
+    dS = P * (dP - rowsum(P * dP))                 the real columns: unchanged
+    dS_sink_i = P_sink_i (0 - rowsum(P * dP)_i)    the sink column
+
+and ``s_h`` is the sink column of every row ``i`` of every batch row ``b`` of head ``h``, so its gradient
+sums them::
+
+    ds_h = - sum over b, i of P_sink[b,h,i] rowsum(P * dP)[b,h,i]
+
+(a row that sees nothing but the sink has ``P = 0``: no gradient to ``s_h``). With dropout ``dP = (dO V^T) Z``
+as above; the sink's weight, dropped or not, multiplies a zero value: dropout does not change it.
+
+The cache keeps ``q, k, v`` and ``P`` of shape ``(B, H, Tq, Tk)`` (with sinks ``P_sink (B, H, Tq, 1)``; with
 dropout the boolean mask, as large in bytes as a quarter of ``P`` in float32):
 the memory of this op grows with ``T^2``, which is what ``flash_attention`` avoids.
 With ``G > 1`` the forward and the backward each also hold the repeated
@@ -59,7 +85,7 @@ import math
 from typing import NamedTuple
 
 from ..backend import get_xp
-from ..checks import check_bool, check_float, is_real
+from ..checks import check_bool, check_float, check_same_dtype, is_real
 from ._attention_dropout import AttentionDropout, check_dropout, dropped
 from ._kv_groups import repeat_kv, sum_over_group
 from .scores import score_modifiers, textbook_scores
@@ -76,6 +102,8 @@ class AttentionCache(NamedTuple):
     scale: float
     keep: object = None  # dropout: True where a weight is kept; None without dropout
     drop_scale: object = None  # dropout: 1 / (1 - p) in the inputs' dtype
+    sinks: object = None  # the sink logits s (H,); None without sinks
+    sink_probs: object = None  # sinks: P_sink (B,H,Tq,1), the mass each row gives its sink
 
 
 def check_qkv(q, k, v) -> tuple[int, int, int, int, int, int, int]:
@@ -105,6 +133,19 @@ def check_qkv(q, k, v) -> tuple[int, int, int, int, int, int, int]:
     if min(Tq, Tk, D, Dv) < 1:
         raise ValueError(f"attention needs Tq, Tk, D, Dv >= 1, got {Tq}, {Tk}, {D}, {Dv}")
     return B, H, H_kv, Tq, Tk, D, Dv
+
+
+def check_sinks(sinks, q):
+    """``sinks``: None, or one float logit per query head of ``q (B,H,Tq,D)``, ``(H,)``, of ``q``'s dtype and
+    backend; returned as given."""
+    if sinks is None:
+        return None
+    check_float(sinks, "sinks", ndim=1)
+    get_xp(q, sinks)  # a TypeError if the sinks live on the other backend
+    check_same_dtype(sinks, "sinks", q, "q")
+    if sinks.shape[0] != q.shape[1]:
+        raise ValueError(f"sinks must hold one logit per query head, shape ({q.shape[1]},), got {tuple(sinks.shape)}")
+    return sinks
 
 
 def resolve_scale(scale: object, head_dim: int) -> float:
@@ -140,6 +181,7 @@ def attention_forward(
     dropout_p: float = 0.0,
     dropout_seed: int = 0,
     modifiers: tuple = (),
+    sinks=None,
 ):
     """``O = dropout(softmax(s Q K^T + terms)) V`` on ``q (B,H,Tq,D)``, ``k (B,H_kv,Tk,D)``, ``v (B,H_kv,Tk,Dv)``.
 
@@ -149,6 +191,8 @@ def attention_forward(
     others; ``modifiers`` adds more by name (``("alibi",)``) or ``(name, argument)``.
     ``dropout_p``: drop each weight with this probability, the mask a function of ``dropout_seed``
     (0 <= seed < 2**64, or one such seed per batch row) and the weight's (batch row, query head, query, key).
+    ``sinks``: one learned logit per query head ``(H,)`` in every row's softmax denominator (module docstring,
+    Attention sinks); the backward then returns its gradient too.
     Returns ``(o (B,H,Tq,Dv), cache)``.
     """
     B, H, H_kv, Tq, Tk, D, Dv = check_qkv(q, k, v)
@@ -161,25 +205,43 @@ def attention_forward(
     scores = xp.matmul(q, keys.swapaxes(-1, -2))  # (B,H,Tq,D) @ (B,H,D,Tk) -> (B,H,Tq,Tk)
     scores *= scale
     textbook_scores(scores, applied)  # S' = S + bias, or -inf where hidden: (B,H,Tq,Tk), in place
+    probs, sink_probs = _softmax_rows(scores, check_sinks(sinks, q))  # (B,H,Tq,Tk), (B,H,Tq,1) or None
+    with_sinks = {"sinks": sinks, "sink_probs": sink_probs}
+    if p == 0:
+        out = xp.matmul(probs, values)  # (B,H,Tq,Tk) @ (B,H,Tk,Dv) -> (B,H,Tq,Dv)
+        return out, AttentionCache(q, k, v, probs, scale, **with_sinks)
+    dropout = AttentionDropout(p, seed, range(B), range(H), Tk, row_seeds)
+    keep, drop_scale = dropout.keep(xp, range(Tq), range(Tk)), dropout.scale(probs.dtype)  # (B,H,Tq,Tk)
+    out = xp.matmul(dropped(probs, keep, drop_scale), values)  # (B,H,Tq,Tk) @ (B,H,Tk,Dv) -> (B,H,Tq,Dv)
+    return out, AttentionCache(q, k, v, probs, scale, keep, drop_scale, **with_sinks)
+
+
+def _softmax_rows(scores, sinks):
+    """``P = softmax(S')`` row by row, in place of ``scores (B,H,Tq,Tk)``; with ``sinks (H,)`` the softmax of
+    ``[S'_i, s_h]`` without its last column, and that column ``P_sink (B,H,Tq,1)`` (module docstring).
+    Returns ``(P, P_sink or None)``."""
+    xp = get_xp(scores)
     row_max = scores.max(axis=-1, keepdims=True)  # (B,H,Tq,Tk) -> (B,H,Tq,1)
+    if sinks is not None:
+        sink = sinks.reshape(1, -1, 1, 1)  # (H,) -> (1,H,1,1)
+        row_max = xp.maximum(row_max, sink)  # m = max(s_h, max_j S'_ij): finite, the sink is seen by every row
     row_max[xp.isneginf(row_max)] = 0.0  # an empty row: exp(-inf - 0) = 0, never NaN
     scores -= row_max
     probs = xp.exp(scores, out=scores)  # (B,H,Tq,Tk), unnormalized, in place
     row_sum = probs.sum(axis=-1, keepdims=True)  # (B,H,Tq,Tk) -> (B,H,Tq,1)
-    row_sum[row_sum == 0] = 1.0  # an empty row stays all zeros
+    sink_probs = None
+    if sinks is not None:
+        sink_probs = xp.exp(sink - row_max)  # exp(s_h - m), (B,H,Tq,1)
+        row_sum += sink_probs  # the denominator's sink term
+        sink_probs /= row_sum
+    row_sum[row_sum == 0] = 1.0  # an empty row (no sink) stays all zeros
     probs /= row_sum
-    if p == 0:
-        out = xp.matmul(probs, values)  # (B,H,Tq,Tk) @ (B,H,Tk,Dv) -> (B,H,Tq,Dv)
-        return out, AttentionCache(q, k, v, probs, scale)
-    dropout = AttentionDropout(p, seed, range(B), range(H), Tk, row_seeds)
-    keep, drop_scale = dropout.keep(xp, range(Tq), range(Tk)), dropout.scale(probs.dtype)  # (B,H,Tq,Tk)
-    out = xp.matmul(dropped(probs, keep, drop_scale), values)  # (B,H,Tq,Tk) @ (B,H,Tk,Dv) -> (B,H,Tq,Dv)
-    return out, AttentionCache(q, k, v, probs, scale, keep, drop_scale)
+    return probs, sink_probs
 
 
 def attention_backward(dout, cache: AttentionCache):
-    """``(dq, dk, dv)`` from ``dout (B,H,Tq,Dv)``, ``dk, dv`` of ``k, v``'s shape ``(B,H_kv,Tk,.)``;
-    formulas in the module docstring."""
+    """``(dq, dk, dv)`` from ``dout (B,H,Tq,Dv)``, ``dk, dv`` of ``k, v``'s shape ``(B,H_kv,Tk,.)``, and
+    ``dsinks (H,)`` after them when the forward had sinks; formulas in the module docstring."""
     q, k, v, probs, scale = cache.q, cache.k, cache.v, cache.probs, cache.scale
     B, H, Tq, Tk = probs.shape
     check_grad_out(dout, (B, H, Tq, v.shape[3]), q.dtype)
@@ -196,6 +258,8 @@ def attention_backward(dout, cache: AttentionCache):
         dprobs = dropped(dprobs, cache.keep, cache.drop_scale)  # forward: weights = P Z, so dP = dweights Z
     # forward: P = softmax(S), so dS = P * (dP - rowsum(P * dP)); hidden keys have P = 0, so dS = 0
     row_dot = (probs * dprobs).sum(axis=-1, keepdims=True)  # (B,H,Tq,Tk) -> (B,H,Tq,1)
+    if cache.sinks is not None:  # forward: the sink column s_h of every row, so ds_h = -sum_{b,i} P_sink rowsum
+        dsinks = -(cache.sink_probs * row_dot).sum(axis=(0, 2, 3))  # (B,H,Tq,1) -> (H,)
     dprobs -= row_dot
     dscores = xp.multiply(dprobs, probs, out=dprobs)  # (B,H,Tq,Tk), in place
     # forward: S = s Q K^T
@@ -205,4 +269,5 @@ def attention_backward(dout, cache: AttentionCache):
     dkeys *= scale
     # forward: keys, values = repeat_kv(k), repeat_kv(v), (B,H_kv,Tk,.) -> (B,H,Tk,.): the gradient of a kv head
     # sums over the G query heads that used it, (B,H,Tk,.) -> (B,H_kv,Tk,.)
-    return dq, sum_over_group(dkeys, group), sum_over_group(dvalues, group)
+    grads = dq, sum_over_group(dkeys, group), sum_over_group(dvalues, group)
+    return grads if cache.sinks is None else (*grads, dsinks)

@@ -125,6 +125,20 @@ that sees no key at all (``Tq > Tk``) has ``l = 0``: its output is 0 and its
 ``L`` is ``-inf``; every one of its scores is masked, so the backward subtracts
 0 instead: ``P = exp(-inf) = 0`` and its gradients are 0, never ``NaN``.
 
+Attention sinks
+---------------
+With ``sinks`` (gpt-oss: a learned logit ``s_h`` per query head, ``ops/attention.py``), every row's softmax
+has one more column, a key of score ``s_h`` and value 0 that every query sees. It enters the online softmax
+once per row, as if read before the first key tile: the running statistics start at ``m = s_h`` and
+``l = exp(s_h - m) = 1`` instead of ``-inf`` and 0, and ``acc`` at 0 (the sink adds no value). The tiles
+then run as they do without it, so ``L = m + log(l)`` is the log-sum-exp of the extended row and
+``P = exp(S' - L)`` (the backward's recomputation, and ``attention_weights``) the weights with the sink's
+share taken out: each row sums to ``1 - P_sink``, ``P_sink = exp(s_h - L)``. A row that sees no key has
+``L = s_h``, ``P_sink = 1`` and output 0. The backward's tiles need nothing more (``D = rowsum(dO * O)``
+is still ``rowsum(P * dP)``: the sink's value is 0), and the sink's gradient is one sum after them::
+
+    ds_h = - sum over b, i of exp(s_h - L_bhi) D_bhi
+
 Memory (``n`` bytes per number: 4 for float32)
 ---------------------------------------------
 Saved for the backward: ``q, k, v`` (referenced, not copied), ``o`` and ``L``,
@@ -184,7 +198,7 @@ from ._attention_dropout import AttentionDropout, check_dropout, dropped
 from ._kv_groups import repeat_kv, stack_heads, stacked_buffer, unstack_into
 from ._parallel import head_parts, pairs_per_part, run_parts, worker_count
 from ._tiles import tiles
-from .attention import AttentionCache, check_causal, check_grad_out, check_qkv, resolve_scale
+from .attention import AttentionCache, check_causal, check_grad_out, check_qkv, check_sinks, resolve_scale
 from .scores import ScoreSeam, score_modifiers
 
 DEFAULT_BLOCK_Q = 128
@@ -214,6 +228,7 @@ class FlashAttentionCache(NamedTuple):
     workers: int  # how many threads walked them
     probs: list | None  # keep_probs: per part, (q_start, k_start) -> normalized P tile (b,r,nq g,nk); else None
     dropout: AttentionDropout | None  # the rate and seed that redraw each tile's mask; None without dropout
+    sinks: object = None  # the sink logits s (H,), in every row's softmax denominator; None without sinks
 
 
 def _query_tiles(k_start, k_stop, Tq, Tk, seam: ScoreSeam, block_q) -> Iterator[tuple[int, int, int, int, bool]]:
@@ -245,6 +260,7 @@ def flash_attention_forward(
     dropout_seed: int = 0,
     mask=None,
     modifiers: tuple = (),
+    sinks=None,
 ):
     """``O = dropout(softmax(s Q K^T + terms)) V`` tile by tile, with the online softmax.
 
@@ -267,7 +283,8 @@ def flash_attention_forward(
 
     ``dropout_p > 0`` drops each weight after the softmax with that probability
     (module docstring, Dropout): the same mask as ``attention_forward`` with the
-    same ``dropout_seed``, drawn tile by tile and drawn again by the backward.
+    same ``dropout_seed``, drawn tile by tile and drawn again by the backward. ``sinks (H,)``: a logit per
+    query head in every row's softmax denominator (module docstring, Attention sinks; its gradient follows dv).
     """
     B, H, H_kv, Tq, Tk, D, Dv = check_qkv(q, k, v)
     p, seed, row_seeds = check_dropout(dropout_p, dropout_seed, B)
@@ -281,8 +298,9 @@ def flash_attention_forward(
     out, lse = xp.empty((B, H, Tq, Dv), dtype=q.dtype), xp.empty((B, H, Tq, 1), dtype=q.dtype)
     dropout = AttentionDropout(p, seed, range(B), range(H), Tk, row_seeds) if p > 0 else None
     cache = FlashAttentionCache(
-        q, k, v, out, lse, resolve_scale(scale, D), seam, block_q, block_k, parts, workers, None, dropout
-    )
+        q, k, v, out, lse, resolve_scale(scale, D), seam, block_q, block_k, parts, workers, None, dropout,
+        check_sinks(sinks, q),
+    )  # fmt: skip
     kept = run_parts(functools.partial(_forward_part, cache, keep_probs), parts, workers)
     return out, cache._replace(probs=kept if keep_probs else None)
 
@@ -296,11 +314,26 @@ def _forward_part(cache: FlashAttentionCache, keep_probs: bool, part):
     out, lse = cache.out[part], cache.lse[part]
     out_rows, lse_rows = stacked_buffer(out, stack), stacked_buffer(lse, stack)  # (b,r,Tq g,.)
     seam = cache.seam.part(part, stack)
+    start = _start_rows(cache, part, stack)
     kept = _forward_tiles(stack_heads(cache.q[part], stack), cache.k[kv], cache.v[kv], out_rows, lse_rows, stack, seam,
-                          cache, keep_probs, dropout)  # fmt: skip
+                          cache, keep_probs, dropout, start)  # fmt: skip
     unstack_into(out, out_rows, stack)
     unstack_into(lse, lse_rows, stack)
     return kept
+
+
+def _start_rows(cache: FlashAttentionCache, part, stack: int):
+    """The online softmax's ``m, l`` (base 2) for a part's stacked rows ``(b,r,Tq g,1)`` before any key tile:
+    ``-inf, 0`` (nothing seen yet), or with sinks the sink column seen first, ``m = s_h log2 e`` and
+    ``l = exp2(m - m) = 1`` (module docstring, Attention sinks)."""
+    q = cache.q[part]
+    xp, dtype, (b, h, Tq, _) = get_xp(q), q.dtype, q.shape
+    shape = (b, h // stack, Tq * stack, 1)
+    if cache.sinks is None:
+        return xp.full(shape, -xp.inf, dtype=dtype), xp.zeros(shape, dtype=dtype)
+    logits = xp.broadcast_to(cache.sinks[part[1]].reshape(1, h, 1, 1), (b, h, Tq, 1))  # s_h of each row
+    row_max = stack_heads(logits, stack) * dtype.type(LOG2_E)  # (b,r,Tq g,1), stacked like q
+    return row_max, xp.ones(shape, dtype=dtype)
 
 
 def _stacked_heads(parts: list, group: int) -> int:
@@ -315,11 +348,12 @@ def _kv_part(part, group: int) -> tuple[slice, slice]:
     return batches, slice(heads.start // group, (heads.stop - 1) // group + 1)
 
 
-def _forward_tiles(q, k, v, out, lse, group, seam, settings, keep_probs, dropout) -> dict | None:
+def _forward_tiles(q, k, v, out, lse, group, seam, settings, keep_probs, dropout, start) -> dict | None:
     """The online softmax over every tile of one part, key tile by key tile (the outer loop), then the query
     tiles that see it: fills ``out (b,r,Tq g,Dv)`` and ``lse (b,r,Tq g,1)`` in place; returns the normalized
     probability tiles when ``keep_probs``, keyed ``(q_start, k_start)``. ``seam``: the score modifiers placed
-    on the part; ``settings``: the call's cache (scale, block sizes).
+    on the part; ``settings``: the call's cache (scale, block sizes); ``start``: the running ``m, l`` before any
+    key tile (``_start_rows``).
 
     ``q (b,r,Tq g,D)`` holds the ``g = group`` query heads that read each of the ``r`` kv heads of ``k, v
     (b,r,Tk,.)``, stacked row by row (``ops/_kv_groups.py``; ``g = 1``, the heads themselves, without GQA):
@@ -331,8 +365,7 @@ def _forward_tiles(q, k, v, out, lse, group, seam, settings, keep_probs, dropout
     B, R, stacked_rows, _ = q.shape  # stacked_rows = Tq g
     Tq, Tk = stacked_rows // group, v.shape[2]
     dtype = q.dtype
-    row_max = xp.full((B, R, stacked_rows, 1), -xp.inf, dtype=dtype)  # m, in base 2 like the scores
-    row_sum = xp.zeros((B, R, stacked_rows, 1), dtype=dtype)  # l
+    row_max, row_sum = start  # m (in base 2 like the scores) and l, (B,R,Tq g,1) each
     out[...] = 0  # acc, the unnormalized output
     ones = xp.ones((min(settings.block_k, Tk), 1), dtype=dtype)  # row sums as products: P @ 1 (ops/_sums.py)
     tile_probs = []  # keep_probs: (q_start, k_start, exp2(S2_t - m_t), m_t) for each tile
@@ -383,6 +416,9 @@ def attention_weights(cache):
       (``cache.seam``) and log-sum-exp ``L``, ``S' = s Q K^T + terms`` with the very terms its forward added:
       the line its backward recomputes each tile with, on the whole square. A row that saw no key has
       ``L = -inf`` and weights 0; every other row sums to 1.
+
+    With sinks, ``L`` is the extended row's, so each row sums to ``1 - P_sink`` (``sink_weights``), 0 for a row
+    that saw only its sink.
     """
     if isinstance(cache, AttentionCache):
         return cache.probs
@@ -399,9 +435,24 @@ def attention_weights(cache):
     return xp.exp(scores, out=scores)  # P = exp(S' - L), (B,H,Tq,Tk)
 
 
+def sink_weights(cache):
+    """The mass ``P_sink (B,H,Tq,1)`` each row gave its sink, of a plain or tiled attention cache (0 everywhere
+    without sinks): plain, the ``P_sink`` it keeps; tiled, ``exp(s_h - L)`` from its log-sum-exp (module
+    docstring, Attention sinks). With ``attention_weights``, each row sums to 1 but for a row that sees nothing."""
+    if not isinstance(cache, (AttentionCache, FlashAttentionCache)):
+        raise TypeError(f"expected an AttentionCache or FlashAttentionCache, got {type(cache).__name__}")
+    xp, (B, H, Tq) = get_xp(cache.q), cache.q.shape[:3]
+    if cache.sinks is None:
+        return xp.zeros((B, H, Tq, 1), dtype=cache.q.dtype)
+    if isinstance(cache, AttentionCache):
+        return cache.sink_probs
+    return xp.exp(cache.sinks.reshape(1, H, 1, 1) - cache.lse)  # (1,H,1,1) - (B,H,Tq,1) -> (B,H,Tq,1)
+
+
 def flash_attention_backward(dout, cache: FlashAttentionCache):
     """``(dq, dk, dv)`` from ``dout (B,H,Tq,Dv)``, recomputing ``P`` tile by tile (module docstring),
-    or reading the tiles the forward kept (``keep_probs``); the same parts as the forward, on threads."""
+    or reading the tiles the forward kept (``keep_probs``); the same parts as the forward, on threads.
+    With sinks ``dsinks (H,)`` follows: ``ds_h = -sum_{b,i} P_sink D`` (module docstring, Attention sinks)."""
     q, k, v, out = cache.q, cache.k, cache.v, cache.out
     check_grad_out(dout, out.shape, out.dtype)
     xp = get_xp(dout, out)
@@ -429,7 +480,11 @@ def flash_attention_backward(dout, cache: FlashAttentionCache):
             kv, dk_part, dv_part = share
             dk[kv] += dk_part
             dv[kv] += dv_part
-    return dq, dk, dv
+    if cache.sinks is None:
+        return dq, dk, dv
+    # forward: the sink column s_h of every row, P_sink = exp(s_h - L), so ds_h = sum_{b,i} P_sink (-D)
+    dsinks = (sink_weights(cache) * _neg_delta(dout, out, cache.block_q)).sum(axis=(0, 2, 3))  # (B,H,Tq,1) -> (H,)
+    return dq, dk, dv, dsinks
 
 
 def _neg_delta(dout, out, block_q: int):

@@ -1,6 +1,6 @@
 """Score modifiers: what changes the attention scores ``S = s Q K^T`` before the softmax, declared once each.
 
-A causal mask, a boolean mask (key padding), a sliding window, ALiBi, and later softcapping or sinks all
+A causal mask, a boolean mask (key padding), a sliding window, ALiBi, and later softcapping all
 act on the score matrix, entry by entry, knowing only where an entry sits: its query's position ``i``, its
 key's position ``j``, its query head ``h`` (and batch row)::
 
@@ -15,6 +15,10 @@ weights through the same ``tile`` terms. The reference model uses ``textbook``, 
 ``gradcheck``. KV-cache decoding needs nothing more: the ``Tq`` new queries are the last positions of
 ``Tk`` keys (bottom-right alignment), so query row ``r`` sits at position ``i = r + Tk - Tq``, the
 cached length added (``ScoreTile.offset``).
+
+An attention sink (gpt-oss) is not a modifier: it adds a column to each row instead of changing an entry,
+enters once per row rather than per tile, and is a learned parameter with a gradient; it is the kernels'
+``sinks`` argument (``ops/attention.py``, Attention sinks).
 
 The backward: a modifier without parameters adds a constant to ``S``, so ``dS`` reaches ``s Q K^T``
 unchanged; where a mask hides an entry, ``P = 0`` and so ``dS = P * (dP - D) = 0``. Neither kernel's

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..backend import to_numpy
 from ..model.layers import norm_forward
+from ..model.names import FINAL_NORM
 from ..table import format_table
 from .prompt import shown_token
 
@@ -123,7 +124,7 @@ def logit_lens(model, prompt, k: int = 3) -> list[LensRow]:
     p, cache = model.params, prompt.cache
     found = []
     for name, source, x in residual_streams(cache):
-        h, _ = norm_forward(x, p, "final_norm", model.config)  # (N,C) -> (N,C)
+        h, _ = norm_forward(x, p, FINAL_NORM, model.config)  # (N,C) -> (N,C)
         per_position = []
         for _, log_probs in unembed_log_probs(h, cache.loss.table):
             per_position += [top_k(row, k) for row in log_probs]

@@ -41,6 +41,7 @@ import numpy as np
 
 from ..atomic import atomic_path
 from ..backend import to_numpy
+from ..model.names import TOKEN_EMBEDDING
 from ..table import format_table
 
 FIRST_VALUES = 4
@@ -85,7 +86,7 @@ def forward_stages(model, prompt) -> list[Stage]:
     def rows(array):
         return array.reshape(B, T, -1)  # (N,X) -> (B,T,X)
 
-    tokens = model.params["token_embedding"][cache.embedding.ids]  # (B,T) -> (B,T,C)
+    tokens = model.params[TOKEN_EMBEDDING][cache.embedding.ids]  # (B,T) -> (B,T,C)
     scaled = " * sqrt(C)" if config.scale_embeddings else ""
     if config.scale_embeddings:
         tokens = tokens * math.sqrt(config.d_model)
