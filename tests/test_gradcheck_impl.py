@@ -366,3 +366,21 @@ def test_the_exercises_with_nothing_to_differentiate_speak_of_no_gradient(tmp_pa
     assert main(["gradcheck", "--show", case, "--impl", str(path)]) == 0
     out = capsys.readouterr().out
     assert "gradient" not in out and "finite differences" not in out, out
+
+
+def test_a_long_grading_says_how_far_it_is(tmp_path):
+    """A line every few seconds (here: every call), on stderr, so the whole model's 20 s are never silent."""
+    import io
+
+    from numforge.gradcheck.grade import Ticker
+    from numforge.gradcheck.grade import grade as grade_file
+
+    path = tmp_path / "mine.py"
+    path.write_text(exercise_source("rope", solution=True), encoding="utf-8")
+    stream = io.StringIO()
+    outcomes = grade_file(path, "rope*", Ticker(" of mine.py", stream, every=0.0))
+    lines = stream.getvalue().splitlines()
+    assert len(outcomes) == 4 and lines[0] == "graded 0 of 4 cases of mine.py; now rope" and len(lines) == 4
+    quiet = io.StringIO()
+    grade_file(path, "rope*", Ticker("", quiet, every=3600.0))
+    assert quiet.getvalue() == ""

@@ -16,6 +16,7 @@ import fnmatch
 import functools
 import itertools
 import re
+import time
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -51,8 +52,9 @@ def learner_cases(module, pattern: str = "*") -> list[Case]:
     return [c for c in matching(exercise_cases(), pattern) if all(defines(module, name) for name in c.learner)]
 
 
-def grade(path: str | Path, pattern: str = "*") -> list[Outcome]:
-    """Every case of the learner's file ``path`` (matching ``pattern``), run with the learner's functions."""
+def grade(path: str | Path, pattern: str = "*", on_case=None) -> list[Outcome]:
+    """Every case of the learner's file ``path`` (matching ``pattern``), run with the learner's functions;
+    ``on_case(done, total, name)`` before each (a progress line)."""
     module = load_learner(path)
     if not matching(exercise_cases(), pattern):
         raise ValueError(f"--only {pattern!r} matches no case (see: numforge gradcheck --list --impl {path})")
@@ -60,7 +62,27 @@ def grade(path: str | Path, pattern: str = "*") -> list[Outcome]:
     if not cases:
         names = sorted({n for c in exercise_cases() for n in c.learner})
         raise ValueError(f"{path} defines none of the functions numforge grades (matching {pattern!r}): {names}")
-    return [run_case(case, module, path) for case in cases]
+    outcomes = []
+    for done, case in enumerate(cases):
+        if on_case is not None:
+            on_case(done, len(cases), case.name)
+        outcomes.append(run_case(case, module, path))
+    return outcomes
+
+
+class Ticker:
+    """``on_case`` for ``grade``: a line on ``stream`` when ``every`` seconds have passed since the last one
+    (``graded 12 of 37 cases of mine.py; now model[relu2]``), so a long grading is never silent."""
+
+    def __init__(self, label: str, stream, every: float = 5.0):
+        self.label, self.stream, self.every = label, stream, every
+        self.last = time.monotonic()
+
+    def __call__(self, done: int, total: int, name: str) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            print(f"graded {done} of {total} cases{self.label}; now {name}", file=self.stream, flush=True)
 
 
 def run_case(case: Case, module, path) -> Outcome:
