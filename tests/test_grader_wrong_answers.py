@@ -230,3 +230,21 @@ def test_each_known_mistake_is_named(tmp_path, mistake):
     named = [line for line in out.splitlines() if line.startswith("  - " + words)]
     assert len(named) == len(outcomes), out  # on every case, once
     assert "norm = None" not in out  # the llama block is no different for a skip left out
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ("raise SystemExit(3)", "rope_backward failed: SystemExit: 3"),
+        ("return 'dx'", "the gradient of 'x' must be an array, got str"),
+        ("return {'x': dy}", "the gradient of 'x' must be an array, got dict"),
+        ("return rope_backward(dy, cache)", "failed: RecursionError"),
+    ],
+)
+def test_whatever_a_backward_does_is_a_report_naming_the_case(tmp_path, body, words):
+    path = tmp_path / "mine.py"
+    path.write_text(stubbed("rope", "rope_backward", body), encoding="utf-8")
+    outcomes = grade(path, "rope")
+    out = report(outcomes)
+    assert [o.label.split()[0] for o in outcomes] == ["raises"], out
+    assert out.startswith("not checked: rope: ") and words in out, out
