@@ -384,3 +384,10 @@ def test_a_long_grading_says_how_far_it_is(tmp_path):
     quiet = io.StringIO()
     grade_file(path, "rope*", Ticker("", quiet, every=3600.0))
     assert quiet.getvalue() == ""
+
+
+def test_progress_is_numforge_course(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["gradcheck", "--progress"]) == main(["course"]) == 1
+    first, second = capsys.readouterr().out.split("exercises passed")[:2]
+    assert first.strip() and first.strip() == second.strip(), (first, second)  # the table, not the gradient checks

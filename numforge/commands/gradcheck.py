@@ -19,7 +19,7 @@ from ..gradcheck.exercise import exercise_names, exercise_source, get_exercise, 
 from ..gradcheck.grade import Outcome, Ticker, grade, learner_cases, matching, passed, report, run_case
 from ..gradcheck.scaffold import HINT_LEVELS
 from ..gradcheck.show import show
-from . import EXIT_FAILED
+from . import EXIT_FAILED, course
 
 HELP = "check every hand-written backward against finite differences (float64), or grade your own"
 
@@ -68,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--out and --hints go with --write-exercise")
     if args.show:
         return _show(args.show, args.impl)
+    if args.progress:  # numforge course, here
+        return course.run(argparse.Namespace(dir=Path(".")))
     if args.impl:
         if args.list:
             print("\n".join(c.name for c in learner_cases(load_learner(args.impl), args.only)))
