@@ -45,6 +45,15 @@ def _temporary(path: Path, create: Callable[[Path], None]) -> tuple[Path, int | 
             continue
 
 
+def file_mode() -> int:
+    """The mode ``open`` gives a new file: 0o666 minus the umask (0o644 under 022), for a file another library
+    created with its own mode (safetensors: 0o600). The umask is read by setting it and back: no thread creates
+    a file in between in numforge."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def _create_file(temp: Path) -> None:
     os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))  # 0o666 minus the umask, as open() does
 

@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
         module = import_module(f"numforge.commands.{name}")
         command_parser = sub.add_parser(name, help=module.HELP, description=module.HELP)
         command_parser.set_defaults(run=module.run)
+        command_parser.add_argument(  # after the command too; SUPPRESS: absent, it leaves the one before as it is
+            "--debug", action="store_true", default=argparse.SUPPRESS, help="print the full traceback of an error"
+        )
         module.add_arguments(command_parser)
     return parser
 

@@ -11,12 +11,13 @@ are graded on a few of their cases.
 
 import ast
 import inspect
+import re
 
 import pytest
 
 from numforge.gradcheck.exercise import _modules, exercise_names, exercise_source, get_exercise, imports_of
 from numforge.gradcheck.grade import grade, passed, report
-from numforge.gradcheck.scaffold import HINT_LEVELS, STUB, functions
+from numforge.gradcheck.scaffold import HINT_LEVELS, STUB, forward_steps, functions
 from numforge.ops.flash_attention import flash_attention_backward
 
 FEW_CASES = {"gpt": "model[gelu]", "flash_attention": "flash_attention.causal*", "blocks": "block[gelu]"}
@@ -36,8 +37,22 @@ def _try_everything(name, args):
     raise RuntimeError(f"{name}: nothing in the scaffold computes it")
 
 
+def _perturbed(args):
+    """A finite-difference "backward" moves an entry of what it was given (here, in place: its first entry)."""
+    found = []
+    for value in args:
+        for item in [value, *getattr(value, "__dict__", {}).values(), *(value if isinstance(value, tuple) else ())]:
+            for array in item.values() if isinstance(item, dict) else [item]:
+                if hasattr(array, "flat") and array.dtype.kind == "f" and array.size:
+                    found.append(array)
+    for array in found:
+        array.flat[0] += 1e-6
+    return found
+
+
 def _call_the_forwards(args):
-    """A finite-difference "backward" starts by running the forward."""
+    """... then runs the forward."""
+    moved = _perturbed(args)
     for key, value in list(globals().items()):
         if "forward" in key and callable(value):
             for count in range(1, 6):  # as many arguments as it takes to enter it
@@ -45,6 +60,8 @@ def _call_the_forwards(args):
                     value(*(list(args) * 6)[:count])
                 except Exception:
                     pass
+    for array in moved:
+        array.flat[0] -= 1e-6
 '''
 
 
@@ -159,6 +176,7 @@ def test_a_backward_that_runs_the_forward_is_refused(tmp_path, name):
         if "." in qualname:  # a method: its own class's forward, with as many arguments as it takes to enter it
             call = f"self.{next(iter(forwards)).split('.')[-1]}(*(list({arguments}[1:]) * 6)[:count])"
             return [
+                f"_perturbed({arguments})",
                 f"for count in range(1, 6):\n    try:\n        {call}\n    except Exception:\n        pass",
                 f"return _try_everything({qualname!r}, {arguments})",
             ]
@@ -167,7 +185,7 @@ def test_a_backward_that_runs_the_forward_is_refused(tmp_path, name):
     path = graded_file(tmp_path, name, with_bodies(source, lambda q, p: _lines(runs_the_forward(q, p))))
     outcomes = grade(path, pattern(name))
     refused = [o for o in outcomes if o.label == "refused"]
-    assert refused and all("a backward must not run the forward again" in o.problem for o in refused), report(outcomes)
+    assert refused and all("at a perturbation of an array it was given" in o.problem for o in refused), report(outcomes)
     assert not passed(outcomes)
 
 
@@ -242,3 +260,18 @@ def test_a_registry_is_not_an_exercise_its_ops_are():
         exercise = get_exercise(name)
         substituted = {function for case in exercise.cases for function in case.learner}
         assert substituted <= set(functions(ast.parse(exercise.path.read_text(encoding="utf-8")))), name
+
+
+@pytest.mark.parametrize("name", exercise_names())
+def test_the_chain_rule_steps_are_whole_forward_equations_not_the_answer(name):
+    """Hint level 1 lists the forward lines the backward reverses: each a whole equation (no sentence cut off at
+    the comment's line end), none of them the transposed one the backward computes (rope's ``dx = ...``)."""
+    exercise = get_exercise(name)
+    real = exercise.path.read_text(encoding="utf-8").splitlines()
+    nodes = functions(ast.parse("\n".join(real)))
+    for qualname in (*exercise.parts().exercise, *exercise.parts().helpers):
+        for step in forward_steps(real, nodes[qualname]):
+            assert "=" in step and "transposed" not in step, (qualname, step)
+            assert not re.search(r"(^|[\s(,])d[a-z]\w* =", step), (qualname, step)  # no dx = ..., dq = ...
+            last = step.split()[-1]
+            assert last not in {"a", "an", "the", "of", "to", "by", "with", "over", "and", "its", "head"}, step

@@ -215,15 +215,26 @@ def test_a_backward_that_writes_into_dy_is_caught(tmp_path, capsys):
 
 
 def test_a_finite_difference_backward_is_refused(tmp_path, capsys):
-    """It would pass every check: the grader refuses a backward that runs the forward."""
+    """It would pass every check: the grader refuses a backward that runs the forward around its inputs."""
     source = LAYER_NORM.replace(
         "def layer_norm_backward(dy, cache: LayerNormCache):",
         "def layer_norm_backward(dy, cache: LayerNormCache):\n"
-        "    layer_norm_forward(cache.x, cache.weight)  # (a finite-difference gradient would start so)",
+        "    x = cache.x.copy()\n"
+        "    x.flat[0] += 1e-6  # (a finite-difference gradient starts so)\n"
+        "    layer_norm_forward(x, cache.weight)",
     )
     status, captured = grade(tmp_path, capsys, source, "--only", "layer_norm")
     assert status == 1
-    assert "refused: layer_norm: layer_norm_backward calls layer_norm_forward: a backward must not run" in captured.out
+    assert (
+        "refused: layer_norm: layer_norm_backward runs the forward layer_norm_forward at a perturbation of an "
+        "array it was given (1 of its 30 entries moved, by up to 1.0e-06): a finite difference" in captured.out
+    )
+    again = LAYER_NORM.replace(
+        "def layer_norm_backward(dy, cache: LayerNormCache):",
+        "def layer_norm_backward(dy, cache: LayerNormCache):\n    layer_norm_forward(cache.x, cache.weight)",
+    )
+    status, captured = grade(tmp_path, capsys, again, "--only", "layer_norm")
+    assert status == 0, captured.out  # the forward once more on the same inputs computes no difference: allowed
 
 
 def test_the_exercise_is_written_never_over_a_file(tmp_path, capsys):
@@ -310,3 +321,73 @@ def test_a_closed_output_pipe_ends_the_command_quietly(command):
     child.stdout.close()  # before the child has written anything: its first write finds the pipe closed
     error = child.stderr.read()
     assert child.wait(timeout=120) == 141 and error == b""
+
+
+def test_only_that_matches_no_case_says_so(tmp_path, capsys):
+    status, captured = grade(tmp_path, capsys, exercise_source("gpt", solution=True), "--only", "model[gelu")
+    assert status == 2 and "--only 'model[gelu' matches no case (see: numforge gradcheck --list --impl" in captured.err
+    assert "defines none of the functions" not in captured.err
+
+
+def test_debug_goes_before_or_after_the_command(tmp_path, capsys):
+    for flags in (["--debug", "gradcheck", "--only", "zzz"], ["gradcheck", "--only", "zzz", "--debug"]):
+        with pytest.raises(ValueError, match="no gradient-check case matches 'zzz'"):  # the error itself, raised
+            main(flags)
+    assert main(["gradcheck", "--only", "zzz"]) == 2  # without: one line
+
+
+def test_course_lists_the_exercises_in_lesson_order(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    main(["course"])
+    lines = capsys.readouterr().out.splitlines()[2:]
+    rows = [line.split() for line in lines if line[:1] and line[0] in "0123456789-" and "exercises passed" not in line]
+    lessons = [float(r[0]) if r[0] != "-" else float("inf") for r in rows]
+    assert len(rows) == len(exercise_names()) and lessons == sorted(lessons), rows
+
+
+def test_a_train_merges_that_ignores_special_tokens_is_caught(tmp_path, capsys):
+    tokenizer = exercise_source("tokenizer", solution=True)
+    line = "    chunks = chunk_byte_ids(texts, pattern, special_tokens)\n"
+    assert tokenizer.count(line) == 1
+    source = tokenizer.replace(line, "    chunks = chunk_byte_ids(texts, pattern)\n")
+    status, captured = grade(tmp_path, capsys, source, "--only", "tokenizer.train_merges")
+    assert status == 1
+    assert "wrong: tokenizer.train_merges on hidden texts 1-3 joined by '<|endoftext|>'" in captured.out
+    assert "each '<|endoftext|>' is cut out of the text before the chunks are counted" in captured.out
+
+
+@pytest.mark.parametrize("name", ["tokenizer", "adamw"])
+def test_the_exercises_with_nothing_to_differentiate_speak_of_no_gradient(tmp_path, capsys, name):
+    header = exercise_source(name).split('"""')[0]
+    assert "gradient" not in header and "finite differences" not in header, header
+    path = tmp_path / "mine.py"
+    path.write_text(exercise_source(name, solution=True), encoding="utf-8")
+    case = "adamw[1 step]" if name == "adamw" else "tokenizer.encode"
+    assert main(["gradcheck", "--show", case, "--impl", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "gradient" not in out and "finite differences" not in out, out
+
+
+def test_a_long_grading_says_how_far_it_is(tmp_path):
+    """A line every few seconds (here: every call), on stderr, so the whole model's 20 s are never silent."""
+    import io
+
+    from numforge.gradcheck.grade import Ticker
+    from numforge.gradcheck.grade import grade as grade_file
+
+    path = tmp_path / "mine.py"
+    path.write_text(exercise_source("rope", solution=True), encoding="utf-8")
+    stream = io.StringIO()
+    outcomes = grade_file(path, "rope*", Ticker(" of mine.py", stream, every=0.0))
+    lines = stream.getvalue().splitlines()
+    assert len(outcomes) == 4 and lines[0] == "graded 0 of 4 cases of mine.py; now rope" and len(lines) == 4
+    quiet = io.StringIO()
+    grade_file(path, "rope*", Ticker("", quiet, every=3600.0))
+    assert quiet.getvalue() == ""
+
+
+def test_progress_is_numforge_course(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["gradcheck", "--progress"]) == main(["course"]) == 1
+    first, second = capsys.readouterr().out.split("exercises passed")[:2]
+    assert first.strip() and first.strip() == second.strip(), (first, second)  # the table, not the gradient checks

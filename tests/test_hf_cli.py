@@ -1,6 +1,7 @@
 """The command line on Hugging Face directories: sample, trace, convert both ways, train --init-from."""
 
 import json
+import os
 import re
 import sys
 
@@ -80,6 +81,22 @@ def test_convert_both_ways_keeps_the_model(hf_dir, tmp_path, capsys):
     assert (
         "holds a converted model, not a training run: start a run from it with --init-from" in capsys.readouterr().err
     )
+
+
+def test_converted_files_follow_the_umask(hf_dir, tmp_path, capsys):
+    """Under umask 022 every file convert writes, both ways, is 0644 and every folder 0755 (safetensors makes its
+    file 0600 by itself)."""
+    previous = os.umask(0o022)
+    try:
+        run_dir, back = tmp_path / "as-numforge", tmp_path / "back-to-hf"
+        assert cli.main(["convert", str(hf_dir), str(run_dir)]) == 0
+        assert cli.main(["convert", str(run_dir), str(back)]) == 0
+    finally:
+        os.umask(previous)
+    written = [p for d in (run_dir, back) for p in [d, *d.rglob("*")]]
+    assert any(p.name == "model.safetensors" for p in written)
+    modes = {p.relative_to(tmp_path).as_posix(): oct(p.stat().st_mode & 0o777) for p in written}
+    assert modes == {name: "0o755" if (tmp_path / name).is_dir() else "0o644" for name in modes}
 
 
 def test_train_init_from_fine_tunes_and_resumes(hf_dir, tmp_path, corpus, capsys):

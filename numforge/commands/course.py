@@ -8,8 +8,10 @@ file are listed with the command that starts them (``gradcheck/progress.py``).
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..checks import path_flag
+from ..gradcheck.grade import Ticker
 from ..gradcheck.progress import format_progress, progress
 from . import EXIT_FAILED
 
@@ -23,6 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    rows = progress(args.dir)
+    ticker = Ticker("", sys.stderr)  # one clock for every file: a line every 5 s of the whole grading
+
+    def for_file(label: str) -> Ticker:
+        ticker.label = label
+        return ticker
+
+    rows = progress(args.dir, for_file)
     print(format_progress(rows))
     return 0 if all(row.done for row in rows) else EXIT_FAILED

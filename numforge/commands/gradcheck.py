@@ -10,15 +10,16 @@ gradients beside the finite-difference ones; ``--progress`` is ``numforge course
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from ..atomic import write_text_atomic
 from ..gradcheck import all_cases
 from ..gradcheck.exercise import exercise_names, exercise_source, get_exercise, load_learner
-from ..gradcheck.grade import Outcome, grade, learner_cases, matching, passed, report, run_case
+from ..gradcheck.grade import Outcome, Ticker, grade, learner_cases, matching, passed, report, run_case
 from ..gradcheck.scaffold import HINT_LEVELS
 from ..gradcheck.show import show
-from . import EXIT_FAILED
+from . import EXIT_FAILED, course
 
 HELP = "check every hand-written backward against finite differences (float64), or grade your own"
 
@@ -67,11 +68,13 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--out and --hints go with --write-exercise")
     if args.show:
         return _show(args.show, args.impl)
+    if args.progress:  # numforge course, here
+        return course.run(argparse.Namespace(dir=Path(".")))
     if args.impl:
         if args.list:
             print("\n".join(c.name for c in learner_cases(load_learner(args.impl), args.only)))
             return 0
-        outcomes = grade(args.impl, args.only)
+        outcomes = grade(args.impl, args.only, Ticker(f" of {args.impl}", sys.stderr))
         print(report(outcomes))
         return 0 if passed(outcomes) else EXIT_FAILED
     cases = matching(all_cases(), args.only)
@@ -80,7 +83,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not cases:
         raise ValueError(f"no gradient-check case matches {args.only!r} (see: numforge gradcheck --list)")
-    outcomes = [Outcome(case, case.run()) for case in cases]
+    ticker, outcomes = Ticker("", sys.stderr), []
+    for done, case in enumerate(cases):
+        ticker(done, len(cases), case.name)
+        outcomes.append(Outcome(case, case.run()))
     print(report(outcomes))
     return 0 if all(r.passed for o in outcomes for r in o.rows) else EXIT_FAILED
 

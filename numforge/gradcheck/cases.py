@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from functools import partial
 from importlib import import_module
 
-from .check import GradResult, check_op
+from .check import GradResult, check_op, upstream
 from .diagnose import diagnosed
+from .mistakes import MISTAKES
 
 SUITES: tuple[str, ...] = ("ops", "attention", "block", "model")  # modules in numforge.gradcheck, in run order
-EXERCISE_SUITES: tuple[str, ...] = ("tokenizer", "adamw")  # graded only: numforge against itself says nothing
+EXERCISE_SUITES: tuple[str, ...] = ("tiling", "tokenizer", "adamw")  # graded only: numforge against itself says little
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,15 @@ def op_case(
             name, forward, mine, arrays, options(), seed=seed, reference=backward, cache_forward=cache_forward
         )
         sizes, _ = features()
-        return [diagnosed(r, arrays, invariants, axes, sizes) for r in results]
+        return [diagnosed(r, arrays, invariants + _mistakes(backward, arrays), axes, sizes) for r in results]
+
+    def _mistakes(backward, arrays) -> tuple:
+        """The known mistakes of ``backward`` (``mistakes.py``), bound to this check's ``dy`` and cache."""
+        known = MISTAKES.get(backward.__name__, ())
+        if not known:
+            return ()
+        y, cache = forward(*arrays.values(), **options())
+        return tuple(m.bound(upstream(y, seed), cache) for m in known)
 
     features = partial(_features, inputs, options, axes)
     describe = partial(_describe, name, forward, backward, inputs, options, fused, forward_name)
@@ -145,14 +154,17 @@ def _shape(shape) -> str:
     return "x".join(str(n) for n in shape) or "scalar"
 
 
-def option_cases(prefix: str, options: Mapping[str, Mapping], check: Callable, **fields) -> list[Case]:
+def option_cases(
+    prefix: str, options: Mapping[str, Mapping], check: Callable, defaults: Mapping | None = None, **fields
+) -> list[Case]:
     """One case ``prefix[option]`` per entry of ``options``, running ``check(option, learner)``; the option's
-    settings are the case's features (``weight_decay > 0``, ``tie_weights``), ``fields`` the rest of each case."""
+    settings over ``defaults`` (a config's: ``tie_weights`` is True where an option does not say) are the case's
+    features (``weight_decay > 0``, ``tie_weights``), ``fields`` the rest of each case."""
     return [
         Case(
             f"{prefix}[{option}]",
             lambda learner=None, option=option: check(option, learner),
-            features=lambda option=option: ({}, dict(options[option])),
+            features=lambda option=option: ({}, {**(defaults or {}), **options[option]}),
             **fields,
         )
         for option in options

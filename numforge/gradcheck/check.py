@@ -207,7 +207,7 @@ def check_op(
     names, values = list(inputs), list(inputs.values())
     y, cache = forward(*values, **kwargs)
     xp = get_xp(y)
-    dy = xp.asarray(np.random.default_rng(seed + 1).standard_normal(np.shape(y)), dtype=np.float64)
+    dy = upstream(y, seed)
 
     slots = [i for i, v in enumerate(values) if v is None or _is_float_array(v)]
     expected = None if reference is None else _by_name(op, reference(dy, cache), names, values, slots)
@@ -223,6 +223,11 @@ def check_op(
     return check_gradients(
         op, objective, inputs, analytic, eps=eps, tol=tol, max_coords=max_coords, seed=seed, reference=expected
     )
+
+
+def upstream(y, seed: int):
+    """The random upstream gradient ``dy`` (float64, ``y``'s shape and backend) that ``check_op`` draws for ``seed``."""
+    return get_xp(y).asarray(np.random.default_rng(seed + 1).standard_normal(np.shape(y)), dtype=np.float64)
 
 
 def _learner_cache(op: str, cache_forward: Callable, values: list, kwargs: dict, y, tol: float):

@@ -116,11 +116,18 @@ def _header(exercise: Exercise, file_name: str, hints: int, solution: bool) -> s
         f"{HEADER_TAG} {exercise.name} ({'the solution' if solution else f'hints {hints}'})",
         f"# {exercise.source_name} with the answer removed: write {graded}.",
         *([] if solution else [f"# Hints {hints}{_more_hints(exercise, hints)}"]),
-        f"# Grade it: numforge gradcheck --impl {file_name}  (--show CASE: your gradient beside the true one)",
+        f"# Grade it: numforge gradcheck --impl {file_name}  (--show CASE: {_shown(exercise)})",
         *[f"# The math: {doc}" for doc in derivations_of(exercise)],
         f"# The solution, once you are done: {exercise.source_name}.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _shown(exercise: Exercise) -> str:
+    """What ``--show`` puts side by side: gradients, or (nothing differentiated: no forward) outputs."""
+    if any(case.forwards for case in exercise.cases):
+        return "your gradient beside the true one"
+    return "what yours does beside what numforge's does"
 
 
 @functools.cache

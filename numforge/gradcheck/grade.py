@@ -16,6 +16,7 @@ import fnmatch
 import functools
 import itertools
 import re
+import time
 import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,8 +25,11 @@ from pathlib import Path
 from ..table import format_table
 from .cases import Case, exercise_cases
 from .check import GradResult, MatchResult, format_results
-from .exercise import defines, denied_functions, load_learner
+from .exercise import defines, denied_functions, get_exercise, load_learner
 from .guard import Guard
+
+CHECK_FILE = str(Path(__file__).resolve().parent / "check.py")
+FINITE_DIFFERENCES = ("numeric_gradient", "check_gradients", "check_op")  # what no learner's function may call
 
 
 @dataclass
@@ -48,24 +52,50 @@ def learner_cases(module, pattern: str = "*") -> list[Case]:
     return [c for c in matching(exercise_cases(), pattern) if all(defines(module, name) for name in c.learner)]
 
 
-def grade(path: str | Path, pattern: str = "*") -> list[Outcome]:
-    """Every case of the learner's file ``path`` (matching ``pattern``), run with the learner's functions."""
+def grade(path: str | Path, pattern: str = "*", on_case=None) -> list[Outcome]:
+    """Every case of the learner's file ``path`` (matching ``pattern``), run with the learner's functions;
+    ``on_case(done, total, name)`` before each (a progress line)."""
     module = load_learner(path)
+    if not matching(exercise_cases(), pattern):
+        raise ValueError(f"--only {pattern!r} matches no case (see: numforge gradcheck --list --impl {path})")
     cases = learner_cases(module, pattern)
     if not cases:
         names = sorted({n for c in exercise_cases() for n in c.learner})
         raise ValueError(f"{path} defines none of the functions numforge grades (matching {pattern!r}): {names}")
-    return [run_case(case, module, path) for case in cases]
+    outcomes = []
+    for done, case in enumerate(cases):
+        if on_case is not None:
+            on_case(done, len(cases), case.name)
+        outcomes.append(run_case(case, module, path))
+    return outcomes
+
+
+class Ticker:
+    """``on_case`` for ``grade``: a line on ``stream`` when ``every`` seconds have passed since the last one
+    (``graded 12 of 37 cases of mine.py; now model[relu2]``), so a long grading is never silent."""
+
+    def __init__(self, label: str, stream, every: float = 5.0):
+        self.label, self.stream, self.every = label, stream, every
+        self.last = time.monotonic()
+
+    def __call__(self, done: int, total: int, name: str) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            print(f"graded {done} of {total} cases{self.label}; now {name}", file=self.stream, flush=True)
 
 
 def run_case(case: Case, module, path) -> Outcome:
-    """``case`` with the learner's functions, under the guard."""
+    """``case`` with the learner's functions, under the guard; whatever the learner's code raises (or the grading
+    of what it returned: a dict where an array goes) is the case's outcome, never the grader's crash."""
     backwards = set(case.learner) - set(case.forwards)
-    guard = Guard(path, denied_functions(case.exercise_name), set(case.forwards), backwards)
+    home = str(get_exercise(case.exercise_name).path)
+    denied = denied_functions(case.exercise_name) | {(CHECK_FILE, name) for name in FINITE_DIFFERENCES}
+    guard = Guard(path, denied, {(home, name) for name in case.forwards})
     try:
-        with _guarded(module, case.learner, guard):
+        with _guarded(module, case.learner, guard, backwards):
             rows = case.run(module)
-    except Exception as error:  # the learner's code: report the error, grade the other cases
+    except (Exception, SystemExit) as error:  # the learner's code: report the error, grade the other cases
         if guard.violations:
             return Outcome(case, [], "; ".join(guard.violations), "refused")
         if isinstance(error, NotImplementedError):
@@ -81,16 +111,17 @@ def run_case(case: Case, module, path) -> Outcome:
 
 
 @contextmanager
-def _guarded(module, names: tuple[str, ...], guard: Guard):
-    """The learner's functions ``names`` (``Class.method`` too) run under ``guard`` while the block runs; only
-    they: finite differences and numforge's reference run at full speed."""
+def _guarded(module, names: tuple[str, ...], guard: Guard, backwards: set[str]):
+    """The learner's functions ``names`` (``Class.method`` too) run under ``guard`` while the block runs, those of
+    ``backwards`` as backwards (the forward is counted); only they: finite differences and numforge's reference
+    run at full speed."""
     saved = []
     for name in names:
         owner_name, _, attribute = name.rpartition(".")
         owner = getattr(module, owner_name) if owner_name else module
         function = owner.__dict__[attribute] if owner_name else getattr(module, attribute)
         saved.append((owner, attribute, function))
-        setattr(owner, attribute, _under(function, guard))
+        setattr(owner, attribute, _under(function, guard, name if name in backwards else None))
     try:
         yield
     finally:
@@ -98,11 +129,17 @@ def _guarded(module, names: tuple[str, ...], guard: Guard):
             setattr(owner, attribute, function)
 
 
-def _under(function, guard: Guard):
+def _under(function, guard: Guard, backward: str | None):
     @functools.wraps(function)
     def guarded(*args, **kwargs):
         with guard:
-            return function(*args, **kwargs)
+            if backward is None:
+                return function(*args, **kwargs)
+            guard.enter_backward(backward, args, kwargs)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                guard.exit_backward()
 
     return guarded
 
@@ -201,13 +238,13 @@ def _candidates(features: dict) -> list[tuple[str, str, object]]:
     ]
     keys = set.union(*options) if options else set()
     for key in sorted(keys):
-        values = {o.get(key) for _, o in features.values()}
+        values = list({repr(o.get(key)): o.get(key) for _, o in features.values()}.values())  # a dict is no key
         if all(isinstance(v, bool) or v is None for v in values):
             found.append((key, f"not {key}", lambda f, k=key: bool(f[1].get(k))))
         elif all(isinstance(v, (int, float)) or v is None for v in values):
             found.append((f"{key} > 0", f"{key} = 0", lambda f, k=key: (f[1].get(k) or 0) > 0))
         else:
-            for value in sorted(str(v) for v in values):
+            for value in sorted({str(v) for v in values}):
                 found.append((f"{key} = {value}", f"{key} != {value}", lambda f, k=key, v=value: str(f[1].get(k)) == v))
     return found
 

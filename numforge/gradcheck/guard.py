@@ -1,48 +1,144 @@
-"""While a learner's functions run: they may not call numforge's own answer, nor the forward from a backward.
+"""While a learner's functions run: they may not call numforge's answer, nor take finite differences of the forward.
 
 Two shortcuts would pass every check without a line of the math: calling
 numforge's own backward (or a helper only it uses: ``_backward_tiles``), and a
-"backward" that runs the forward again to take finite differences itself.
-``Guard`` (``with guard:``, re-entrant) watches every Python function call
-(``sys.settrace``, and ``threading.settrace`` for threads started meanwhile;
-no line is traced) and records:
+"backward" that evaluates the forward around its inputs to take finite
+differences itself. ``Guard`` (``with guard:``, re-entrant) watches every
+Python function call (``sys.settrace``, and ``threading.settrace`` for threads
+started meanwhile; no line is traced) and knows a function by what its code
+is, not by its name or file: ``content_key`` is the code object's bytecode,
+names and constants, whatever ``co_name`` or ``co_filename`` say (a
+``__code__.replace(co_name=...)``, numforge's source ``exec``'d under another
+file name, are the same function). A frame is the learner's only if its code
+was compiled from the learner's file, numforge's only if from numforge's. It records:
 
-- a call of a ``denied`` function (numforge's file and qualified name) made
-  directly by the learner's code (the nearest caller that is numforge's or the
-  learner's is the learner's: numforge calling numforge is its own business);
-- a call of a ``forwards`` function (numforge's, or the learner's copy) made
-  while a learner's backward is on the stack above it, before any numforge frame.
+- a call of a ``denied`` function (numforge's answer, or its finite
+  differences: ``check.numeric_gradient``), by content, made directly by the
+  learner's code (the nearest caller that is numforge's or the learner's is
+  the learner's: numforge calling numforge is its own business);
+- while a learner's backward runs, an evaluation of the case's forward (numforge's,
+  the learner's copy, any copy) that finite differences need and a backward does not:
+  at a perturbation of an array the backward was given (some of its entries
+  moved, or all of them by a tiny amount), on an array larger than any it was
+  given (a Jacobian probed all at once), or more than ``FORWARD_BUDGET`` times in one
+  backward. Running the forward on other arrays is a building block, not a
+  shortcut: RoPE's backward is the forward's rotation with ``-sin``, applied to ``dy``.
+
+What cannot be seen this way is the forward's formula written out again in the
+learner's own code, with the differences taken by hand: no call reveals it,
+and no property of the returned gradient tells it from a derived one (a
+complex-step difference is exact to rounding). That one is left to the course's honour.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import sys
 import threading
 from pathlib import Path
 
+import numpy as np
+
+from ..backend import to_numpy
+
 NUMFORGE_DIR = os.path.realpath(Path(__file__).resolve().parent.parent)
-QUALIFIED = sys.version_info >= (3, 11)  # code objects know their qualified name (Class.method); before, only the name
+FORWARD_BUDGET = 4  # forward evaluations one backward may make (a per-head loop); finite differences need 2 per entry
+NEAR = 1e-3  # an array within this (relative) of one the backward was given, all entries moved, is a perturbation
+PROBED = "a Jacobian probed all at once, finite differences in disguise"
+PERTURBED = (
+    "a finite difference; a backward must not run the forward again around its inputs (finite differences are "
+    "the grader's job, not the backward's)"
+)
+REPEATED = "finite differences; a backward must not run the forward again and again"
+DEPTH = 2  # how deep arrays are looked for in what a function receives: cache.x, self.params[name]
 
 
-def _name(qualname: str) -> str:
-    return qualname if QUALIFIED else qualname.rsplit(".", 1)[-1]
+def content_key(code) -> tuple:
+    """What a code object computes: its bytecode, the names it uses, its constants (nested code by their key)."""
+    consts = tuple(content_key(c) if hasattr(c, "co_code") else (type(c).__name__, repr(c)) for c in code.co_consts)
+    return (code.co_code, code.co_names, code.co_argcount, code.co_kwonlyargcount, code.co_nlocals, consts)
 
 
-def _code_name(code) -> str:
-    return code.co_qualname if QUALIFIED else code.co_name
+@functools.cache
+def _file_functions(path: str, mtime: float) -> dict[tuple, str]:
+    """Content key -> qualified name of every function compiled from the file ``path`` (nested ones too)."""
+    try:
+        source = Path(path).read_text(encoding="utf-8")
+        module = compile(source, path, "exec")
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return {}
+    found, todo = {}, [(module, "")]
+    while todo:
+        code, prefix = todo.pop()
+        for const in code.co_consts:
+            if hasattr(const, "co_code"):
+                qualname = getattr(const, "co_qualname", prefix + const.co_name)  # co_qualname: Python 3.11+
+                found.setdefault(content_key(const), qualname)
+                inner = ".<locals>." if const.co_flags & inspect.CO_OPTIMIZED else "."  # a function, or a class body
+                todo.append((const, qualname + inner))
+    return found
+
+
+def file_functions(path: str) -> dict[tuple, str]:
+    try:
+        mtime = os.stat(path).st_mtime
+    except OSError:
+        return {}
+    return _file_functions(os.path.realpath(path), mtime)
+
+
+def function_key(path: str, qualname: str) -> tuple | None:
+    """The content key of the function ``qualname`` of the file ``path``, or None."""
+    return next((key for key, name in file_functions(path).items() if name == qualname), None)
+
+
+def _arrays(value, depth: int = DEPTH) -> list:
+    """The float arrays in ``value``: itself, or (``depth`` levels down) in its fields, items and attributes."""
+    if hasattr(value, "dtype") and hasattr(value, "shape"):
+        return [value] if getattr(value.dtype, "kind", "") == "f" else []
+    if depth == 0 or isinstance(value, (str, bytes, type)) or callable(value):
+        return []
+    if isinstance(value, dict):
+        items = list(value.values())
+    elif isinstance(value, (tuple, list)):
+        items = list(value)
+    else:
+        items = list(getattr(value, "__dict__", {}).values())
+    return [a for item in items[:64] for a in _arrays(item, depth - 1)]
+
+
+def _perturbation(array, given: np.ndarray) -> str | None:
+    """How ``array`` is a perturbation of ``given`` (same shape, some entries moved, or all by a tiny amount)."""
+    if tuple(array.shape) != given.shape or given.size == 0:
+        return None
+    mine = to_numpy(array).astype(np.float64, copy=False)
+    moved = int(np.count_nonzero(mine != given))
+    if moved == 0:
+        return None
+    distance = float(np.max(np.abs(mine - given)))
+    if moved * 2 < given.size or distance <= NEAR * max(float(np.max(np.abs(given))), 1e-300):
+        return f"{moved} of its {given.size} entries moved, by up to {distance:.1e}"
+    return None
 
 
 class Guard:
-    """``with Guard(learner_file, denied, forwards, backwards) as guard: ...``; then ``guard.violations``."""
+    """``with Guard(learner_file, denied, forwards) as guard: ...``; a backward runs inside
+    ``guard.backward(args)``; then ``guard.violations``. ``denied``: ``(file, qualified name)`` of what the
+    learner's code may not call; ``forwards``: ``(file, qualified name)`` of the forwards a backward may not
+    take differences of."""
 
-    def __init__(self, learner_file, denied: set[tuple[str, str]], forwards: set[str], backwards: set[str]):
+    def __init__(self, learner_file, denied: set[tuple[str, str]], forwards: set[tuple[str, str]]):
         self.learner_file = os.path.realpath(learner_file)
-        self.denied = {(os.path.realpath(path), _name(name)) for path, name in denied}
-        self.forwards, self.backwards = {_name(n) for n in forwards}, {_name(n) for n in backwards}
+        self.denied = {k: name for path, name in denied if (k := function_key(path, name)) is not None}
+        self.forwards = {k: name for path, name in forwards if (k := function_key(path, name)) is not None}
         self.violations: list[str] = []
-        self._owners: dict[str, tuple[str, str | None]] = {}
+        self._recorded: set[str] = set()  # the kinds of violation recorded: one sentence each
+        self._kinds: dict[int, tuple] = {}  # id(code) -> (code, owner, key)
         self._depth = 0
+        self._backwards: list[tuple[str, list, list]] = []  # (name, arrays given, forward calls) of running backwards
+        self._lock = threading.Lock()
 
     def __enter__(self) -> Guard:
         if self._depth == 0:
@@ -58,56 +154,75 @@ class Guard:
             sys.settrace(self._previous)
             threading.settrace(None)
 
-    def _file(self, filename: str) -> tuple[str, str | None]:
-        """``(real path, owner)`` of a code object's file: ``"learner"``, ``"numforge"`` or None (numpy, ...)."""
-        known = self._owners.get(filename)
-        if known is None:
-            path = os.path.realpath(filename)
-            owner = "learner" if path == self.learner_file else ("numforge" if path.startswith(NUMFORGE_DIR) else None)
-            known = self._owners[filename] = (path, owner)
-        return known
+    def enter_backward(self, name: str, args: tuple, kwargs: dict) -> None:
+        """A learner's backward ``name`` starts with ``args``: what a finite difference would perturb, copied."""
+        if not self._backwards:
+            given = [to_numpy(a).astype(np.float64) for v in (*args, *kwargs.values()) for a in _arrays(v)]
+            self._backwards.append((name, given, []))
+        else:
+            self._backwards.append(self._backwards[-1])  # a backward inside one: the outer one's budget
 
-    def _owner(self, filename: str) -> str | None:
-        return self._file(filename)[1]
+    def exit_backward(self) -> None:
+        self._backwards.pop()
+
+    def _kind(self, code) -> tuple[str | None, tuple]:
+        """``(owner, content key)``: owner ``"learner"``, ``"numforge"`` (code compiled from that file) or None."""
+        known = self._kinds.get(id(code))
+        if known is None or known[0] is not code:
+            key = content_key(code)
+            path = os.path.realpath(code.co_filename)
+            owner = "learner" if path == self.learner_file else "numforge" if path.startswith(NUMFORGE_DIR) else None
+            if owner is not None and key not in file_functions(path):
+                owner = None  # code that says it is from the file but was not compiled from it
+            known = self._kinds[id(code)] = (code, owner, key)
+        return known[1], known[2]
 
     def _hook(self, frame, event, arg) -> None:  # returns None: no tracing inside the frame
         if event != "call":
             return
-        code = frame.f_code
-        path, owner = self._file(code.co_filename)
-        if owner is None:
-            return
-        name = _code_name(code)
-        if name in self.forwards:
-            self._check_forward(frame, name)
-        elif (path, name) in self.denied and self._caller(frame) == "learner":
-            relative = os.path.relpath(path, os.path.dirname(NUMFORGE_DIR))
-            self._record(f"it calls numforge's own {name} ({relative}): the exercise is to write it")
+        owner, key = self._kind(frame.f_code)
+        if key in self.forwards:
+            if self._backwards:
+                self._check_forward(frame, self.forwards[key])
+        elif key in self.denied and owner != "learner" and self._caller(frame) == "learner":
+            name = self.denied[key]
+            if name in ("numeric_gradient", "check_gradients", "check_op"):
+                self._record(f"it calls numforge's finite differences ({name}): the backward is to compute the "
+                             "gradient by the chain rule, the finite differences are the grader's")  # fmt: skip
+            else:
+                self._record(f"it calls numforge's own {name} (or a copy of it): the exercise is to write it")
 
     def _caller(self, frame) -> str | None:
         caller = frame.f_back
         while caller is not None:
-            owner = self._owner(caller.f_code.co_filename)
+            owner, _ = self._kind(caller.f_code)
             if owner is not None:
                 return owner
             caller = caller.f_back
         return None
 
     def _check_forward(self, frame, name: str) -> None:
-        caller = frame.f_back
-        while caller is not None:
-            owner = self._owner(caller.f_code.co_filename)
-            if owner == "numforge":
-                return
-            caller_name = _code_name(caller.f_code)
-            if owner == "learner" and (caller_name in self.backwards or caller_name.endswith("backward")):
-                self._record(
-                    f"{caller_name} calls {name}: a backward must not run the forward again "
-                    "(finite differences are the grader's job, not the backward's)"
-                )
-                return
-            caller = caller.f_back
+        with self._lock:
+            backward, given, calls = self._backwards[-1]
+            calls.append(name)
+        running = f"{backward} runs the forward {name}"
+        largest = max((a.size for a in given), default=0)
+        for value in list(frame.f_locals.values()):
+            for array in _arrays(value):
+                if array.size > largest:
+                    more = f"on an array of {array.size} numbers, more than any it was given ({largest})"
+                    return self._record(f"{running} {more}: {PROBED}", "forward")
+                for original in given:
+                    how = _perturbation(array, original)
+                    if how is not None:
+                        return self._record(f"{running} at a perturbation of an array it was given ({how}): "
+                                            f"{PERTURBED}", "forward")  # fmt: skip
+        if len(calls) > FORWARD_BUDGET:
+            times = f"{len(calls)} times in one backward (at most {FORWARD_BUDGET})"
+            self._record(f"{running} {times}: {REPEATED}", "forward")
 
-    def _record(self, violation: str) -> None:
-        if violation not in self.violations:
+    def _record(self, violation: str, kind: str | None = None) -> None:
+        kind = kind or violation
+        if kind not in self._recorded:
+            self._recorded.add(kind)
             self.violations.append(violation)

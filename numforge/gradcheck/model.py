@@ -14,6 +14,7 @@ against the textbook model, ``model/reference.py``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import fields
 
 import numpy as np
@@ -21,12 +22,14 @@ import numpy as np
 from ..backend import asarray, default_rng
 from ..model import GPT, POSITIONS, GPTConfig
 from ..model.config import ARCHS, activation_fields
+from ..model.names import LM_HEAD, TOKEN_EMBEDDING
 from ..model.reference import reference_backward, reference_forward
 from ..ops.activations import ACTIVATIONS
 from ..ops.norms import NORMS
 from .cases import option_cases
 from .check import GradResult, check_gradients
 from .diagnose import diagnosed
+from .mistakes import tied_sides
 
 TINY = dict(vocab_size=13, max_seq_len=8, d_model=8, num_heads=2, num_layers=2, d_ff=12)
 BATCH, SEQ = 2, 7
@@ -156,7 +159,20 @@ def check_model(option: str, learner=None) -> list[GradResult]:
     _, _, reference_cache = reference_forward(truth.params, truth.config, ids, targets, rng=default_rng(DROPOUT_SEED))
     reference = reference_backward(truth.params, truth.config, reference_cache)
     results = check_gradients(name, loss, truth.params, grads, max_coords=MAX_COORDS, reference=reference)
-    return [diagnosed(r, truth.params) for r in results]
+    found = (
+        _tied_mistakes(truth, ids, targets) if truth.config.tie_weights and not all(r.passed for r in results) else ()
+    )
+    return [diagnosed(r, truth.params, found) for r in results]
+
+
+def _tied_mistakes(truth: GPT, ids, targets) -> tuple:
+    """The tied table's gradient with one of its uses left out: the same model untied, its output layer the
+    table, gives each use's gradient apart (``token_embedding``: the lookup's; ``lm_head.weight``: the output's)."""
+    config = dataclasses.replace(truth.config, tie_weights=False)
+    params = {**truth.params, LM_HEAD: truth.params[TOKEN_EMBEDDING]}
+    _, _, cache = reference_forward(params, config, ids, targets, rng=default_rng(DROPOUT_SEED))
+    grads = reference_backward(params, config, cache)
+    return tuple(m.bound() for m in tied_sides(grads[TOKEN_EMBEDDING], grads[LM_HEAD]))
 
 
 def describe(function: str) -> str:
@@ -174,6 +190,7 @@ CASES = option_cases(
     "model",
     OPTIONS,
     check_model,
+    defaults=DEFAULTS,
     module=GPT.__module__,
     learner=("GPT.backward",),
     forwards=("GPT.forward",),

@@ -22,6 +22,7 @@ from ..ops import normal as _randn
 from ..ops.moe import moe_backward, moe_forward
 from .cases import Case, op_case
 from .check import check_op
+from .diagnose import diagnosed
 
 E = 4  # experts of the cases
 
@@ -75,7 +76,9 @@ def _aux_case(name: str, layout: str, options: dict) -> Case:
     def run(learner=None):
         mine = moe_backward if learner is None else learner.moe_backward
         reference = None if learner is None else _split_upstream(moe_backward)
-        return check_op(name, _with_aux_output, _split_upstream(mine), inputs(), options, reference=reference)
+        arrays = inputs()
+        results = check_op(name, _with_aux_output, _split_upstream(mine), arrays, options, reference=reference)
+        return results if learner is None else [diagnosed(r, arrays) for r in results]
 
     return Case(name, run, moe_backward.__module__, ("moe_backward",), ("moe_forward",), inputs=inputs)
 

@@ -56,9 +56,9 @@ def lessons() -> dict[str, str]:
     return found
 
 
-def _status(path: Path) -> tuple[str, bool]:
+def _status(path: Path, on_case=None) -> tuple[str, bool]:
     try:
-        outcomes = grade(path)
+        outcomes = grade(path, on_case=on_case)
     except ValueError as error:
         return f"cannot grade: {error}", False
     if passed(outcomes):
@@ -69,19 +69,22 @@ def _status(path: Path) -> tuple[str, bool]:
     return "; ".join(f"{label}: {n} of {len(outcomes)} cases" for label, n in counted.items()), False
 
 
-def progress(directory: str | Path = ".") -> list[Progress]:
+def progress(directory: str | Path = ".", ticker=None) -> list[Progress]:
+    """Every exercise, in lesson order, with the status of each of its files here; ``ticker(label)``, if given,
+    makes the ``on_case`` of a file's grading (``grade.Ticker``: a progress line every few seconds)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise ValueError(f"{directory}: no such directory")
     files, lesson_of = exercise_files(directory), lessons()
     rows = []
-    for name in exercise_names():
+    in_order = sorted(exercise_names(), key=lambda n: int(lesson_of[n]) if lesson_of.get(n, "-").isdigit() else 1e9)
+    for name in in_order:  # the course's order, the exercises no lesson sets last
         lesson = lesson_of.get(name, "-")
         if name not in files:
             start = f"not started: numforge gradcheck --write-exercise {name} --out my_{name}.py"
             rows.append(Progress(name, lesson, "-", start, False))
         for path in files.get(name, []):
-            status, done = _status(path)
+            status, done = _status(path, None if ticker is None else ticker(f" of {path.name}"))
             rows.append(Progress(name, lesson, path.name, status, done))
     return rows
 

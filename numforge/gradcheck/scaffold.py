@@ -121,14 +121,17 @@ def analyse(tree: ast.Module, graded: tuple[str, ...], used_outside: set[str] = 
 
 
 def forward_steps(source_lines: list[str], node: ast.FunctionDef) -> list[str]:
-    """The ``# forward: ...`` comments of a function's body, in order, each cut before what it concludes."""
+    """The forward equations of the ``# forward: ...`` comments of a function's body, in order: each comment cut
+    before what it concludes (``, so ...``), its ``;``-separated equations each cut before a ``: `` (what follows
+    is the backward's), and what is no equation dropped (a shape, ``transposed: dx = ...``, a remark)."""
     steps = []
     for line in source_lines[node.body[0].lineno - 1 : node.end_lineno]:
         match = FORWARD_COMMENT.search(line)
         if match:
-            step = re.split(r",? so\b|;\s*\(", match[1])[0].strip().rstrip(",;")
-            if step and step not in steps:
-                steps.append(step)
+            for part in re.split(r",? so\b", match[1])[0].split(";"):
+                step = part.split(": ")[0].strip().rstrip(",")
+                if "=" in step and step not in steps:
+                    steps.append(step)
     return steps
 
 

@@ -44,7 +44,7 @@ def show(case: Case, rows: list, label: str) -> str:
             truth = np.asarray(row.numeric, dtype=np.float64).reshape(mine.shape)
             lines = _by_rows(truth, mine)
             out.append(
-                f"{row.op}, the gradient of {row.argument!r} ({shape}), row by row: finite differences | {label}"
+                f"{row.op}, the {row.quantity} of {row.argument!r} ({shape}), row by row: {row.against} | {label}"
             )
         else:
             truth = None

@@ -22,6 +22,7 @@ from .cases import Case
 from .check import MatchResult
 
 NUM_MERGES = 24
+SPECIAL = "<|endoftext|>"
 
 
 @functools.cache
@@ -106,7 +107,22 @@ def _check(step: str, learner) -> list[MatchResult]:
             row = MatchResult("", "", list(got) == list(want), _first_difference(list(got), want), note)
         rows.append(MatchResult(f"tokenizer.{step}", _text_label(i, text), row.passed,
                                 "" if row.passed else row.detail, () if row.passed else row.notes))  # fmt: skip
-    return rows
+    return rows + ([_with_special_tokens(mine)] if step == "train_merges" else [])
+
+
+def _with_special_tokens(train_merges) -> MatchResult:
+    """``train_merges`` on texts joined by a special token: no merge may cross it nor take its bytes."""
+    text = SPECIAL.join(hidden_texts()[:3])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = list(train_merges(text, NUM_MERGES, special_tokens=(SPECIAL,)))
+    want = reference.train_merges(text, NUM_MERGES, special_tokens=(SPECIAL,))
+    note = (f"with special_tokens, each {SPECIAL!r} is cut out of the text before the chunks are counted",)
+    label = f"hidden texts 1-3 joined by {SPECIAL!r}, special_tokens=({SPECIAL!r},)"
+    ok = got == list(want)
+    return MatchResult(
+        "tokenizer.train_merges", label, ok, "" if ok else _first_difference(got, want), () if ok else note
+    )
 
 
 def _run(step: str):

@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..atomic import file_mode
 from ..checks import MissingDependencyError, is_int
 from ..files import parse_json
 
@@ -284,3 +285,4 @@ def hf_tensors(params: dict[str, np.ndarray], layout: Layout) -> dict[str, np.nd
 def write_tensors(path: Path, params: dict[str, np.ndarray], layout: Layout) -> None:
     """Write ``params`` (numforge names) as the architecture's ``model.safetensors`` at ``path``."""
     safetensors_numpy().save_file(hf_tensors(params, layout), str(path), metadata={"format": "pt"})
+    os.chmod(path, file_mode())  # safetensors creates it 0o600; numforge's files follow the umask
