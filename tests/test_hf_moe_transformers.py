@@ -11,6 +11,7 @@ experts run ``experts_implementation="eager"`` (a loop over the experts: the def
 float64).
 """
 
+import dataclasses
 import types
 
 import numpy as np
@@ -29,6 +30,7 @@ from test_hf_llama_transformers import (  # noqa: E402
     CONTEXT,
     SIZES,
     float64_reference,
+    hf_grads_by_numforge_name,
     hf_greedy,
     hf_model,
     mistral_style,
@@ -104,6 +106,46 @@ def test_logits_equal_transformers(mixtral):
     other = GPT(ours64.config, dtype="float64")
     other.load_params(shuffled)
     assert worst(backend.to_numpy(other.logits(backend.asarray(ids))), theirs64) > 1e-3
+
+
+def hf_moe_grads_by_numforge_name(model) -> dict[str, np.ndarray]:
+    """Every parameter's ``.grad`` under numforge's name: the Llama test's mapping for the attention, the norms and
+    the embeddings; the experts' and the router's written out here: transformers 5 holds
+    the experts stacked (``experts.gate_up_proj`` (E, 2F, C), gate first; ``experts.down_proj`` (E, C, F)), the
+    router as ``gate.weight`` (E, C); numforge's are (E, C, F), (E, F, C) and (C, E)."""
+    g = {name: p.grad.numpy() for name, p in model.named_parameters()}
+    F, grads = model.config.intermediate_size, hf_grads_by_numforge_name(model)
+    for i in range(model.config.num_hidden_layers):
+        hf, ours = f"model.layers.{i}.mlp.", f"layers.{i}.mlp."
+        gate_up = g[hf + "experts.gate_up_proj"].transpose(0, 2, 1)  # (E, C, 2F)
+        grads[ours + "experts.gate_proj.weight"] = gate_up[:, :, :F]
+        grads[ours + "experts.up_proj.weight"] = gate_up[:, :, F:]
+        grads[ours + "experts.down_proj.weight"] = g[hf + "experts.down_proj"].transpose(0, 2, 1)
+        grads[ours + "router.weight"] = g[hf + "gate.weight"].T
+    return grads
+
+
+def test_every_parameter_gradient_equals_torch_autograd(mixtral):
+    """The cross-entropy's gradients (the load-balancing loss off on numforge's side: transformers' model adds it
+    only with output_router_logits) into every parameter, routers and experts included, against autograd in
+    float64."""
+    directory, tokenizer = mixtral
+    loaded, _ = load_pretrained(directory, dtype="float64")
+    model = GPT(dataclasses.replace(loaded.config, router_aux_loss_coef=0.0), dtype="float64")
+    model.load_params(loaded.params)
+    ids = token_ids(tokenizer, 41)
+    inputs, targets = ids[:, :-1], ids[:, 1:]
+    loss, cache = model.forward(backend.asarray(inputs), backend.asarray(targets))
+    ours = {k: backend.to_numpy(v) for k, v in model.backward(cache).items()}
+    reference = float64_router(eager(directory))
+    logits = reference(torch.tensor(inputs)).logits  # (1,T,V)
+    theirs_loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), torch.tensor(targets)[0])
+    theirs_loss.backward()
+    assert abs(float(loss) - theirs_loss.item()) < 1e-12 * theirs_loss.item()
+    theirs = hf_moe_grads_by_numforge_name(reference)
+    assert theirs.keys() == ours.keys()  # every parameter
+    errors = {key: worst(ours[key], theirs[key]) for key in theirs}
+    assert max(errors.values()) < 1e-9, sorted(errors.items(), key=lambda item: -item[1])[:3]
 
 
 def test_greedy_generation_equals_transformers_generate(mixtral):
