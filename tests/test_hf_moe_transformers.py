@@ -12,6 +12,7 @@ float64).
 """
 
 import dataclasses
+import re
 import types
 
 import numpy as np
@@ -229,3 +230,26 @@ def test_numforge_convert_of_an_arch_moe_run_opens_in_transformers(tmp_path):
     with torch.no_grad():
         theirs = float64_router(eager(tmp_path / "hf"))(torch.tensor(ids)).logits.numpy()
     assert worst(backend.to_numpy(model.logits(backend.asarray(ids))), theirs) < 1e-12
+
+
+def test_a_missing_or_misshapen_expert_tensor_is_named(mixtral, tmp_path):
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    directory, _ = mixtral
+    tensors = load_file(str(directory / "model.safetensors"))
+    name = "model.layers.1.block_sparse_moe.experts.3.w2.weight"
+    cases = {
+        "drop": r"missing tensors \['layers.1.block_sparse_moe.experts.3.w2.weight'\]",
+        "transpose": rf"tensor '{re.escape(name)}' has shape \(48, 32\), the config needs \(32, 48\)",
+    }
+    for change, match in cases.items():
+        broken = tmp_path / change
+        shutil.copytree(directory, broken)
+        edited = {k: v for k, v in tensors.items() if k != name}
+        if change == "transpose":
+            edited[name] = tensors[name].T.copy()
+        save_file(edited, str(broken / "model.safetensors"), metadata={"format": "pt"})
+        with pytest.raises(ValueError, match=match):
+            load_pretrained(broken)
