@@ -158,9 +158,10 @@ REFUSED = [
     ),
     ("llama", {"num_local_experts": 8}, "num_local_experts is 8: a mixture of experts"),
     ("qwen2", {"num_experts": 60}, "num_experts is 60: a mixture of experts"),
-    ("mixtral", {}, "model_type is 'mixtral', a mixture of experts"),
+    ("mixtral", {"router_jitter_noise": 0.1}, "router_jitter_noise is 0.1; numforge's router has no noise"),
+    ("mixtral", {"num_local_experts": 0}, "num_local_experts must be a positive integer, got 0"),
     ("qwen2_moe", {}, "model_type is 'qwen2_moe', a mixture of experts"),
-    ("gemma", {}, "model_type is 'gemma'; numforge loads 'gpt2', 'llama', 'mistral', 'qwen2', 'qwen3'"),
+    ("gemma", {}, "model_type is 'gemma'; numforge loads 'gpt2', 'llama', 'mistral', 'mixtral', 'qwen2', 'qwen3'"),
     (
         "llama",
         {"quantization_config": {"quant_method": "gptq"}},

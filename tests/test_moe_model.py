@@ -173,8 +173,9 @@ def test_train_logs_the_per_expert_load_and_resumes_with_it(tmp_path, capsys):
     traced = capsys.readouterr().out
     assert "layer 1 router probabilities (N,E)" in traced and "layer 1 gates of the chosen experts (N,k)" in traced
     assert "layers.1.mlp.experts.gate_proj.weight" in traced and "layers.0.mlp.router.weight" in traced
-    assert main(["convert", str(out), str(tmp_path / "hf")]) == 2  # no family of hf/ holds experts yet: said so
-    assert "cannot express num_experts=3 (their MLP is dense)" in capsys.readouterr().err
+    assert main(["convert", str(out), str(tmp_path / "hf")]) == 0  # a Mixtral (tests/test_hf_moe_transformers.py)
+    written = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert (written["model_type"], written["num_local_experts"], written["num_experts_per_tok"]) == ("mixtral", 3, 2)
 
 
 def test_a_dense_models_loss_log_has_no_load_column_and_a_bad_load_is_named(tmp_path):

@@ -7,8 +7,9 @@ training from it with ``numforge train --init-from DST``); anything else is
 read as a numforge run or checkpoint and written as a Hugging Face directory
 that ``transformers`` opens: GPT-2's if GPT-2 can express the model, else
 ``LlamaForCausalLM`` (RMSNorm, rotary positions, SwiGLU, no biases; grouped-query
-attention), ``Qwen2ForCausalLM`` (q/k/v biases) or ``Qwen3ForCausalLM`` (QK-norm
-before the rotation); any other is refused by name before anything is written.
+attention), ``Qwen2ForCausalLM`` (q/k/v biases), ``Qwen3ForCausalLM`` (QK-norm
+before the rotation) or ``MixtralForCausalLM`` (a mixture of experts); any
+other is refused by name before anything is written.
 DST must not exist; it appears whole or not at all.
 """
 
@@ -22,7 +23,7 @@ from ..checkpoint import latest_checkpoint_dir, load_model, save_checkpoint
 from ..hf import save_pretrained
 from ..optim import AdamW
 
-HELP = "convert a numforge run or checkpoint to a Hugging Face directory (GPT-2, Llama, Qwen2, Qwen3), or back"
+HELP = "convert a numforge run or checkpoint to a Hugging Face directory (GPT-2, Llama, Qwen2, Qwen3, Mixtral), or back"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -4,8 +4,9 @@
 
     gpt2                              GPT-2                       gpt2.py
     llama, mistral, qwen2, qwen3      Llama, Mistral, Qwen2, Qwen3  llama.py (SmolLM2, TinyLlama: llama)
+    mixtral                           Mixtral (experts)             llama.py
 
-Reading dispatches on ``model_type``; any other (``bert``, a mixture of experts like ``mixtral``)
+Reading dispatches on ``model_type``; any other (``bert``, a mixture of experts like ``qwen2_moe``)
 and a quantized model (``quantization_config``) are a ``ValueError`` naming the field. Writing
 tries GPT-2, then the Llama family (``llama.family_of``): a model neither can express is a
 ``ValueError`` naming, for each, the first option it cannot express.
@@ -40,7 +41,7 @@ def config_from_hf(d: dict, source: str) -> tuple[GPTConfig, Layout]:
     model_type = d.get("model_type")
     if model_type in llama.MOE_MODEL_TYPES:
         raise ValueError(
-            f"{source}: model_type is {model_type!r}, a mixture of experts; numforge runs dense models: "
+            f"{source}: model_type is {model_type!r}, a mixture of experts; numforge loads "
             f"{', '.join(map(repr, ARCHITECTURES))}"
         )
     if model_type not in ARCHITECTURES:

@@ -1,4 +1,4 @@
-"""The Llama family: Llama, Mistral, Qwen2 and Qwen3 ``config.json`` <-> ``GPTConfig``, and where their tensors lie.
+"""The Llama family (Llama, Mistral, Mixtral, Qwen2, Qwen3): ``config.json`` <-> ``GPTConfig``, where the tensors lie.
 
 SmolLM2 and TinyLlama are ``llama``; Llama 3.2 is ``llama`` with ``rope_scaling`` ``llama3``. Every
 model of the family has RMSNorm (a weight, no bias), rotary positions in Llama's ``rotate_half``
@@ -18,13 +18,15 @@ and what differs by ``model_type`` (``FAMILIES``): Llama's ``attention_bias`` (q
 shorter than ``max_position_embeddings``, is none: no query reaches past it); Qwen2's q/k/v biases
 (always; none on o_proj) and ``use_sliding_window`` with ``layer_types`` (or ``max_window_layers``), the
 layers it windows (``window_layers``); Qwen3's ``attention_bias``, its ``q_norm``/``k_norm`` over each head before
-the rotation (``qk_norm``, ``"before_rope"``), its ``head_dim`` (128 when absent). A field missing
+the rotation (``qk_norm``, ``"before_rope"``), its ``head_dim`` (128 when absent); Mixtral's mixture of
+experts (``experts_from_hf``) in place of the MLP, and Mistral's ``sliding_window``. A field missing
 from a file takes the value the family's transformers class gives it.
 
 Refused by name, from config.json alone (before any weight is read): another ``hidden_act``,
 another rope type (``yarn``, ``dynamic``, ``longrope``, ...), a ``partial_rotary_factor`` below 1,
 mixture-of-experts fields (``num_local_experts``,
-``num_experts``). Other fields (dropouts, token ids, ``initializer_range``, ``use_cache``, ...) do
+``num_experts``) in any family but Mixtral, Mixtral's ``router_jitter_noise``.
+Other fields (dropouts, token ids, ``initializer_range``, ``use_cache``, ...) do
 not change what the model computes and are ignored, as the transformers classes ignore fields they
 do not read.
 
@@ -38,6 +40,10 @@ Tensors (``*ForCausalLM`` prefixes all but ``lm_head`` with ``model.``), ``nn.Li
     layers.{i}.self_attn.{q,k}_norm.weight (D,)            layers.{i}.attn.{q,k}_norm.weight
     layers.{i}.post_attention_layernorm.weight             layers.{i}.pre_mlp_norm.weight
     layers.{i}.mlp.{gate,up,down}_proj.weight|bias         layers.{i}.mlp.{gate,up,down}_proj.weight|bias
+    layers.{i}.block_sparse_moe.gate.weight (E,C)          layers.{i}.mlp.router.weight (C,E)       (Mixtral)
+    layers.{i}.block_sparse_moe.experts.{e}.w1|w3.weight   layers.{i}.mlp.experts.gate|up_proj.weight (E,C,F):
+      (F,C) each, e = 0 .. E-1                               expert e's transposed, stacked
+    layers.{i}.block_sparse_moe.experts.{e}.w2.weight (C,F)  layers.{i}.mlp.experts.down_proj.weight (E,F,C)
     norm.weight, lm_head.weight (V,C)                      final_norm.weight, lm_head.weight (untied only)
 
 Older files may hold each layer's ``rotary_emb.inv_freq`` buffer: not a parameter, skipped.
@@ -54,6 +60,9 @@ from ..checks import is_int
 from ..model import GPTConfig, parameter_shapes
 from ..model.names import (
     DOWN_PROJ,
+    EXPERTS_DOWN_PROJ,
+    EXPERTS_GATE_PROJ,
+    EXPERTS_UP_PROJ,
     FINAL_NORM,
     K_NORM,
     LM_HEAD,
@@ -62,6 +71,7 @@ from ..model.names import (
     PRE_MLP_NORM,
     Q_NORM,
     QKV_PROJ,
+    ROUTER,
     TOKEN_EMBEDDING,
     projection,
 )
@@ -70,7 +80,7 @@ from ..tokenizer.pipeline import Pipeline
 from ..tokenizer.pretokenize import QWEN2_SPLIT_PATTERN
 from .activations import activation_from_hf, activation_to_hf, hf_activation_names
 from .fields import check_counts, in_file_words
-from .weights import Layout, Stored, linear
+from .weights import Layout, Stored, linear, stacked_linear
 
 REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
 COUNTS = (*REQUIRED, "max_position_embeddings")  # positive integers (num_key_value_heads, head_dim: one, or null)
@@ -83,10 +93,12 @@ FILE_NAMES = {  # numforge's option -> the family's config.json key, for GPTConf
     "num_kv_heads": "num_key_value_heads",
     "norm_eps": "rms_norm_eps",
     "tie_weights": "tie_word_embeddings",
+    "num_experts": "num_local_experts",
+    "experts_top_k": "num_experts_per_tok",
 }
 ROPE_TYPES = ("default", "linear", "llama3")
 MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")  # Mixtral's, Qwen-MoE's, DeepSeek's
-MOE_MODEL_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "olmoe", "phimoe")
+MOE_MODEL_TYPES = ("qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "olmoe", "phimoe")
 MLP_INPUTS = ("gate", "up")  # the family's MLP, down_proj(act(gate_proj(x)) * up_proj(x)), takes a gated activation
 
 
@@ -99,6 +111,7 @@ class Family(NamedTuple):
     qk_norm: bool  # q_norm, k_norm before the rotation
     window: str | None  # how sliding_window applies: "always", "use_sliding_window", or None (never read)
     defaults: dict  # config.json field -> the class's value when the file lacks it
+    experts: bool = False  # a mixture of experts in place of the MLP (Mixtral's fields: experts_from_hf)
 
 
 SHARED_DEFAULTS = {
@@ -125,6 +138,23 @@ FAMILIES = {
         window="always",
         defaults={"max_position_embeddings": 131072, "num_key_value_heads": 8, "sliding_window": 4096},
     ),
+    "mixtral": Family(
+        "MixtralForCausalLM",
+        {},
+        {"qkv_bias": False, "out_bias": False, "mlp_bias": False},
+        qk_norm=False,
+        window="always",
+        defaults={
+            "max_position_embeddings": 131072,
+            "num_key_value_heads": 8,
+            "sliding_window": None,
+            "num_local_experts": 8,
+            "num_experts_per_tok": 2,
+            "router_aux_loss_coef": 0.001,
+            "router_jitter_noise": 0.0,
+        },  # fmt: skip
+        experts=True,
+    ),
     "qwen2": Family(
         "Qwen2ForCausalLM",
         {},
@@ -142,7 +172,7 @@ FAMILIES = {
         defaults={"max_position_embeddings": 32768, "num_key_value_heads": 32, "head_dim": 128, "sliding_window": 4096},
     ),
 }
-FAMILY_NAMES = "Llama, Mistral, Qwen2 and Qwen3"
+FAMILY_NAMES = "Llama, Mistral, Mixtral, Qwen2 and Qwen3"
 
 
 def config_from_hf(d: dict, source: str) -> GPTConfig:
@@ -154,7 +184,7 @@ def config_from_hf(d: dict, source: str) -> GPTConfig:
     if missing:
         raise ValueError(f"{source}: missing fields {missing}")
     check_counts(d, source, COUNTS, ("num_key_value_heads", "head_dim"))
-    for field in MOE_FIELDS:
+    for field in () if family.experts else MOE_FIELDS:
         if d.get(field) not in (None, 0):
             raise ValueError(
                 f"{source}: {field} is {d[field]!r}: a mixture of experts, which numforge does not run (dense "
@@ -168,6 +198,7 @@ def config_from_hf(d: dict, source: str) -> GPTConfig:
         )
     context = d["max_position_embeddings"]
     window = window_from_hf(d, family, source, context)
+    experts = experts_from_hf(d, source) if family.experts else {}
     theta, scaling = rope_from_hf(d, source, context)
     biases = dict(family.fixed_biases)
     for field, switches in family.bias_fields.items():
@@ -196,10 +227,33 @@ def config_from_hf(d: dict, source: str) -> GPTConfig:
             tie_weights=d["tie_word_embeddings"],
             **switches,
             **window,
+            **experts,
         )
     except (ValueError, TypeError) as error:
         bias_names = {switch: field for field, switches in family.bias_fields.items() for switch in switches}
         raise ValueError(f"{source}: {in_file_words(error, FILE_NAMES | bias_names)}") from None
+
+
+def experts_from_hf(d: dict, source: str) -> dict:
+    """Mixtral's mixture of experts as ``GPTConfig`` takes it: ``num_local_experts`` SwiGLU experts, each token
+    routed to ``num_experts_per_tok`` of them, the kept gates renormalised (``MixtralTopKRouter``: the softmax of
+    the router's logits, ``torch.topk``, the kept values divided by their sum), ``router_aux_loss_coef`` as the
+    file says (transformers adds that loss only with ``output_router_logits``; numforge's loss always does), no
+    z-loss. ``router_jitter_noise`` (the hidden states times uniform noise in training) is refused."""
+    check_counts(d, source, ("num_local_experts", "num_experts_per_tok"))
+    if d["router_jitter_noise"] not in (0, 0.0):
+        raise ValueError(
+            f"{source}: router_jitter_noise is {d['router_jitter_noise']!r}; numforge's router has no noise (0.0)"
+        )
+    coef = d["router_aux_loss_coef"]
+    if isinstance(coef, bool) or not isinstance(coef, (int, float)) or not coef >= 0:
+        raise ValueError(f"{source}: router_aux_loss_coef must be a number >= 0, got {coef!r}")
+    return {
+        "num_experts": d["num_local_experts"],
+        "experts_top_k": d["num_experts_per_tok"],
+        "experts_renormalize": True,
+        "router_aux_loss_coef": float(coef),
+    }
 
 
 WINDOW_LAYER_TYPES = ("sliding_attention", "full_attention")  # Qwen's layer_types, windowed or not
@@ -280,14 +334,14 @@ def family_of(config: GPTConfig) -> str:
     for option, (value, needed) in fixed.items():
         if value != needed:
             raise ValueError(f"{FAMILY_NAMES} cannot express {option}={value!r} (they need {needed!r})")
-    if config.num_experts:
-        raise ValueError(f"{FAMILY_NAMES} cannot express num_experts={config.num_experts} (their MLP is dense)")
     if activation_to_hf(config, MLP_INPUTS) is None:
         raise ValueError(
             f"{FAMILY_NAMES} cannot express activation={config.activation!r} (they need a gated activation "
             f"transformers names: {', '.join(map(repr, hf_activation_names(MLP_INPUTS)))})"
         )
     qkv, out, mlp = (config.has_bias(switch) for switch in ("qkv_bias", "out_bias", "mlp_bias"))
+    if config.num_experts:
+        return mixtral_of(config, qkv or out)
     if config.qk_norm:
         if config.qk_norm_order != "before_rope":
             raise ValueError(
@@ -316,6 +370,23 @@ def family_of(config: GPTConfig) -> str:
             "biases; Qwen2 and Qwen3 window some layers)"
         )
     return "mistral"
+
+
+def mixtral_of(config: GPTConfig, attention_bias: bool) -> str:
+    """``"mixtral"`` when Mixtral expresses ``config``'s mixture of experts, else a ``ValueError`` naming the first
+    option it cannot: Mixtral has no biases, no QK-norm, renormalised gates, a window on every layer or none.
+    A router z-loss is a training term (the logits do not depend on it) that Mixtral lacks: written without it,
+    as dropout is."""
+    needs = {
+        "qkv_bias/out_bias": (attention_bias, False),
+        "qk_norm": (config.qk_norm, False),
+        "experts_renormalize": (config.experts_renormalize, True),
+        "window_layers": (config.window_layers, None),
+    }
+    for option, (value, needed) in needs.items():
+        if value != needed:
+            raise ValueError(f"Mixtral cannot express {option}={value!r} with num_experts > 0 (it needs {needed!r})")
+    return "mixtral"
 
 
 # What transformers 5's Qwen2Tokenizer cuts text with: it rebuilds every qwen2 directory's tokenizer with NFC and
@@ -380,6 +451,7 @@ def config_to_hf(config: GPTConfig, special_ids: dict) -> dict:
         "rope_parameters": {**scaling, "rope_theta": config.rope_theta},
         **biases,
         **window,
+        **(experts_to_hf(config) if FAMILIES[model_type].experts else {}),
         # Llama's one dropout, on the attention weights after the softmax, as numforge's drop_prob does with
         # config.attention_dropout (which also drops the embeddings and each branch's output, where Llama has
         # no dropout); written 0.0 all the same (dropout is for training only, and reading a config.json ignores it)
@@ -406,6 +478,17 @@ def window_to_hf(config: GPTConfig, family: Family) -> dict:
     }
 
 
+def experts_to_hf(config: GPTConfig) -> dict:
+    """Mixtral's expert fields of ``config`` (``experts_from_hf`` reads them back)."""
+    return {
+        "num_local_experts": config.num_experts,
+        "num_experts_per_tok": config.experts_top_k,
+        "router_aux_loss_coef": config.router_aux_loss_coef,
+        "router_jitter_noise": 0.0,
+        "output_router_logits": False,
+    }
+
+
 LAYER_NAMES = {  # numforge's name inside layers.{i}. -> the family's inside layers.{i}.: one tensor or q|k|v
     PRE_ATTN_NORM: ("input_layernorm",),
     QKV_PROJ: ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
@@ -416,6 +499,12 @@ LAYER_NAMES = {  # numforge's name inside layers.{i}. -> the family's inside lay
     projection("gate"): ("mlp.gate_proj",),
     projection("up"): ("mlp.up_proj",),
     DOWN_PROJ: ("mlp.down_proj",),
+    ROUTER: ("block_sparse_moe.gate",),
+}
+EXPERT_NAMES = {  # numforge's stacked experts -> Mixtral's per-expert linear layers, inside layers.{i}.
+    EXPERTS_GATE_PROJ: "w1",
+    EXPERTS_UP_PROJ: "w3",
+    EXPERTS_DOWN_PROJ: "w2",
 }
 TOP_NAMES = {
     TOKEN_EMBEDDING: "embed_tokens.weight",
@@ -434,6 +523,11 @@ def layout(config: GPTConfig) -> Layout:
             continue
         _, i, rest = name.split(".", 2)
         short, kind = rest.rsplit(".", 1)
+        if short in EXPERT_NAMES:
+            experts = range(config.num_experts)
+            names = tuple(f"layers.{i}.block_sparse_moe.experts.{e}.{EXPERT_NAMES[short]}.{kind}" for e in experts)
+            tensors[name] = stacked_linear(names, shape)  # (E, C_in, C_out)
+            continue
         names = tuple(f"layers.{i}.{part}.{kind}" for part in LAYER_NAMES[short])
         if short.endswith("norm"):
             tensors[name] = Stored(names, (shape,))

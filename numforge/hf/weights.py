@@ -57,12 +57,14 @@ INSTALL_HINT = 'pip install -e ".[hf]"  (or: pip install safetensors)'
 
 class Stored(NamedTuple):
     """Where one numforge parameter lies: the tensors (names without the prefix) whose concatenation along
-    their first axis it is, their shapes, and whether that concatenation is transposed (``nn.Linear``'s
-    ``(out, in)`` against numforge's ``(C_in, C_out)``)."""
+    their first axis it is (or, ``stacked``, whose stack along a new first axis: one tensor per expert), their
+    shapes, and whether that concatenation is transposed in its last two axes (``nn.Linear``'s ``(out, in)``
+    against numforge's ``(C_in, C_out)``)."""
 
     names: tuple[str, ...]
     shapes: tuple[tuple[int, ...], ...]
     transposed: bool = False
+    stacked: bool = False
 
 
 class Layout(NamedTuple):
@@ -82,6 +84,11 @@ def linear(names: tuple[str, ...], shape: tuple[int, ...], widths: tuple[int, ..
     if len(shape) == 1:
         return Stored(names, tuple((w,) for w in widths))
     return Stored(names, tuple((w, shape[0]) for w in widths), transposed=True)
+
+
+def stacked_linear(names: tuple[str, ...], shape: tuple[int, int, int]) -> Stored:
+    """Experts' weights ``(E, C_in, C_out)`` stored as ``E`` ``nn.Linear`` weights ``(C_out, C_in)``, one per name."""
+    return Stored(names, ((shape[2], shape[1]),) * len(names), transposed=True, stacked=True)
 
 
 def safetensors_numpy():
@@ -214,8 +221,12 @@ def read_params(found: dict[str, tuple[Path, str, dict]], layout: Layout, dtype)
     params = {}
     for name, stored in layout.tensors.items():
         parts = [tensors.pop(part) for part in stored.names]
-        whole = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)  # ((H + 2 H_kv) D, C) for q|k|v
-        params[name] = np.ascontiguousarray(whole.T) if stored.transposed else whole  # (out, in) -> (in, out)
+        if stored.stacked:
+            whole = np.stack(parts)  # E x (out, in) -> (E, out, in)
+        else:
+            whole = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)  # ((H + 2 H_kv) D, C) for q|k|v
+        # (..., out, in) -> (..., in, out)
+        params[name] = np.ascontiguousarray(np.swapaxes(whole, -1, -2)) if stored.transposed else whole
         del parts, whole
     return params
 
@@ -274,11 +285,15 @@ def hf_tensors(params: dict[str, np.ndarray], layout: Layout) -> dict[str, np.nd
     tensors = {}
     for name, array in params.items():
         stored = layout.tensors[name]
-        whole = array.T if stored.transposed else array  # (in, out) -> (out, in)
-        bounds = np.cumsum([0] + [shape[0] for shape in stored.shapes])
-        for part, start, stop in zip(stored.names, bounds, bounds[1:]):
+        whole = np.swapaxes(array, -1, -2) if stored.transposed else array  # (..., in, out) -> (..., out, in)
+        if stored.stacked:
+            parts = list(whole)  # (E, out, in) -> E x (out, in)
+        else:
+            bounds = np.cumsum([0] + [shape[0] for shape in stored.shapes])
+            parts = [whole[start:stop] for start, stop in zip(bounds, bounds[1:])]
+        for part, tensor in zip(stored.names, parts):
             full = part if part == LM_HEAD else layout.prefix + part
-            tensors[full] = np.ascontiguousarray(whole[start:stop])
+            tensors[full] = np.ascontiguousarray(tensor)
     return tensors
 
 
