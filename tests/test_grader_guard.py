@@ -87,12 +87,62 @@ return tuple(grads)
 
 def test_hand_rolled_differences_of_the_forward_are_refused(tmp_path):
     outcomes = graded(tmp_path, scaffold_with("rmsnorm", "rms_norm_backward", HAND_ROLLED), "rms_norm")
-    assert_refused(outcomes, "runs the forward rms_norm_forward at a perturbation of an array it was given")
+    # seen twice: the learner's code holds x with one entry nudged, then runs the forward there
+    assert_refused(outcomes, "rms_norm_backward holds 'x', an array it was given with 1 of its 30 entries moved")
+
+
+# The forward's formula written out in the learner's own code, differenced by hand: no forward is called.
+INLINE_DIFFERENCES = """
+import numpy as np
+x, weight, h = cache.x.copy(), cache.weight.copy(), 1e-6
+def objective():
+    return float((x / np.sqrt((x * x).mean(-1, keepdims=True) + cache.eps) * weight * dy).sum())
+grads = []
+for a in (x, weight):
+    g = np.zeros(a.size)
+    for i in range(a.size):
+        a.flat[i] += h
+        up = objective()
+        a.flat[i] -= 2 * h
+        down = objective()
+        a.flat[i] += h
+        g[i] = (up - down) / (2 * h)
+    grads.append(g.reshape(a.shape))
+return tuple(grads)
+"""
+
+# The same formula at a complex step: exact to rounding, no subtraction, still a difference.
+COMPLEX_STEP = """
+import numpy as np
+h = 1e-30
+def objective(x, weight):
+    return (x / np.sqrt((x * x).mean(-1, keepdims=True) + cache.eps) * weight * dy).sum()
+grads = []
+for which in (0, 1):
+    a = (cache.x, cache.weight)[which]
+    g = np.zeros(a.size)
+    for i in range(a.size):
+        probe = a.astype(complex)
+        probe.flat[i] += 1j * h
+        args = [cache.x, cache.weight]
+        args[which] = probe
+        g[i] = objective(*args).imag / h
+    grads.append(g.reshape(a.shape))
+return tuple(grads)
+"""
+
+
+def test_the_forwards_formula_inline_with_differences_by_hand_is_refused(tmp_path):
+    source = scaffold_with("rmsnorm", "rms_norm_backward", INLINE_DIFFERENCES)
+    assert_refused(graded(tmp_path, source, "rms_norm"), "an array it was given with 1 of its")
+    source = scaffold_with("rmsnorm", "rms_norm_backward", COMPLEX_STEP)
+    assert_refused(graded(tmp_path, source, "rms_norm"), "an imaginary step")
 
 
 def test_a_copy_of_the_forward_under_another_name_is_the_forward(tmp_path):
-    """The forward's own code, renamed and re-made from its code object: still the forward."""
-    body = HAND_ROLLED.replace("rms_norm_forward(", "my_norm(")
+    """The forward's own code, renamed and re-made from its code object: still the forward (a step of 1, too
+    large to be seen as a nudge, so that the forward's check is the one that speaks)."""
+    body = HAND_ROLLED.replace("rms_norm_forward(", "my_norm(").replace("1e-6", "1.0")
     code = "rms_norm_forward.__code__.replace(co_name='my_norm')"
     prelude = f"import types\nmy_norm = types.FunctionType({code}, globals(), None, rms_norm_forward.__defaults__)\n"
     outcomes = graded(tmp_path, scaffold_with("rmsnorm", "rms_norm_backward", prelude + body), "rms_norm")

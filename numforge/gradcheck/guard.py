@@ -24,10 +24,18 @@ was compiled from the learner's file, numforge's only if from numforge's. It rec
   backward. Running the forward on other arrays is a building block, not a
   shortcut: RoPE's backward is the forward's rotation with ``-sin``, applied to ``dy``.
 
-What cannot be seen this way is the forward's formula written out again in the
-learner's own code, with the differences taken by hand: no call reveals it,
-and no property of the returned gradient tells it from a derived one (a
-complex-step difference is exact to rounding). That one is left to the course's honour.
+- while a learner's backward of a case with a forward runs, a perturbation of an array it
+  was given held by the learner's own code (its lines are traced then, and only then): some entries
+  moved by a step tiny beside the array's scale, or a complex step. That is what
+  every difference needs, whether the forward is numforge's, a copy, or its formula
+  written out inline: the learner's code must hold ``x`` with one entry nudged to
+  evaluate anything there. A derived backward never does: its arrays are ``x``
+  itself or things far from it (``x - mean``, ``dy * mask``).
+
+What cannot be seen is a difference taken on arrays the learner rebuilds from
+scratch rather than from the ones given (a forward of its own on its own
+copies of the inputs' values, entry by entry, in pure Python floats): the
+course says so.
 """
 
 from __future__ import annotations
@@ -52,6 +60,13 @@ PERTURBED = (
     "the grader's job, not the backward's)"
 )
 REPEATED = "finite differences; a backward must not run the forward again and again"
+NUDGED = (
+    "a finite difference; a backward derives the gradient by the chain rule and never evaluates anything at "
+    "nudged inputs (finite differences are the grader's job, not the backward's)"
+)
+NUDGE = 1e-4  # an entry moved by at most this (relative to the array's largest) is nudged, as a difference's step
+TRACED = 100_000  # the learner's lines are traced in a backward given at most this many numbers (finite
+# differences of more are too slow to be a shortcut; the tiled exercise's memory run is larger)
 DEPTH = 2  # how deep arrays are looked for in what a function receives: cache.x, self.params[name]
 
 
@@ -94,10 +109,12 @@ def function_key(path: str, qualname: str) -> tuple | None:
     return next((key for key, name in file_functions(path).items() if name == qualname), None)
 
 
-def _arrays(value, depth: int = DEPTH) -> list:
-    """The float arrays in ``value``: itself, or (``depth`` levels down) in its fields, items and attributes."""
+def _arrays(value, depth: int = DEPTH, kinds: str = "f") -> list:
+    """The arrays of dtype ``kinds`` (float; ``"fc"``: complex too) in ``value``: itself, or (``depth`` levels
+    down) in its fields, items and attributes."""
     if hasattr(value, "dtype") and hasattr(value, "shape"):
-        return [value] if getattr(value.dtype, "kind", "") == "f" else []
+        kind = getattr(value.dtype, "kind", None)  # a class (np.float64) has a descriptor here, not a kind
+        return [value] if isinstance(kind, str) and kind in kinds else []
     if depth == 0 or isinstance(value, (str, bytes, type)) or callable(value):
         return []
     if isinstance(value, dict):
@@ -106,7 +123,7 @@ def _arrays(value, depth: int = DEPTH) -> list:
         items = list(value)
     else:
         items = list(getattr(value, "__dict__", {}).values())
-    return [a for item in items[:64] for a in _arrays(item, depth - 1)]
+    return [a for item in items[:64] for a in _arrays(item, depth - 1, kinds)]
 
 
 def _perturbation(array, given: np.ndarray) -> str | None:
@@ -120,6 +137,28 @@ def _perturbation(array, given: np.ndarray) -> str | None:
     distance = float(np.max(np.abs(mine - given)))
     if moved * 2 < given.size or distance <= NEAR * max(float(np.max(np.abs(given))), 1e-300):
         return f"{moved} of its {given.size} entries moved, by up to {distance:.1e}"
+    return None
+
+
+def _nudged(array, given: np.ndarray) -> str | None:
+    """How ``array`` is ``given`` nudged (same shape; entries moved by at most ``NUDGE`` of its scale, or by an
+    imaginary step), else None."""
+    if tuple(array.shape) != given.shape or given.size == 0:
+        return None
+    mine = to_numpy(array)
+    if mine.dtype.kind == "c":
+        if np.any(mine.imag != 0) and np.array_equal(mine.real, given):
+            return f"an imaginary step of up to {float(np.max(np.abs(mine.imag))):.1e} (a complex-step difference)"
+        return None
+    mine = mine.astype(np.float64, copy=False)
+    finite = np.isfinite(given)  # a log-sum-exp's -inf rows: unmoved if a nudge, and outside the scale
+    if not np.array_equal(mine[~finite], given[~finite], equal_nan=True) or not np.all(np.isfinite(mine[finite])):
+        return None
+    step = np.abs(mine[finite] - given[finite])
+    moved = int(np.count_nonzero(step))
+    scale = max(float(np.max(np.abs(given[finite]), initial=0.0)), 1e-300)
+    if moved and float(step.max()) <= NUDGE * scale:
+        return f"{moved} of its {given.size} entries moved by up to {float(step.max()):.1e} (a difference's step)"
     return None
 
 
@@ -177,9 +216,11 @@ class Guard:
             known = self._kinds[id(code)] = (code, owner, key)
         return known[1], known[2]
 
-    def _hook(self, frame, event, arg) -> None:  # returns None: no tracing inside the frame
+    def _hook(self, frame, event, arg):
+        """On each call: the checks above; the learner's frames in a small backward get ``_line``, the others no
+        tracing inside."""
         if event != "call":
-            return
+            return None
         owner, key = self._kind(frame.f_code)
         if key in self.forwards:
             if self._backwards:
@@ -191,6 +232,9 @@ class Guard:
                              "gradient by the chain rule, the finite differences are the grader's")  # fmt: skip
             else:
                 self._record(f"it calls numforge's own {name} (or a copy of it): the exercise is to write it")
+        if owner == "learner" and self.forwards and self._backwards and self._small(self._backwards[-1][1]):
+            return self._line
+        return None
 
     def _caller(self, frame) -> str | None:
         caller = frame.f_back
@@ -220,6 +264,24 @@ class Guard:
         if len(calls) > FORWARD_BUDGET:
             times = f"{len(calls)} times in one backward (at most {FORWARD_BUDGET})"
             self._record(f"{running} {times}: {REPEATED}", "forward")
+
+    @staticmethod
+    def _small(given: list) -> bool:
+        """Whether a backward given ``given`` has its lines traced: some floats, at most ``TRACED`` of them."""
+        return 0 < sum(a.size for a in given) <= TRACED
+
+    def _line(self, frame, event, arg):
+        """Before each line of the learner's code in a backward: does it hold a nudged copy of a given array?"""
+        if event == "line" and self._backwards and "nudged" not in self._recorded:
+            backward, given, _ = self._backwards[-1]
+            for name, value in list(frame.f_locals.items()):
+                for array in _arrays(value, depth=1, kinds="fc"):
+                    how = next((h for original in given if (h := _nudged(array, original))), None)
+                    if how is not None:
+                        self._record(f"{backward} holds {name!r}, an array it was given with {how}: {NUDGED}",
+                                     "nudged")  # fmt: skip
+                        return None
+        return self._line
 
     def _record(self, violation: str, kind: str | None = None) -> None:
         kind = kind or violation
