@@ -6,6 +6,7 @@ index), the kept ones divided by their sum or not, SwiGLU experts without biases
 
                       Mixtral                          Qwen3-MoE                       OLMoE
     experts E         num_local_experts                num_experts                     num_experts
+                        (each reads the other name, num_experts or num_local_experts, as the same field)
     their width F     intermediate_size                moe_intermediate_size           intermediate_size
     renormalised      always                           norm_topk_prob                  norm_topk_prob
     router (E,C)      block_sparse_moe.gate            mlp.gate                        mlp.gate
@@ -30,6 +31,7 @@ from ..model.names import EXPERTS_DOWN_PROJ, EXPERTS_GATE_PROJ, EXPERTS_UP_PROJ
 from .fields import check_counts
 
 EXPERT_PROJECTIONS = (EXPERTS_GATE_PROJ, EXPERTS_UP_PROJ, EXPERTS_DOWN_PROJ)  # numforge's stacked weights
+COUNT_FIELDS = ("num_local_experts", "num_experts")  # one number: each class reads the other name as an alias
 SWIGLU_PROJECTIONS = {EXPERTS_GATE_PROJ: "gate_proj", EXPERTS_UP_PROJ: "up_proj", EXPERTS_DOWN_PROJ: "down_proj"}
 
 
@@ -37,7 +39,8 @@ class Scheme(NamedTuple):
     """One family's mixture of experts in its files (module docstring)."""
 
     name: str  # the family, in messages
-    count: str  # config.json's number of experts
+    count: str  # config.json's number of experts (COUNT_FIELDS: either name is read)
+    default_count: int  # the number of experts of a file that names none
     width: str  # config.json's width of each expert
     renormalize: str | None  # config.json's switch of the kept gates' renormalisation (None: always renormalised)
     router: str  # the router's module inside layers.{i}.
@@ -47,12 +50,12 @@ class Scheme(NamedTuple):
 
 
 MIXTRAL = Scheme(
-    "Mixtral", "num_local_experts", "intermediate_size", None, "block_sparse_moe.gate", "block_sparse_moe.experts",
+    "Mixtral", "num_local_experts", 8, "intermediate_size", None, "block_sparse_moe.gate", "block_sparse_moe.experts",
     {EXPERTS_GATE_PROJ: "w1", EXPERTS_UP_PROJ: "w3", EXPERTS_DOWN_PROJ: "w2"},
     {"router_jitter_noise": ((0.0, 0), "numforge's router has no noise (0.0)")},
 )  # fmt: skip
 QWEN3_MOE = Scheme(
-    "Qwen3-MoE", "num_experts", "moe_intermediate_size", "norm_topk_prob", "mlp.gate", "mlp.experts",
+    "Qwen3-MoE", "num_experts", 128, "moe_intermediate_size", "norm_topk_prob", "mlp.gate", "mlp.experts",
     SWIGLU_PROJECTIONS,
     {
         "decoder_sparse_step": ((1,), "it puts dense layers between the sparse ones; numforge's layers all have "
@@ -61,7 +64,7 @@ QWEN3_MOE = Scheme(
     },
 )  # fmt: skip
 OLMOE = Scheme(
-    "OLMoE", "num_experts", "intermediate_size", "norm_topk_prob", "mlp.gate", "mlp.experts", SWIGLU_PROJECTIONS,
+    "OLMoE", "num_experts", 64, "intermediate_size", "norm_topk_prob", "mlp.gate", "mlp.experts", SWIGLU_PROJECTIONS,
     {"clip_qkv": ((None,), "numforge does not clip q, k and v (null)")},
 )  # fmt: skip
 
@@ -75,7 +78,13 @@ def experts_from_hf(d: dict, scheme: Scheme, source: str) -> dict:
     """The mixture of experts of config dict ``d`` (its family's defaults filled in) as ``GPTConfig`` takes it:
     ``scheme.count`` SwiGLU experts of width ``scheme.width``, each token routed to ``num_experts_per_tok`` of
     them, the kept gates renormalised as the family says, ``router_aux_loss_coef`` as the file says; a field of
-    ``scheme.runs`` with another value is refused by name."""
+    ``scheme.runs`` with another value is refused by name. The number of experts may be under either of
+    ``COUNT_FIELDS`` (transformers 5 saves Qwen3-MoE's as ``num_local_experts``, the Hub's files say
+    ``num_experts``): both given and different is refused."""
+    counts = {field: d[field] for field in COUNT_FIELDS if d.get(field) is not None}
+    if len(set(map(repr, counts.values()))) > 1:
+        raise ValueError(f"{source}: {' and '.join(counts)} disagree ({counts}): a model has one number of experts")
+    d = {**d, scheme.count: next(iter(counts.values()), scheme.default_count)}
     check_counts(d, source, (scheme.count, "num_experts_per_tok", scheme.width))
     for field, (values, why) in scheme.runs.items():
         if not any(d.get(field) == value and type(d.get(field)) is type(value) for value in values):

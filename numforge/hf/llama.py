@@ -155,7 +155,6 @@ FAMILIES = {
             "max_position_embeddings": 131072,
             "num_key_value_heads": 8,
             "sliding_window": None,
-            "num_local_experts": 8,
             "num_experts_per_tok": 2,
             "router_aux_loss_coef": 0.001,
             "router_jitter_noise": 0.0,
@@ -190,7 +189,6 @@ FAMILIES = {
             "sliding_window": 4096,
             "intermediate_size": 6144,
             "moe_intermediate_size": 768,
-            "num_experts": 128,
             "num_experts_per_tok": 8,
             "norm_topk_prob": False,
             "router_aux_loss_coef": 0.001,
@@ -208,7 +206,6 @@ FAMILIES = {
         defaults={
             "max_position_embeddings": 4096,
             "rms_norm_eps": 1e-5,
-            "num_experts": 64,
             "num_experts_per_tok": 8,
             "norm_topk_prob": False,
             "router_aux_loss_coef": 0.01,
