@@ -1,9 +1,10 @@
-"""The Llama family (Llama, Mistral, Mixtral, Qwen2, Qwen3): ``config.json`` <-> ``GPTConfig``, where the tensors lie.
+"""The Llama family (Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE, OLMoE): ``config.json`` <-> ``GPTConfig``, and
+where the tensors lie.
 
 SmolLM2 and TinyLlama are ``llama``; Llama 3.2 is ``llama`` with ``rope_scaling`` ``llama3``. Every
 model of the family has RMSNorm (a weight, no bias), rotary positions in Llama's ``rotate_half``
 layout, a gated MLP (``hidden_act: silu`` is SwiGLU: ``hf/activations.py``) and unscaled embeddings.
-The fields, the same in all four::
+The fields, the same in all of them::
 
     vocab_size, hidden_size, intermediate_size     vocab_size, d_model, d_ff
     num_hidden_layers, num_attention_heads         num_layers, num_heads
@@ -19,13 +20,16 @@ shorter than ``max_position_embeddings``, is none: no query reaches past it); Qw
 (always; none on o_proj) and ``use_sliding_window`` with ``layer_types`` (or ``max_window_layers``), the
 layers it windows (``window_layers``); Qwen3's ``attention_bias``, its ``q_norm``/``k_norm`` over each head before
 the rotation (``qk_norm``, ``"before_rope"``), its ``head_dim`` (128 when absent); Mixtral's mixture of
-experts (``experts_from_hf``) in place of the MLP, and Mistral's ``sliding_window``. A field missing
-from a file takes the value the family's transformers class gives it.
+experts (``experts_from_hf``) in place of the MLP, and Mistral's ``sliding_window``; Qwen3-MoE's: Qwen3's
+attention (``use_sliding_window`` windows every layer) and experts; OLMoE's: q_norm and k_norm over the whole
+projection (``qk_norm_extent="projection"``), ``attention_bias``, experts (``hf/experts.py``: each one's fields and
+tensors). A field missing from a file takes the value the family's transformers class gives it.
 
 Refused by name, from config.json alone (before any weight is read): another ``hidden_act``,
 another rope type (``yarn``, ``dynamic``, ``longrope``, ...), a ``partial_rotary_factor`` below 1,
-mixture-of-experts fields (``num_local_experts``,
-``num_experts``) in any family but Mixtral, Mixtral's ``router_jitter_noise``.
+mixture-of-experts fields (``num_local_experts``, ``num_experts``) in a dense family, what ``hf/experts.py``
+refuses (Mixtral's ``router_jitter_noise``, Qwen3-MoE's dense layers, OLMoE's ``clip_qkv``), an OLMoE
+``head_dim`` other than ``hidden_size / num_attention_heads``.
 Other fields (dropouts, token ids, ``initializer_range``, ``use_cache``, ...) do
 not change what the model computes and are ignored, as the transformers classes ignore fields they
 do not read.
@@ -44,6 +48,8 @@ Tensors (``*ForCausalLM`` prefixes all but ``lm_head`` with ``model.``), ``nn.Li
     layers.{i}.block_sparse_moe.experts.{e}.w1|w3.weight   layers.{i}.mlp.experts.gate|up_proj.weight (E,C,F):
       (F,C) each, e = 0 .. E-1                               expert e's transposed, stacked
     layers.{i}.block_sparse_moe.experts.{e}.w2.weight (C,F)  layers.{i}.mlp.experts.down_proj.weight (E,F,C)
+    layers.{i}.mlp.gate.weight, mlp.experts.{e}.{gate,up,down}_proj.weight     the same (Qwen3-MoE, OLMoE)
+    layers.{i}.self_attn.{q,k}_norm.weight (H D,), (H_kv D,)                   the same, projection-wide (OLMoE)
     norm.weight, lm_head.weight (V,C)                      final_norm.weight, lm_head.weight (untied only)
 
 Older files may hold each layer's ``rotary_emb.inv_freq`` buffer: not a parameter, skipped.
