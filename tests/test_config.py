@@ -321,3 +321,18 @@ def test_the_config_expresses_each_hf_family_with_its_parameter_count(family, ti
     config = GPTConfig(**{**ARCHS["llama"], **ours, **sizes, "tie_weights": tied})
     hf_count = sum(p.numel() for p in hf_model.parameters())  # a tied table counts once there too
     assert sum(math.prod(shape) for shape in parameter_shapes(config).values()) == hf_count
+
+
+def test_a_projection_wide_qk_norm_has_a_weight_per_projection_value_and_needs_qk_norm():
+    config = GPTConfig(vocab_size=50, max_seq_len=8, d_model=12, num_heads=4, num_kv_heads=2, num_layers=1,
+                       head_dim=5, qk_norm=True, qk_norm_extent="projection")  # fmt: skip
+    shapes = parameter_shapes(config)
+    assert shapes["layers.0.attn.q_norm.weight"] == (20,) and shapes["layers.0.attn.k_norm.weight"] == (10,)  # H D
+    assert GPTConfig.from_dict({k: v for k, v in config.to_dict().items() if k != "qk_norm_extent"}).qk_norm_extent == (
+        "head"
+    )  # an older dict: each head
+    with pytest.raises(ValueError, match="qk_norm_extent='projection' set, but qk_norm is False"):
+        GPTConfig(vocab_size=50, max_seq_len=8, d_model=12, num_heads=4, num_layers=1, qk_norm_extent="projection")
+    with pytest.raises(ValueError, match="qk_norm_extent must be one of \\('head', 'projection'\\), got 'row'"):
+        GPTConfig(vocab_size=50, max_seq_len=8, d_model=12, num_heads=4, num_layers=1, qk_norm=True,
+                  qk_norm_extent="row")  # fmt: skip

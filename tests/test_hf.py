@@ -151,7 +151,8 @@ def test_a_pickle_only_directory_is_refused_without_unpickling(tmp_path):
     [
         (
             {"model_type": "bert"},
-            "model_type is 'bert'; numforge loads 'gpt2', 'llama', 'mistral', 'mixtral', 'qwen2', 'qwen3'",
+            "model_type is 'bert'; numforge loads 'gpt2', 'llama', 'mistral', 'mixtral', 'qwen2', 'qwen3', "
+            "'qwen3_moe', 'olmoe'",
         ),
         ({"scale_attn_weights": False}, "scale_attn_weights is False"),
         ({"scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx is True"),

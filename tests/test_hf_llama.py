@@ -161,7 +161,19 @@ REFUSED = [
     ("mixtral", {"router_jitter_noise": 0.1}, "router_jitter_noise is 0.1; numforge's router has no noise"),
     ("mixtral", {"num_local_experts": 0}, "num_local_experts must be a positive integer, got 0"),
     ("qwen2_moe", {}, "model_type is 'qwen2_moe', a mixture of experts"),
-    ("gemma", {}, "model_type is 'gemma'; numforge loads 'gpt2', 'llama', 'mistral', 'mixtral', 'qwen2', 'qwen3'"),
+    ("qwen3_moe", {"decoder_sparse_step": 2}, "decoder_sparse_step is 2; it puts dense layers between the sparse"),
+    ("qwen3_moe", {"mlp_only_layers": [1]}, r"mlp_only_layers is \[1\]; it makes those layers dense"),
+    ("qwen3_moe", {"norm_topk_prob": "yes"}, "norm_topk_prob must be true or false, got 'yes'"),
+    ("qwen3_moe", {"moe_intermediate_size": 0}, "moe_intermediate_size must be a positive integer, got 0"),
+    ("olmoe", {"clip_qkv": 8.0}, "clip_qkv is 8.0; numforge does not clip q, k and v"),
+    ("olmoe", {"head_dim": 6}, "head_dim is 6 with hidden_size 16 and num_attention_heads 4: OlmoeForCausalLM's"),
+    ("deepseek_v3", {}, "model_type is 'deepseek_v3', a mixture of experts"),
+    (
+        "gemma",
+        {},
+        "model_type is 'gemma'; numforge loads 'gpt2', 'llama', 'mistral', 'mixtral', 'qwen2', 'qwen3', 'qwen3_moe', "
+        "'olmoe'",
+    ),
     (
         "llama",
         {"quantization_config": {"quant_method": "gptq"}},

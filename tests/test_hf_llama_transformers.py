@@ -160,7 +160,8 @@ def float64_reference(model):
         return (angles.cos() * self.attention_scaling).to(x.dtype), (angles.sin() * self.attention_scaling).to(x.dtype)
 
     norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
-    assert len(norms) == (4 if model.config.model_type == "qwen3" else 2) * model.config.num_hidden_layers + 1
+    qk_norms = any(name.endswith("self_attn.q_norm") for name, _ in model.named_modules())  # Qwen3, Qwen3-MoE, OLMoE
+    assert len(norms) == (4 if qk_norms else 2) * model.config.num_hidden_layers + 1
     for module in norms:
         module.forward = types.MethodType(rms_norm, module)
     rotary.forward = types.MethodType(rotation, rotary)

@@ -67,16 +67,20 @@ def eager(directory):
 
 
 def float64_router(model):
-    """``float64_reference(model)`` with every ``MixtralTopKRouter`` computing its softmax in float64 (docstring)."""
+    """``float64_reference(model)`` with every ``*TopKRouter`` (Mixtral's, Qwen3-MoE's, OLMoE's) computing its softmax
+    in float64 (docstring); the kept gates renormalised where the router does (``norm_topk_prob``; Mixtral's
+    always)."""
     model = float64_reference(model)
 
     def route(self, hidden_states):
         hidden_states = hidden_states.reshape(-1, self.hidden_dim)
         logits = torch.nn.functional.linear(hidden_states, self.weight)  # (N, E)
         kept, chosen = torch.topk(torch.softmax(logits, dim=-1), self.top_k, dim=-1)  # (N, k)
-        return logits, kept / kept.sum(dim=-1, keepdim=True), chosen
+        if getattr(self, "norm_topk_prob", True):
+            kept = kept / kept.sum(dim=-1, keepdim=True)
+        return logits, kept, chosen
 
-    routers = [m for m in model.modules() if type(m).__name__ == "MixtralTopKRouter"]
+    routers = [m for m in model.modules() if type(m).__name__.endswith("TopKRouter")]
     assert len(routers) == model.config.num_hidden_layers
     for module in routers:
         module.forward = types.MethodType(route, module)
@@ -115,10 +119,11 @@ def hf_moe_grads_by_numforge_name(model) -> dict[str, np.ndarray]:
     the experts stacked (``experts.gate_up_proj`` (E, 2F, C), gate first; ``experts.down_proj`` (E, C, F)), the
     router as ``gate.weight`` (E, C); numforge's are (E, C, F), (E, F, C) and (C, E)."""
     g = {name: p.grad.numpy() for name, p in model.named_parameters()}
-    F, grads = model.config.intermediate_size, hf_grads_by_numforge_name(model)
+    grads = hf_grads_by_numforge_name(model)
     for i in range(model.config.num_hidden_layers):
         hf, ours = f"model.layers.{i}.mlp.", f"layers.{i}.mlp."
         gate_up = g[hf + "experts.gate_up_proj"].transpose(0, 2, 1)  # (E, C, 2F)
+        F = gate_up.shape[2] // 2
         grads[ours + "experts.gate_proj.weight"] = gate_up[:, :, :F]
         grads[ours + "experts.up_proj.weight"] = gate_up[:, :, F:]
         grads[ours + "experts.down_proj.weight"] = g[hf + "experts.down_proj"].transpose(0, 2, 1)
@@ -200,19 +205,30 @@ def test_transformers_opens_a_numforge_moe_model_with_the_same_logits(tmp_path):
     assert worst(backend.to_numpy(model.logits(backend.asarray(ids))), theirs) < 1e-12
 
 
-REFUSED_EXPORTS = {
-    "experts_renormalize": ({"experts_renormalize": False}, "experts_renormalize=False"),
-    "qk_norm": ({"qk_norm": True}, "qk_norm=True"),
-}
+QWEN3_MOE, OLMOE = {"qk_norm": True}, {"qk_norm": True, "qk_norm_extent": "projection"}  # their QK-norms
+REFUSED_EXPORTS = {  # the family a model's QK-norm picks (none: Mixtral), and the first option it cannot express
+    "mixtral, not renormalised": ({"experts_renormalize": False}, "Mixtral cannot express experts_renormalize=False"),
+    "mixtral, q/k/v biases": ({"qkv_bias": True}, r"Mixtral cannot express qkv_bias/out_bias=\(True, False\)"),
+    "qwen3_moe, QK-norm after the rotation": (
+        {**QWEN3_MOE, "qk_norm_order": "after_rope"}, "Qwen3-MoE cannot express qk_norm_order='after_rope'",
+    ),
+    "qwen3_moe, a window on layer 0": (
+        {**QWEN3_MOE, "sliding_window": 8, "window_layers": [0]}, r"Qwen3-MoE cannot express window_layers=\(0,\)",
+    ),
+    "olmoe, a window": ({**OLMOE, "sliding_window": 8}, "OLMoE cannot express sliding_window=8"),
+    "olmoe, heads narrower than d_model": (
+        {**OLMOE, "head_dim": 6}, "OLMoE cannot express num_heads=4 of head_dim=6 with d_model=32",
+    ),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("change, match", REFUSED_EXPORTS.values(), ids=REFUSED_EXPORTS.keys())
-def test_what_mixtral_cannot_express_is_refused_by_name(tmp_path, change, match):
+def test_what_the_experts_families_cannot_express_is_refused_by_name(tmp_path, change, match):
     from hf_dirs import tiny_tokenizer
 
     config = GPTConfig(**{**ARCHS["moe"], "vocab_size": 290, "max_seq_len": CONTEXT, "d_model": 32, "num_heads": 4,
                           "num_layers": 2, "d_ff": 24, "num_experts": 4, **change})  # fmt: skip
-    with pytest.raises(ValueError, match=f"Mixtral cannot express {match}"):
+    with pytest.raises(ValueError, match=match):
         save_pretrained(GPT(config, seed=0), tiny_tokenizer(), tmp_path / "export")
     assert not (tmp_path / "export").exists()
 

@@ -192,6 +192,7 @@ DECODING_OPTIONS = [
     {**ARCHS["llama"], "qk_norm": True},  # the cache holds keys rotated at their absolute positions
     {**ARCHS["llama"], "qk_norm": True, "qk_norm_order": "after_rope", "norm_weight": False, "head_dim": 6},
     {**ARCHS["llama"], "num_kv_heads": 2, "qk_norm": True},  # the cache holds H_kv = 2 heads
+    {**ARCHS["llama"], "num_kv_heads": 2, "qk_norm": True, "qk_norm_extent": "projection"},  # OLMoE: per position
     {**ARCHS["llama"], "num_kv_heads": 1, "attention": "plain"},
 ]
 

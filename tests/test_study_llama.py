@@ -85,7 +85,7 @@ def test_the_commands_on_a_llama_run(tmp_path, capsys):
     capsys.readouterr()
     assert main(["params", "--checkpoint", str(run)]) == 0
     out = capsys.readouterr().out
-    assert "rmsnorm norms, QK-norm before rope, rope positions" in out and "no biases" in out
+    assert "rmsnorm norms, QK-norm before rope over each head's D values, rope positions" in out and "no biases" in out
     assert re.search(r"^position table +0 .*rotated", out, flags=re.MULTILINE)
     assert "KV cache (sampling): 2 x L x H_kv x D = 8 values per token" in out  # 1 layer, 1 key/value head of 4
     assert "1/2 of full attention's 16 values" in out

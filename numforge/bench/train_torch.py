@@ -35,6 +35,7 @@ from ..model.names import (
     projection,
 )
 from ..model.positions import POSITIONS
+from ..model.qk_norm import QK_NORM_EXTENTS
 from ..ops.activations import ACTIVATIONS
 from ..ops.moe import moe_torch
 from ..ops.norms import NORMS
@@ -74,11 +75,11 @@ def torch_loss(p: dict, config, ids, targets, tables: dict | None = None):
         k, v = (t.view(B, T, H_kv, D).transpose(1, 2) for t in (k, v))  # (B,H_kv,T,D)
         norm_first = config.qk_norm and config.qk_norm_order == "before_rope"
         if norm_first:
-            q, k = _norm(q, layer, Q_NORM, config), _norm(k, layer, K_NORM, config)
+            q, k = _qk_norm(q, layer, Q_NORM, config), _qk_norm(k, layer, K_NORM, config)
         if rotation is not None:
             q, k = scheme.rotation.torch(q, *rotation), scheme.rotation.torch(k, *rotation)
         if config.qk_norm and not norm_first:
-            q, k = _norm(q, layer, Q_NORM, config), _norm(k, layer, K_NORM, config)
+            q, k = _qk_norm(q, layer, Q_NORM, config), _qk_norm(k, layer, K_NORM, config)
         o = F.scaled_dot_product_attention(q, k, v, **scores, enable_gqa=H_kv != H)  # (B,H,T,D)
         x = x + _linear(o.transpose(1, 2).reshape(B, T, H * D), layer, OUT_PROJ)
         h = _norm(x, layer, PRE_MLP_NORM, config)
@@ -105,3 +106,9 @@ def _linear(x, layer: dict, name: str):
 def _norm(x, layer: dict, name: str, config):
     norm = NORMS[config.norm]
     return norm.torch(x, *(layer.get(f"{name}.{param}") for param in norm.parameters), eps=config.norm_eps)
+
+
+def _qk_norm(x, layer: dict, name: str, config):
+    """The norm of heads ``x (B,H,T,D)`` over ``config.qk_norm_extent``'s values (each head, or the projection)."""
+    extent = QK_NORM_EXTENTS[config.qk_norm_extent]
+    return extent.from_rows(_norm(extent.to_rows(x), layer, name, config), x.shape[1])

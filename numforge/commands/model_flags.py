@@ -21,6 +21,7 @@ from dataclasses import fields
 from ..checks import float_between, int_at_least
 from ..model import ATTENTION_KINDS, POSITIONS, GPTConfig
 from ..model.config import ARCHS, QK_NORM_ORDERS
+from ..model.qk_norm import QK_NORM_EXTENTS
 from ..ops.activations import ACTIVATIONS, GELU_FORMS
 from ..ops.norms import NORMS
 from ..training.spec import RUN_DEFAULTS
@@ -94,6 +95,10 @@ MODEL_FLAGS = {
     ),  # fmt: skip
     "qk_norm": ("qk_norm", dict(action="store_const", const=True, help="a norm over each head's q and k")),
     "qk_norm_order": ("qk_norm_order", dict(choices=QK_NORM_ORDERS, help="QK-norm before or after the rotation")),
+    "qk_norm_extent": (
+        "qk_norm_extent",
+        dict(choices=tuple(QK_NORM_EXTENTS), help="QK-norm over each head, or over the whole q (and k) projection"),
+    ),
     "no_bias": (
         "use_bias",
         dict(action="store_const", const=False, help="no biases anywhere (each --X-bias flag still overrides)"),

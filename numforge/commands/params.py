@@ -16,6 +16,7 @@ from ..model import POSITIONS, GPTConfig
 from ..model.config import BIAS_SWITCHES
 from ..model.flops import COMPONENTS, flop_counts, parameter_counts
 from ..model.names import PRE_MLP_NORM, mlp_layout
+from ..model.qk_norm import QK_NORM_EXTENTS
 from ..ops.activations import ACTIVATIONS
 from ..ops.norms import NORMS
 from ..table import format_table
@@ -61,7 +62,8 @@ def breakdown(config: GPTConfig) -> str:
     H, H_kv, D = config.num_heads, config.num_kv_heads, config.head_dim
     forms = ACTIVATIONS[config.activation].forms.items()
     form = next((f" ({name})" for name, options in forms if options == config.activation_options()), "")
-    qk_norm = f", QK-norm {config.qk_norm_order.replace('_', ' ')}" if config.qk_norm else ""
+    over = QK_NORM_EXTENTS[config.qk_norm_extent].over
+    qk_norm = f", QK-norm {config.qk_norm_order.replace('_', ' ')} over {over}" if config.qk_norm else ""
     lines = [
         f"model: {L} layers, d_model {C}, {H} heads of width {D}, {H_kv} key/value heads, d_ff {config.d_ff}, "
         f"{config.activation}{form}, vocabulary {V}, context {T}; {config.norm} norms"

@@ -48,6 +48,7 @@ ATTENTION_OPTIONS = {  # what happens between the split and the attention: nothi
     "head_dim": {"head_dim": 6, "num_heads": 3},  # H D = 18 != C = 8
     "llama": LLAMA_ATTENTION,  # RMSNorm, RoPE, one key/value head, no biases
     "qk_norm_before_rope": {**LLAMA_ATTENTION, "qk_norm": True, "qk_norm_order": "before_rope"},  # Qwen3
+    "qk_norm_projection": {**LLAMA_ATTENTION, "qk_norm": True, "qk_norm_extent": "projection"},  # OLMoE
     "qk_norm_after_rope": {**LLAMA_ATTENTION, "norm_weight": False, "qk_norm": True, "qk_norm_order": "after_rope"},
     "dropout": {"drop_prob": 0.2},  # the branch's output and the attention weights
 }

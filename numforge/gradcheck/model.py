@@ -84,6 +84,7 @@ OPTIONS = {  # every entry of each registry (norms, positions, activations) and 
     "llama": LLAMA,
     "qwen2": {**LLAMA, "qkv_bias": True, "tie_weights": True},
     "qwen3": QWEN3,
+    "qk_norm_projection": {**LLAMA, **GQA, "qk_norm": True, "qk_norm_extent": "projection"},  # (H D,), (H_kv D,)
     "nanochat": {
         **LLAMA,
         "norm_weight": False,
@@ -96,7 +97,8 @@ OPTIONS = {  # every entry of each registry (norms, positions, activations) and 
     "window_plain_attention": {"sliding_window": 2, "attention": "plain", "position": "alibi"},
     "moe_top1": {**MOE, "experts_top_k": 1, "experts_renormalize": False},  # Switch: the one gate is p
     "moe_top2": MOE,  # Mixtral: the two kept gates renormalised
-    "moe_top2_not_renormalized": {**MOE, "experts_renormalize": False},  # OLMoE
+    "moe_top2_not_renormalized": {**MOE, "experts_renormalize": False},
+    "olmoe": {**MOE, "experts_renormalize": False, "qk_norm": True, "qk_norm_extent": "projection"},
     "moe_top2_aux": {**MOE, **AUX},  # the load-balancing and z-losses added to the loss
     "moe_top1_renormalized_aux": {**MOE, **AUX, "experts_top_k": 1},  # the gate is 1: the router learns from aux only
     "moe_top3_not_renormalized_aux_dropout": {

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..backend import asarray, default_rng
 from ..model.positions import POSITIONS, rope_rows
+from ..model.qk_norm import QK_NORM_EXTENTS
 from ..ops import B, C, F, Invariant, OpCheck, T
 from ..ops import normal as _randn
 from ..ops.activations import ACTIVATIONS
@@ -84,6 +85,23 @@ def _norm_then_rope_backward(dy, cache):
     return rms_norm_backward(dh, norm_cache)
 
 
+def _projection_norm_then_rope(x, weight, cos, sin):
+    """OLMoE's QK-norm: each position's heads side by side, (B,T,H D), normalized with a weight (H D,), then each
+    head rotated."""
+    extent = QK_NORM_EXTENTS["projection"]
+    h, norm_cache = rms_norm_forward(extent.to_rows(x), weight)  # (B,H,T,D) -> (B,T,H D)
+    y, rope_cache = rope_forward(extent.from_rows(h, x.shape[1]), cos, sin)  # -> (B,H,T,D)
+    return y, (norm_cache, rope_cache)
+
+
+def _projection_norm_then_rope_backward(dy, cache):
+    norm_cache, rope_cache = cache
+    extent = QK_NORM_EXTENTS["projection"]
+    dh = rope_backward(dy, rope_cache)  # (B,H,T,D)
+    dx, dweight = rms_norm_backward(extent.to_rows(dh), norm_cache)  # (B,T,H D)
+    return extent.from_rows(dx, dy.shape[1]), dweight
+
+
 def _rope_then_norm(x, cos, sin):
     """nanochat's QK-norm: each head rotated, then normalized over D without a weight."""
     h, rope_cache = rope_forward(x, cos, sin)
@@ -97,11 +115,12 @@ def _rope_then_norm_backward(dy, cache):
     return rope_backward(dh, rope_cache)
 
 
-def _qk_norm(name: str, forward, backward, weight: bool) -> Case:
-    """RMSNorm and RoPE composed on (B, H, T, D) heads at positions [2, 2 + T): no single op's backward."""
+def _qk_norm(name: str, forward, backward, weight: bool, width: int = D) -> Case:
+    """RMSNorm and RoPE composed on (B, H, T, D) heads at positions [2, 2 + T): no single op's backward; the
+    norm's weight ``(width,)``."""
 
     def run() -> list:
-        inputs = {"x": _randn(B, H, T, D), **({"weight": _randn(D, seed=1)} if weight else {})}
+        inputs = {"x": _randn(B, H, T, D), **({"weight": _randn(width, seed=1)} if weight else {})}
         return check_op(name, forward, backward, inputs, rope_rows(2, T))
 
     return Case(name, run)
@@ -141,6 +160,7 @@ CASES = [
     *[case for rotation in ROTATIONS for case in _component_cases(rotation, rotation.checks)],
     _qk_norm("qk_norm[norm, rope]", _norm_then_rope, _norm_then_rope_backward, weight=True),
     _qk_norm("qk_norm[rope, norm]", _rope_then_norm, _rope_then_norm_backward, weight=False),
+    _qk_norm("qk_norm[projection, rope]", _projection_norm_then_rope, _projection_norm_then_rope_backward, True, H * D),
     *[case for activation in ACTIVATIONS.values() for case in _component_cases(activation, activation.checks)],
     _dropout(training=True),
     _dropout(training=False),

@@ -4,7 +4,7 @@
 
     gpt2                              GPT-2                       gpt2.py
     llama, mistral, qwen2, qwen3      Llama, Mistral, Qwen2, Qwen3  llama.py (SmolLM2, TinyLlama: llama)
-    mixtral                           Mixtral (experts)             llama.py
+    mixtral, qwen3_moe, olmoe         Mixtral, Qwen3-MoE, OLMoE     llama.py, experts.py (mixtures of experts)
 
 Reading dispatches on ``model_type``; any other (``bert``, a mixture of experts like ``qwen2_moe``)
 and a quantized model (``quantization_config``) are a ``ValueError`` naming the field. Writing
@@ -14,6 +14,7 @@ tries GPT-2, then the Llama family (``llama.family_of``): a model neither can ex
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -29,7 +30,10 @@ class Architecture(NamedTuple):
 
 ARCHITECTURES = {
     "gpt2": Architecture(gpt2.config_from_hf, gpt2.layout),
-    **{model_type: Architecture(llama.config_from_hf, llama.layout) for model_type in llama.FAMILIES},
+    **{
+        model_type: Architecture(llama.config_from_hf, functools.partial(llama.layout, model_type=model_type))
+        for model_type in llama.FAMILIES
+    },
 }
 EXPORTERS = (gpt2.config_to_hf, llama.config_to_hf)  # (GPTConfig, special ids) -> config.json, the first that can
 

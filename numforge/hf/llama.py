@@ -1,9 +1,10 @@
-"""The Llama family (Llama, Mistral, Mixtral, Qwen2, Qwen3): ``config.json`` <-> ``GPTConfig``, where the tensors lie.
+"""The Llama family (Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE, OLMoE): ``config.json`` <-> ``GPTConfig``, and
+where the tensors lie.
 
 SmolLM2 and TinyLlama are ``llama``; Llama 3.2 is ``llama`` with ``rope_scaling`` ``llama3``. Every
 model of the family has RMSNorm (a weight, no bias), rotary positions in Llama's ``rotate_half``
 layout, a gated MLP (``hidden_act: silu`` is SwiGLU: ``hf/activations.py``) and unscaled embeddings.
-The fields, the same in all four::
+The fields, the same in all of them::
 
     vocab_size, hidden_size, intermediate_size     vocab_size, d_model, d_ff
     num_hidden_layers, num_attention_heads         num_layers, num_heads
@@ -19,13 +20,16 @@ shorter than ``max_position_embeddings``, is none: no query reaches past it); Qw
 (always; none on o_proj) and ``use_sliding_window`` with ``layer_types`` (or ``max_window_layers``), the
 layers it windows (``window_layers``); Qwen3's ``attention_bias``, its ``q_norm``/``k_norm`` over each head before
 the rotation (``qk_norm``, ``"before_rope"``), its ``head_dim`` (128 when absent); Mixtral's mixture of
-experts (``experts_from_hf``) in place of the MLP, and Mistral's ``sliding_window``. A field missing
-from a file takes the value the family's transformers class gives it.
+experts (``experts_from_hf``) in place of the MLP, and Mistral's ``sliding_window``; Qwen3-MoE's: Qwen3's
+attention (``use_sliding_window`` windows every layer) and experts; OLMoE's: q_norm and k_norm over the whole
+projection (``qk_norm_extent="projection"``), ``attention_bias``, experts (``hf/experts.py``: each one's fields and
+tensors). A field missing from a file takes the value the family's transformers class gives it.
 
 Refused by name, from config.json alone (before any weight is read): another ``hidden_act``,
 another rope type (``yarn``, ``dynamic``, ``longrope``, ...), a ``partial_rotary_factor`` below 1,
-mixture-of-experts fields (``num_local_experts``,
-``num_experts``) in any family but Mixtral, Mixtral's ``router_jitter_noise``.
+mixture-of-experts fields (``num_local_experts``, ``num_experts``) in a dense family, what ``hf/experts.py``
+refuses (Mixtral's ``router_jitter_noise``, Qwen3-MoE's dense layers, OLMoE's ``clip_qkv``), an OLMoE
+``head_dim`` other than ``hidden_size / num_attention_heads``.
 Other fields (dropouts, token ids, ``initializer_range``, ``use_cache``, ...) do
 not change what the model computes and are ignored, as the transformers classes ignore fields they
 do not read.
@@ -44,6 +48,8 @@ Tensors (``*ForCausalLM`` prefixes all but ``lm_head`` with ``model.``), ``nn.Li
     layers.{i}.block_sparse_moe.experts.{e}.w1|w3.weight   layers.{i}.mlp.experts.gate|up_proj.weight (E,C,F):
       (F,C) each, e = 0 .. E-1                               expert e's transposed, stacked
     layers.{i}.block_sparse_moe.experts.{e}.w2.weight (C,F)  layers.{i}.mlp.experts.down_proj.weight (E,F,C)
+    layers.{i}.mlp.gate.weight, mlp.experts.{e}.{gate,up,down}_proj.weight     the same (Qwen3-MoE, OLMoE)
+    layers.{i}.self_attn.{q,k}_norm.weight (H D,), (H_kv D,)                   the same, projection-wide (OLMoE)
     norm.weight, lm_head.weight (V,C)                      final_norm.weight, lm_head.weight (untied only)
 
 Older files may hold each layer's ``rotary_emb.inv_freq`` buffer: not a parameter, skipped.
@@ -60,9 +66,6 @@ from ..checks import is_int
 from ..model import GPTConfig, parameter_shapes
 from ..model.names import (
     DOWN_PROJ,
-    EXPERTS_DOWN_PROJ,
-    EXPERTS_GATE_PROJ,
-    EXPERTS_UP_PROJ,
     FINAL_NORM,
     K_NORM,
     LM_HEAD,
@@ -79,6 +82,17 @@ from ..tokenizer import BPETokenizer
 from ..tokenizer.pipeline import Pipeline
 from ..tokenizer.pretokenize import QWEN2_SPLIT_PATTERN
 from .activations import activation_from_hf, activation_to_hf, hf_activation_names
+from .experts import (
+    EXPERT_PROJECTIONS,
+    MIXTRAL,
+    OLMOE,
+    QWEN3_MOE,
+    Scheme,
+    expert_tensor_names,
+    experts_from_hf,
+    experts_to_hf,
+    file_names,
+)
 from .fields import check_counts, in_file_words
 from .weights import Layout, Stored, linear, stacked_linear
 
@@ -93,12 +107,10 @@ FILE_NAMES = {  # numforge's option -> the family's config.json key, for GPTConf
     "num_kv_heads": "num_key_value_heads",
     "norm_eps": "rms_norm_eps",
     "tie_weights": "tie_word_embeddings",
-    "num_experts": "num_local_experts",
-    "experts_top_k": "num_experts_per_tok",
 }
 ROPE_TYPES = ("default", "linear", "llama3")
 MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")  # Mixtral's, Qwen-MoE's, DeepSeek's
-MOE_MODEL_TYPES = ("qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "olmoe", "phimoe")
+MOE_MODEL_TYPES = ("qwen2_moe", "deepseek_v2", "deepseek_v3", "phimoe")  # experts numforge does not load: shared, ...
 MLP_INPUTS = ("gate", "up")  # the family's MLP, down_proj(act(gate_proj(x)) * up_proj(x)), takes a gated activation
 
 
@@ -108,10 +120,11 @@ class Family(NamedTuple):
     architecture: str  # the *ForCausalLM class
     bias_fields: dict[str, tuple[str, ...]]  # config.json field -> the GPTConfig bias switches it sets
     fixed_biases: dict[str, bool]  # GPTConfig bias switch -> what the class always has
-    qk_norm: bool  # q_norm, k_norm before the rotation
-    window: str | None  # how sliding_window applies: "always", "use_sliding_window", or None (never read)
+    qk_norm: str | None  # q_norm, k_norm before the rotation, over each "head" or the whole "projection"; None
+    window: str | None  # how sliding_window applies: WINDOW_MODES, or None (never read)
     defaults: dict  # config.json field -> the class's value when the file lacks it
-    experts: bool = False  # a mixture of experts in place of the MLP (Mixtral's fields: experts_from_hf)
+    experts: Scheme | None = None  # a mixture of experts in place of the MLP (hf/experts.py)
+    heads_fill_width: bool = False  # q_norm has hidden_size values: heads of hidden_size / num_attention_heads (OLMoE)
 
 
 SHARED_DEFAULTS = {
@@ -126,7 +139,7 @@ FAMILIES = {
         "LlamaForCausalLM",
         {"attention_bias": ("qkv_bias", "out_bias"), "mlp_bias": ("mlp_bias",)},
         {},
-        qk_norm=False,
+        qk_norm=None,
         window=None,
         defaults={"max_position_embeddings": 2048},
     ),
@@ -134,7 +147,7 @@ FAMILIES = {
         "MistralForCausalLM",
         {},
         {"qkv_bias": False, "out_bias": False, "mlp_bias": False},
-        qk_norm=False,
+        qk_norm=None,
         window="always",
         defaults={"max_position_embeddings": 131072, "num_key_value_heads": 8, "sliding_window": 4096},
     ),
@@ -142,24 +155,23 @@ FAMILIES = {
         "MixtralForCausalLM",
         {},
         {"qkv_bias": False, "out_bias": False, "mlp_bias": False},
-        qk_norm=False,
+        qk_norm=None,
         window="always",
         defaults={
             "max_position_embeddings": 131072,
             "num_key_value_heads": 8,
             "sliding_window": None,
-            "num_local_experts": 8,
             "num_experts_per_tok": 2,
             "router_aux_loss_coef": 0.001,
             "router_jitter_noise": 0.0,
         },  # fmt: skip
-        experts=True,
+        experts=MIXTRAL,
     ),
     "qwen2": Family(
         "Qwen2ForCausalLM",
         {},
         {"qkv_bias": True, "out_bias": False, "mlp_bias": False},
-        qk_norm=False,
+        qk_norm=None,
         window="use_sliding_window",
         defaults={"max_position_embeddings": 32768, "num_key_value_heads": 32, "sliding_window": 4096},
     ),
@@ -167,12 +179,49 @@ FAMILIES = {
         "Qwen3ForCausalLM",
         {"attention_bias": ("qkv_bias", "out_bias")},
         {"mlp_bias": False},
-        qk_norm=True,
+        qk_norm="head",
         window="use_sliding_window",
         defaults={"max_position_embeddings": 32768, "num_key_value_heads": 32, "head_dim": 128, "sliding_window": 4096},
     ),
+    "qwen3_moe": Family(
+        "Qwen3MoeForCausalLM",
+        {"attention_bias": ("qkv_bias", "out_bias")},
+        {"mlp_bias": False},
+        qk_norm="head",
+        window="use_sliding_window_everywhere",
+        defaults={
+            "max_position_embeddings": 32768,
+            "num_key_value_heads": 4,
+            "sliding_window": 4096,
+            "intermediate_size": 6144,
+            "moe_intermediate_size": 768,
+            "num_experts_per_tok": 8,
+            "norm_topk_prob": False,
+            "router_aux_loss_coef": 0.001,
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": None,
+        },  # fmt: skip
+        experts=QWEN3_MOE,
+    ),
+    "olmoe": Family(
+        "OlmoeForCausalLM",
+        {"attention_bias": ("qkv_bias", "out_bias")},
+        {"mlp_bias": False},
+        qk_norm="projection",
+        window=None,
+        defaults={
+            "max_position_embeddings": 4096,
+            "rms_norm_eps": 1e-5,
+            "num_experts_per_tok": 8,
+            "norm_topk_prob": False,
+            "router_aux_loss_coef": 0.01,
+            "clip_qkv": None,
+        },  # fmt: skip
+        experts=OLMOE,
+        heads_fill_width=True,
+    ),
 }
-FAMILY_NAMES = "Llama, Mistral, Mixtral, Qwen2 and Qwen3"
+FAMILY_NAMES = "Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE and OLMoE"
 
 
 def config_from_hf(d: dict, source: str) -> GPTConfig:
@@ -198,14 +247,9 @@ def config_from_hf(d: dict, source: str) -> GPTConfig:
         )
     context = d["max_position_embeddings"]
     window = window_from_hf(d, family, source, context)
-    experts = experts_from_hf(d, source) if family.experts else {}
+    experts = experts_from_hf(d, family.experts, source) if family.experts else {"d_ff": d["intermediate_size"]}
     theta, scaling = rope_from_hf(d, source, context)
-    biases = dict(family.fixed_biases)
-    for field, switches in family.bias_fields.items():
-        biases.update(dict.fromkeys(switches, d.get(field, False)))
-    everywhere = all(value is True for value in biases.values())
-    # numforge's own spelling: use_bias for biases everywhere, else no biases but the switches set
-    switches = {} if everywhere else {switch: None if value is False else value for switch, value in biases.items()}
+    qk_norm = {"qk_norm": True, "qk_norm_extent": family.qk_norm} if family.qk_norm else {}
     try:
         return GPTConfig(
             vocab_size=d["vocab_size"],
@@ -213,7 +257,6 @@ def config_from_hf(d: dict, source: str) -> GPTConfig:
             d_model=d["hidden_size"],
             num_heads=d["num_attention_heads"],
             num_layers=d["num_hidden_layers"],
-            d_ff=d["intermediate_size"],
             **activation,
             norm="rmsnorm",
             norm_eps=d["rms_norm_eps"],
@@ -221,42 +264,48 @@ def config_from_hf(d: dict, source: str) -> GPTConfig:
             rope_theta=theta,
             rope_scaling=scaling,
             num_kv_heads=d["num_key_value_heads"],
-            head_dim=d["head_dim"],
-            qk_norm=family.qk_norm,
-            use_bias=everywhere,
+            head_dim=head_dim_from_hf(d, family, source),
+            **qk_norm,
             tie_weights=d["tie_word_embeddings"],
-            **switches,
+            **biases_from_hf(d, family),
             **window,
             **experts,
         )
     except (ValueError, TypeError) as error:
         bias_names = {switch: field for field, switches in family.bias_fields.items() for switch in switches}
-        raise ValueError(f"{source}: {in_file_words(error, FILE_NAMES | bias_names)}") from None
+        expert_names = file_names(family.experts) if family.experts else {}
+        raise ValueError(f"{source}: {in_file_words(error, FILE_NAMES | bias_names | expert_names)}") from None
 
 
-def experts_from_hf(d: dict, source: str) -> dict:
-    """Mixtral's mixture of experts as ``GPTConfig`` takes it: ``num_local_experts`` SwiGLU experts, each token
-    routed to ``num_experts_per_tok`` of them, the kept gates renormalised (``MixtralTopKRouter``: the softmax of
-    the router's logits, ``torch.topk``, the kept values divided by their sum), ``router_aux_loss_coef`` as the
-    file says (transformers adds that loss only with ``output_router_logits``; numforge's loss always does), no
-    z-loss. ``router_jitter_noise`` (the hidden states times uniform noise in training) is refused."""
-    check_counts(d, source, ("num_local_experts", "num_experts_per_tok"))
-    if d["router_jitter_noise"] not in (0, 0.0):
+def biases_from_hf(d: dict, family: Family) -> dict:
+    """The bias switches of ``GPTConfig`` for config dict ``d``: ``use_bias`` when every layer has biases, else no
+    biases but the switches the family sets (numforge's own spelling)."""
+    biases = dict(family.fixed_biases)
+    for field, switches in family.bias_fields.items():
+        biases.update(dict.fromkeys(switches, d.get(field, False)))
+    if all(value is True for value in biases.values()):
+        return {"use_bias": True}
+    return {"use_bias": False, **{switch: None if value is False else value for switch, value in biases.items()}}
+
+
+def head_dim_from_hf(d: dict, family: Family, source: str) -> int | None:
+    """``head_dim`` of config dict ``d`` (None: ``hidden_size / num_attention_heads``). A family whose q_norm has
+    ``hidden_size`` values (``Family.heads_fill_width``: OLMoE) cannot run heads of another width: refused."""
+    head_dim, H, C = d["head_dim"], d["num_attention_heads"], d["hidden_size"]
+    if family.heads_fill_width and (C % H or head_dim not in (None, C // H)):
         raise ValueError(
-            f"{source}: router_jitter_noise is {d['router_jitter_noise']!r}; numforge's router has no noise (0.0)"
+            f"{source}: head_dim is {head_dim!r} with hidden_size {C} and num_attention_heads {H}: "
+            f"{family.architecture}'s q_norm has hidden_size values, so num_attention_heads must divide hidden_size "
+            "and head_dim be their quotient"
         )
-    coef = d["router_aux_loss_coef"]
-    if isinstance(coef, bool) or not isinstance(coef, (int, float)) or not coef >= 0:
-        raise ValueError(f"{source}: router_aux_loss_coef must be a number >= 0, got {coef!r}")
-    return {
-        "num_experts": d["num_local_experts"],
-        "experts_top_k": d["num_experts_per_tok"],
-        "experts_renormalize": True,
-        "router_aux_loss_coef": float(coef),
-    }
+    return head_dim
 
 
 WINDOW_LAYER_TYPES = ("sliding_attention", "full_attention")  # Qwen's layer_types, windowed or not
+# How a family's sliding_window applies: to every layer ("always": Mistral, Mixtral), or only with use_sliding_window
+# to the layers layer_types names (Qwen2, Qwen3) or to every layer (Qwen3-MoE)
+WINDOW_MODES = ("always", "use_sliding_window", "use_sliding_window_everywhere")
+GATED_WINDOWS = WINDOW_MODES[1:]
 
 
 def window_from_hf(d: dict, family: Family, source: str, context: int) -> dict:
@@ -265,12 +314,13 @@ def window_from_hf(d: dict, family: Family, source: str, context: int) -> dict:
     A layer with a window of ``W`` lets query ``i`` see keys ``i - W < j <= i`` (transformers'
     ``sliding_window_overlay``, numforge's ``window`` score modifier). Mistral's applies to every layer.
     Qwen's applies only with ``use_sliding_window``, to the layers ``layer_types`` calls ``sliding_attention``
-    (by default those from ``max_window_layers`` on). A window not shorter than the context hides nothing: none."""
+    (by default those from ``max_window_layers`` on); Qwen3-MoE's only with ``use_sliding_window``, to every
+    layer. A window not shorter than the context hides nothing: none."""
     window = d.get("sliding_window") if family.window else None
     layers = None  # every layer
+    if family.window in GATED_WINDOWS and not d.get("use_sliding_window", False):
+        return {}
     if family.window == "use_sliding_window":
-        if not d.get("use_sliding_window", False):
-            return {}
         first = d.get("max_window_layers", 28)
         if not is_int(first):
             raise ValueError(f"{source}: max_window_layers must be an integer, got {first!r}")
@@ -323,8 +373,8 @@ def rope_from_hf(d: dict, source: str, context: int) -> tuple[float, dict | None
 
 
 def family_of(config: GPTConfig) -> str:
-    """The ``model_type`` that expresses ``config`` exactly (``llama``, ``qwen2`` or ``qwen3``), or a
-    ``ValueError`` naming the first option none of the family can express."""
+    """The ``model_type`` that expresses ``config`` exactly (a key of ``FAMILIES``), or a ``ValueError`` naming the
+    first option none of the family can express."""
     fixed = {
         "norm": (config.norm, "rmsnorm"),
         "norm_weight": (config.norm_weight, True),
@@ -341,8 +391,13 @@ def family_of(config: GPTConfig) -> str:
         )
     qkv, out, mlp = (config.has_bias(switch) for switch in ("qkv_bias", "out_bias", "mlp_bias"))
     if config.num_experts:
-        return mixtral_of(config, qkv or out)
+        return experts_family_of(config, qkv, out)
     if config.qk_norm:
+        if config.qk_norm_extent != "head":
+            raise ValueError(
+                f"{FAMILY_NAMES} cannot express qk_norm_extent={config.qk_norm_extent!r} without experts (Qwen3 "
+                "normalizes each head; OLMoE, which normalizes the whole projection, has experts)"
+            )
         if config.qk_norm_order != "before_rope":
             raise ValueError(
                 f"{FAMILY_NAMES} cannot express qk_norm_order={config.qk_norm_order!r} (Qwen3 normalizes q and k "
@@ -372,21 +427,36 @@ def family_of(config: GPTConfig) -> str:
     return "mistral"
 
 
-def mixtral_of(config: GPTConfig, attention_bias: bool) -> str:
-    """``"mixtral"`` when Mixtral expresses ``config``'s mixture of experts, else a ``ValueError`` naming the first
-    option it cannot: Mixtral has no biases, no QK-norm, renormalised gates, a window on every layer or none.
-    A router z-loss is a training term (the logits do not depend on it) that Mixtral lacks: written without it,
-    as dropout is."""
+def experts_family_of(config: GPTConfig, qkv_bias: bool, out_bias: bool) -> str:
+    """The family of ``config``'s mixture of experts, by its QK-norm (none: Mixtral; over each head: Qwen3-MoE; over
+    the whole projection: OLMoE), or a ``ValueError`` naming the first option that family cannot express: biases
+    (Mixtral has none; the others' ``attention_bias`` sets q, k, v and o together), gates not renormalised
+    (Mixtral), a window on some layers only (a window at all: OLMoE), QK-norm after the rotation, heads that do
+    not fill ``d_model`` (OLMoE's q_norm has ``hidden_size`` values). A router z-loss is a training term (the
+    logits do not depend on it) that none of them has: written without it, as dropout is."""
+    extent = config.qk_norm_extent if config.qk_norm else None
+    model_type = next(name for name, family in FAMILIES.items() if family.experts and family.qk_norm == extent)
+    family = FAMILIES[model_type]
     needs = {
-        "qkv_bias/out_bias": (attention_bias, False),
-        "qk_norm": (config.qk_norm, False),
-        "experts_renormalize": (config.experts_renormalize, True),
+        "qkv_bias/out_bias": ((qkv_bias, out_bias), (qkv_bias, qkv_bias) if family.bias_fields else (False, False)),
+        "qk_norm_order": (config.qk_norm_order, "before_rope"),
+        "experts_renormalize": (
+            config.experts_renormalize, config.experts_renormalize if family.experts.renormalize else True
+        ),
         "window_layers": (config.window_layers, None),
-    }
+        "sliding_window": (config.sliding_window, config.sliding_window if family.window else None),
+    }  # fmt: skip
     for option, (value, needed) in needs.items():
         if value != needed:
-            raise ValueError(f"Mixtral cannot express {option}={value!r} with num_experts > 0 (it needs {needed!r})")
-    return "mixtral"
+            raise ValueError(
+                f"{family.experts.name} cannot express {option}={value!r} with num_experts > 0 (it needs {needed!r})"
+            )
+    if family.heads_fill_width and config.num_heads * config.head_dim != config.d_model:
+        raise ValueError(
+            f"{family.experts.name} cannot express num_heads={config.num_heads} of head_dim={config.head_dim} with "
+            f"d_model={config.d_model} (its q_norm has hidden_size values: the heads fill d_model)"
+        )
+    return model_type
 
 
 # What transformers 5's Qwen2Tokenizer cuts text with: it rebuilds every qwen2 directory's tokenizer with NFC and
@@ -451,7 +521,7 @@ def config_to_hf(config: GPTConfig, special_ids: dict) -> dict:
         "rope_parameters": {**scaling, "rope_theta": config.rope_theta},
         **biases,
         **window,
-        **(experts_to_hf(config) if FAMILIES[model_type].experts else {}),
+        **(experts_to_hf(config, FAMILIES[model_type].experts) if FAMILIES[model_type].experts else {}),
         # Llama's one dropout, on the attention weights after the softmax, as numforge's drop_prob does with
         # config.attention_dropout (which also drops the embeddings and each branch's output, where Llama has
         # no dropout); written 0.0 all the same (dropout is for training only, and reading a config.json ignores it)
@@ -469,23 +539,14 @@ def window_to_hf(config: GPTConfig, family: Family) -> dict:
         return {"sliding_window": config.sliding_window}
     if config.sliding_window is None:
         return {"use_sliding_window": False, "sliding_window": None}
+    if family.window == "use_sliding_window_everywhere":
+        return {"use_sliding_window": True, "sliding_window": config.sliding_window}
     windowed = [config.layer_window(i) is not None for i in range(config.num_layers)]
     return {
         "use_sliding_window": True,
         "sliding_window": config.sliding_window,
         "max_window_layers": windowed.index(True),  # exact when the windowed layers are the last ones
         "layer_types": [WINDOW_LAYER_TYPES[not w] for w in windowed],  # what transformers 5 reads
-    }
-
-
-def experts_to_hf(config: GPTConfig) -> dict:
-    """Mixtral's expert fields of ``config`` (``experts_from_hf`` reads them back)."""
-    return {
-        "num_local_experts": config.num_experts,
-        "num_experts_per_tok": config.experts_top_k,
-        "router_aux_loss_coef": config.router_aux_loss_coef,
-        "router_jitter_noise": 0.0,
-        "output_router_logits": False,
     }
 
 
@@ -499,12 +560,6 @@ LAYER_NAMES = {  # numforge's name inside layers.{i}. -> the family's inside lay
     projection("gate"): ("mlp.gate_proj",),
     projection("up"): ("mlp.up_proj",),
     DOWN_PROJ: ("mlp.down_proj",),
-    ROUTER: ("block_sparse_moe.gate",),
-}
-EXPERT_NAMES = {  # numforge's stacked experts -> Mixtral's per-expert linear layers, inside layers.{i}.
-    EXPERTS_GATE_PROJ: "w1",
-    EXPERTS_UP_PROJ: "w3",
-    EXPERTS_DOWN_PROJ: "w2",
 }
 TOP_NAMES = {
     TOKEN_EMBEDDING: "embed_tokens.weight",
@@ -513,9 +568,11 @@ TOP_NAMES = {
 }
 
 
-def layout(config: GPTConfig) -> Layout:
-    """Where every parameter of ``config`` lies in the family's files (module docstring)."""
+def layout(config: GPTConfig, model_type: str = "llama") -> Layout:
+    """Where every parameter of ``config`` lies in the files of ``model_type`` (module docstring; the router and
+    the experts as its ``Family.experts`` names them)."""
     H, H_kv, D = config.num_heads, config.num_kv_heads, config.head_dim
+    scheme = FAMILIES[model_type].experts
     tensors = {}
     for name, shape in parameter_shapes(config).items():
         if name in TOP_NAMES:
@@ -523,12 +580,12 @@ def layout(config: GPTConfig) -> Layout:
             continue
         _, i, rest = name.split(".", 2)
         short, kind = rest.rsplit(".", 1)
-        if short in EXPERT_NAMES:
-            experts = range(config.num_experts)
-            names = tuple(f"layers.{i}.block_sparse_moe.experts.{e}.{EXPERT_NAMES[short]}.{kind}" for e in experts)
+        if short in EXPERT_PROJECTIONS:
+            names = expert_tensor_names(scheme, i, short, config.num_experts, kind)
             tensors[name] = stacked_linear(names, shape)  # (E, C_in, C_out)
             continue
-        names = tuple(f"layers.{i}.{part}.{kind}" for part in LAYER_NAMES[short])
+        parts = (scheme.router,) if short == ROUTER else LAYER_NAMES[short]
+        names = tuple(f"layers.{i}.{part}.{kind}" for part in parts)
         if short.endswith("norm"):
             tensors[name] = Stored(names, (shape,))
         else:

@@ -34,6 +34,7 @@ from .layers import (
 )
 from .names import K_NORM, OUT_PROJ, PRE_ATTN_NORM, Q_NORM, QKV_PROJ
 from .positions import POSITIONS
+from .qk_norm import qk_norm_backward, qk_norm_forward
 
 
 def split_heads(qkv, num_heads: int, num_kv_heads: int):
@@ -140,7 +141,7 @@ def attend_backward(do, cache, config):
 
 # ---------------------------------------------------------------- q and k: QK-norm and the rotation
 
-QK_NORM = "qk_norm"  # the step of qk_steps that normalizes each head's q and k
+QK_NORM = "qk_norm"  # the step of qk_steps that normalizes q and k (over each head, or the whole projection)
 
 
 def qk_steps(config) -> tuple[str, ...]:
@@ -168,8 +169,8 @@ def qk_forward(q, k, p, config, tables: dict, start: int):
     steps, caches, path = qk_steps(config), [], [(q, k)]
     for step in steps:
         if step == QK_NORM:
-            q, q_cache = norm_forward(q, p, Q_NORM, config)  # (B,H,T,D), over each head's D
-            k, k_cache = norm_forward(k, p, K_NORM, config)  # (B,H_kv,T,D)
+            q, q_cache = qk_norm_forward(q, p, Q_NORM, config)  # (B,H,T,D), over D or H D (qk_norm.py)
+            k, k_cache = qk_norm_forward(k, p, K_NORM, config)  # (B,H_kv,T,D), over D or H_kv D
         else:
             rotation = POSITIONS[step].rotation
             rows = [tables[name][start : start + q.shape[2]] for name in rotation.tables]  # each (T,D)
@@ -196,8 +197,8 @@ def qk_backward(dq, dk, cache: QKCache, config) -> QKBackward:
     for step, (q_cache, k_cache) in reversed(list(zip(cache.steps, cache.caches))):
         if step == QK_NORM:
             # forward: q = q_norm(q), k = k_norm(k)
-            dq, q_grads = norm_backward(dq, q_cache, Q_NORM, config)
-            dk, k_grads = norm_backward(dk, k_cache, K_NORM, config)
+            dq, q_grads = qk_norm_backward(dq, q_cache, Q_NORM, config)
+            dk, k_grads = qk_norm_backward(dk, k_cache, K_NORM, config)
             grads.update(q_grads | k_grads)
         else:
             # forward: q = rotate(q), k = rotate(k); the backward rotates them back

@@ -20,6 +20,8 @@ config validates against them): ``norm`` from ``ops.norms.NORMS``,
 - ``qk_norm``: the norm over each head's q and k, with a ``(D,)`` weight
   (``attn.q_norm.weight``, ``attn.k_norm.weight``) unless ``norm_weight`` is
   False; ``qk_norm_order`` puts it before the rotation (Qwen3) or after it (nanochat);
+  ``qk_norm_extent`` ``"projection"`` normalizes each position's whole q projection (``H D`` values, an
+  ``(H D,)`` weight) and k projection (``H_kv D``) instead of each head (OLMoE; ``model/qk_norm.py``);
 - ``norm_weight``: False gives every norm no parameters (nanochat);
 - ``sliding_window`` W: the attention of a windowed layer sees only the W latest positions (query ``i``,
   keys ``i - W < j <= i``; ``ops/scores.py``'s ``window``); ``window_layers``, the 0-based layers with the
@@ -62,6 +64,7 @@ from ..ops.norms import NORMS
 from ..ops.rope import check_rope_scaling
 from .attention_branch import KERNELS
 from .positions import POSITIONS
+from .qk_norm import QK_NORM_EXTENTS
 
 ATTENTION_KINDS = tuple(KERNELS)  # the tiled kernel, or the plain one that holds (B,H,T,T): the oracle
 QK_NORM_ORDERS = ("before_rope", "after_rope")  # QK-norm then the rotation (Qwen3), or the reverse (nanochat)
@@ -129,6 +132,7 @@ class GPTConfig:
     head_dim: int | None = None  # each head's width D (None: d_model / num_heads)
     qk_norm: bool = False  # a norm over each head's q and k
     qk_norm_order: str = "before_rope"
+    qk_norm_extent: str = "head"  # what one QK-norm covers: a name in model.qk_norm.QK_NORM_EXTENTS
     use_bias: bool = True  # the biases of every switch below left None
     qkv_bias: bool | None = None
     out_bias: bool | None = None
@@ -155,10 +159,13 @@ class GPTConfig:
         _check_choice("norm", self.norm, tuple(NORMS))
         _check_choice("position", self.position, tuple(POSITIONS))
         _check_choice("qk_norm_order", self.qk_norm_order, QK_NORM_ORDERS)
+        _check_choice("qk_norm_extent", self.qk_norm_extent, tuple(QK_NORM_EXTENTS))
         _check_choice("attention", self.attention, ATTENTION_KINDS)
         for name in ("norm_weight", "qk_norm", "use_bias", "tie_weights", "scale_embeddings", "attention_dropout"):
             check_bool(getattr(self, name), name)
         self._resolve_heads()
+        if not self.qk_norm and self.qk_norm_extent != _DEFAULTS["qk_norm_extent"]:
+            raise ValueError(f"qk_norm_extent={self.qk_norm_extent!r} set, but qk_norm is False (no QK-norm)")
         if self.d_ff is None:
             self.d_ff = default_d_ff(self.d_model, self.activation)
         check_positive_int(self.d_ff, "d_ff")

@@ -13,7 +13,7 @@ the strings themselves: they do not change.
 
     pre_attn_norm                  (C,)                  weight | bias, as the norm has them
     attn.qkv_proj                  (C, (H + 2 H_kv) D)   one fused projection, split q|k|v
-    attn.q_norm, attn.k_norm       (D,)                  QK-norm only; no bias
+    attn.q_norm, attn.k_norm       (D,)                  QK-norm only; no bias; (H D,), (H_kv D,) projection-wide
     attn.out_proj                  (H D, C)
     pre_mlp_norm                   (C,)
     mlp.up_proj [, mlp.gate_proj]  (C, F)                one per input of the activation (SwiGLU: gate too)
@@ -37,6 +37,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..ops.activations import ACTIVATIONS
+from .qk_norm import QK_NORM_EXTENTS
 
 TOKEN_EMBEDDING = "token_embedding"
 PRE_ATTN_NORM = "pre_attn_norm"
@@ -96,8 +97,9 @@ def attention_layout(config) -> dict[str, Linear | Norm]:
     """The attention branch's parts: its norm, the fused q|k|v projection, the QK-norms, the output projection."""
     C, H, H_kv, D = config.d_model, config.num_heads, config.num_kv_heads, config.head_dim
     layout = {PRE_ATTN_NORM: Norm(C, "norm_bias"), QKV_PROJ: Linear(C, (H + 2 * H_kv) * D, "qkv_bias")}
-    if config.qk_norm:
-        layout |= {Q_NORM: Norm(D, None), K_NORM: Norm(D, None)}
+    if config.qk_norm:  # (D,) each, or over the whole projection (H D,) and (H_kv D,)
+        width = QK_NORM_EXTENTS[config.qk_norm_extent].width
+        layout |= {Q_NORM: Norm(width(H, D), None), K_NORM: Norm(width(H_kv, D), None)}
     return layout | {OUT_PROJ: Linear(H * D, C, "out_bias")}
 
 

@@ -71,6 +71,7 @@ from ..ops.scores import SCORE_MODIFIERS, as_use
 from .config import GPTConfig
 from .mlp_branch import projection
 from .positions import POSITIONS
+from .qk_norm import QK_NORM_EXTENTS
 
 IGNORE_INDEX = -1
 
@@ -277,19 +278,20 @@ def reference_backward(params: dict, config: GPTConfig, cache: dict) -> dict:
 
 
 def _qk_forward(q, k, w: dict, config: GPTConfig, tables: dict, saved: dict):
-    """QK-norm (over each head's ``D``) and the rotation, in ``config.qk_norm_order``; ``saved`` keeps their inputs."""
+    """QK-norm (over each head's ``D``, or each position's whole projection) and the rotation, in
+    ``config.qk_norm_order``; ``saved`` keeps their inputs."""
     norm_first = config.qk_norm and config.qk_norm_order == "before_rope"
     if norm_first:
-        q, saved["q_norm"] = _norm(q, w, "attn.q_norm", config)  # (B,H,T,D)
-        k, saved["k_norm"] = _norm(k, w, "attn.k_norm", config)  # (B,H_kv,T,D)
+        q, saved["q_norm"] = _qk_norm(q, w, "attn.q_norm", config)  # (B,H,T,D)
+        k, saved["k_norm"] = _qk_norm(k, w, "attn.k_norm", config)  # (B,H_kv,T,D)
     rotation = POSITIONS[config.position].rotation
     if rotation is not None:  # RoPE: pair (i, i + D/2) of position t turned by t theta_i
         saved["q_rotation"], saved["k_rotation"] = q, k  # the rotation's inputs
         q = rotation.textbook(q, *tables["rotation"])  # (B,H,T,D)
         k = rotation.textbook(k, *tables["rotation"])  # (B,H_kv,T,D)
     if config.qk_norm and not norm_first:
-        q, saved["q_norm"] = _norm(q, w, "attn.q_norm", config)
-        k, saved["k_norm"] = _norm(k, w, "attn.k_norm", config)
+        q, saved["q_norm"] = _qk_norm(q, w, "attn.q_norm", config)
+        k, saved["k_norm"] = _qk_norm(k, w, "attn.k_norm", config)
     return q, k
 
 
@@ -297,15 +299,15 @@ def _qk_backward(dq, dk, w: dict, config: GPTConfig, tables: dict, saved: dict, 
     """``_qk_forward`` walked back: the norms' backward, the inverse rotation."""
     norm_first = config.qk_norm and config.qk_norm_order == "before_rope"
     if config.qk_norm and not norm_first:
-        dq = _norm_backward(dq, saved["q_norm"], w, "attn.q_norm", config, grads)
-        dk = _norm_backward(dk, saved["k_norm"], w, "attn.k_norm", config, grads)
+        dq = _qk_norm_backward(dq, saved["q_norm"], w, "attn.q_norm", config, grads)
+        dk = _qk_norm_backward(dk, saved["k_norm"], w, "attn.k_norm", config, grads)
     rotation = POSITIONS[config.position].rotation
     if rotation is not None:  # forward: q = rotate(q, +angle), so dq = rotate(dq, -angle): the inverse rotation
         (dq,) = rotation.textbook_backward(dq, saved["q_rotation"], *tables["rotation"])  # (B,H,T,D)
         (dk,) = rotation.textbook_backward(dk, saved["k_rotation"], *tables["rotation"])  # (B,H_kv,T,D)
     if norm_first:
-        dq = _norm_backward(dq, saved["q_norm"], w, "attn.q_norm", config, grads)
-        dk = _norm_backward(dk, saved["k_norm"], w, "attn.k_norm", config, grads)
+        dq = _qk_norm_backward(dq, saved["q_norm"], w, "attn.q_norm", config, grads)
+        dk = _qk_norm_backward(dk, saved["k_norm"], w, "attn.k_norm", config, grads)
     return dq, dk
 
 
@@ -342,6 +344,21 @@ def _norm_backward(dy, x, w: dict, name: str, config: GPTConfig, grads: dict):
     dx, *dparams = norm.textbook_backward(dy, x, *_norm_params(w, name, config), eps=config.norm_eps)
     grads.update({f"{name}.{param}": d for param, d in zip(norm.parameters, dparams)})
     return dx
+
+
+def _qk_norm(x, w: dict, name: str, config: GPTConfig):
+    """``(y, rows)``: the norm of heads ``x (B,H,T,D)`` over ``config.qk_norm_extent``'s values (each head's
+    ``D``, or the ``H D`` of a position's heads side by side, ``(B,T,H D)``); ``rows`` what its backward reads."""
+    extent = QK_NORM_EXTENTS[config.qk_norm_extent]
+    y, rows = _norm(extent.to_rows(x), w, name, config)
+    return extent.from_rows(y, x.shape[1]), rows  # -> (B,H,T,D)
+
+
+def _qk_norm_backward(dy, rows, w: dict, name: str, config: GPTConfig, grads: dict):
+    """``dx (B,H,T,D)`` of ``_qk_norm``: the norm's backward on the same rows."""
+    extent = QK_NORM_EXTENTS[config.qk_norm_extent]
+    dx = _norm_backward(extent.to_rows(dy), rows, w, name, config, grads)
+    return extent.from_rows(dx, dy.shape[1])  # -> (B,H,T,D)
 
 
 def _norm_params(w: dict, name: str, config: GPTConfig) -> list:

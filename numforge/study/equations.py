@@ -8,14 +8,16 @@ the number of positions with a target. The model's norm (``layernorm``:
 and its MLP activation are named from the config. Rotary positions turn each
 head's q and k by an angle ``t theta`` per pair of values (``rotate_half``
 pairs, ``ops/rope.py``); QK-norm normalizes each head's q and k over its ``D``
-values. In the backward, ``d`` of an array is the gradient of the loss with
-respect to it, and each line reverses the forward line of the same name.
+values, or each position's whole q and k projections (``model/qk_norm.py``). In the
+backward, ``d`` of an array is the gradient of the loss with respect to it, and each line reverses the forward
+line of the same name.
 """
 
 from __future__ import annotations
 
 import re
 
+from ..model.qk_norm import QK_NORM_EXTENTS
 from ..ops.activations import ACTIVATIONS
 
 FORWARD = {
@@ -28,8 +30,8 @@ FORWARD = {
     "v": "q|k|v = h W_qkv + b_qkv, v split into H heads of D (H_kv heads with grouped-query attention)",
     "q after rope": "q' = q * cos(t theta) + rotate_half(q) * sin(t theta)  (the kernel's q)",
     "k after rope": "k' = k * cos(t theta) + rotate_half(k) * sin(t theta)  (the kernel's k)",
-    "q after qk_norm": "q' = {norm}(q) over each head's D values, times q_norm.weight",
-    "k after qk_norm": "k' = {norm}(k) over each head's D values, times k_norm.weight",
+    "q after qk_norm": "q' = {norm}(q) over {qk_over}, times q_norm.weight",
+    "k after qk_norm": "k' = {norm}(k) over {qk_over}, times k_norm.weight",
     "heads merged (out_proj input)": "y = [P_1 v_1 | ... | P_H v_H],  P = softmax(q k^T / sqrt(D), causal mask)",
     "attention branch output": "a = y W_out + b_out",
     "residual after attention": "x' = x + a",
@@ -60,8 +62,8 @@ BACKWARD = {
     "v": "dv = P^T dy  (with grouped values: summed over the query heads that share them)",
     "q before rope": "dq = dq' * cos(t theta) + rotate_half^T(dq' * sin(t theta)): the rotation turned back",
     "k before rope": "dk = dk' * cos(t theta) + rotate_half^T(dk' * sin(t theta)): the rotation turned back",
-    "q before q_norm": "dq = {norm} backward of dq' over each head's D values;  dq_norm.weight = its sum",
-    "k before k_norm": "dk = {norm} backward of dk' over each head's D values;  dk_norm.weight = its sum",
+    "q before q_norm": "dq = {norm} backward of dq' over {qk_over};  dq_norm.weight = its sum",
+    "k before k_norm": "dk = {norm} backward of dk' over {qk_over};  dk_norm.weight = its sum",
     "pre-attention norm output": "dh = [dq | dk | dv] W_qkv^T",
     "attention branch -> residual": "the branch's part of dx = {norm} backward of dh",
     "residual into the block (skip + attention)": "dx = dx' (the skip) + the attention branch's part",
@@ -82,4 +84,5 @@ def stage_equation(name: str, config, backward: bool = False) -> str | None:
     letters = [name[0] for name in activation.inputs]  # u; gated: g, u
     act = f"{config.activation}({', '.join(letters)}) = {activation.equation}"
     paths = " + ".join(f"d{letter} W_{name}^T" for letter, name in zip(letters, activation.inputs))
-    return table[key].format(act=act, paths=paths, norm=config.norm)
+    qk_over = QK_NORM_EXTENTS[config.qk_norm_extent].over
+    return table[key].format(act=act, paths=paths, norm=config.norm, qk_over=qk_over)
