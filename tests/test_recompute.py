@@ -87,3 +87,68 @@ def test_recompute_needs_a_backward_without_kept_caches(options):
         GPT(config).forward(ids, targets, recompute=True, **options)
     with pytest.raises(TypeError, match="recompute"):
         GPT(config).forward(ids, targets, recompute=1)
+
+
+# ---------------------------------------------------------------- training with --recompute
+
+WORDS = "the cat sat on a mat while one dog ran to the old red barn and back".split()
+TRAINING = dict(max_steps=6, batch_size=4, seq_len=16, warmup_steps=2, schedule_steps=12, eval_every=3, save_every=3)
+
+
+def _start(run_dir, corpus, cache, **changes):
+    from numforge.data import load_or_train_tokenizer
+    from numforge.training import TrainSettings, new_run
+
+    tokenizer = load_or_train_tokenizer(corpus, 280, cache_dir=cache, say=lambda _: None)
+    model = {"num_layers": 2, "d_model": 16, "num_heads": 2, "drop_prob": 0.1}
+    settings = TrainSettings(**{**TRAINING, "eval_batches": 2, "seed": 5, **changes})
+    return new_run(run_dir, settings, model, tokenizer, data=corpus, cache_dir=cache)
+
+
+def test_training_with_recompute_repeats_the_plain_run_bit_for_bit_and_resumes_exactly(tmp_path, monkeypatch):
+    from numforge import checkpoint
+    from numforge.training import LOSS_CSV, resume_run, train
+
+    asked = []  # the recompute of every forward that a backward follows
+    forward = GPT.forward
+
+    def spied(self, *args, **kwargs):
+        if kwargs.get("for_backward", True):
+            asked.append(kwargs.get("recompute", False))
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(GPT, "forward", spied)
+
+    corpus = tmp_path / "corpus.txt"
+    words = np.random.default_rng(0).integers(0, len(WORDS), 1200)
+    corpus.write_text(" ".join(WORDS[i] for i in words), encoding="utf-8")
+    train(_start(tmp_path / "plain", corpus, tmp_path), progress=False, threads=2)
+    assert asked and not any(asked)
+    asked.clear()
+    train(_start(tmp_path / "recompute", corpus, tmp_path, recompute=True), progress=False, threads=2)
+    assert asked == [True] * 12  # 6 steps of 2 thread parts
+    # recomputing for 3 steps, then resumed without it (a resume may switch it either way)
+    train(_start(tmp_path / "split", corpus, tmp_path, recompute=True, max_steps=3), progress=False, threads=2)
+    assert checkpoint.load_checkpoint(tmp_path / "split").state["settings"]["recompute"] is True
+    resumed = resume_run(tmp_path / "split", {"max_steps": 6, "recompute": False}, cache_dir=tmp_path)
+    assert resumed.settings.recompute is False
+    train(resumed, progress=False, threads=2)
+    plain = checkpoint.load_checkpoint(tmp_path / "plain")
+    for other in ("recompute", "split"):
+        loaded = checkpoint.load_checkpoint(tmp_path / other)
+        assert all(np.array_equal(plain.params[name], loaded.params[name]) for name in plain.params), other
+        assert all(np.array_equal(plain.optimizer_state["v"][n], loaded.optimizer_state["v"][n]) for n in plain.params)
+        assert (tmp_path / other / LOSS_CSV).read_text() == (tmp_path / "plain" / LOSS_CSV).read_text()
+
+
+def test_a_checkpoint_without_the_recompute_setting_resumes_without_it(tmp_path):
+    from numforge.training.spec import TrainSettings
+    from numforge.training.state import STATE_FIELDS
+
+    settings = {**TRAINING, "lr": 1e-3, "min_lr": 1e-4}
+    assert TrainSettings(**settings).recompute is False  # written before the field existed
+    STATE_FIELDS["settings"](
+        {**{f: v for f, v in vars(TrainSettings()).items() if f != "recompute"}}, "state.json: 'settings'"
+    )
+    with pytest.raises(ValueError, match="recompute must be true or false, got 1"):
+        TrainSettings(recompute=1)
