@@ -8,14 +8,17 @@ at ``b`` bytes a value (4: float32), a batch of ``B`` rows of ``T`` tokens and `
     optimizer   = 2 b P_t                    AdamW's two moments, m and v
     activations = L A + head                 every block's cache kept for the backward
                 = L b B T C + A + head       --recompute: each block's input, and one block's cache at a time
+    working     = A / 2                      the gradients a block's backward makes on its way
     validation  = 8 eval_batches B (T + 1)   the fixed validation windows (int64)
 
 ``A`` is one block's cache, counted from the model's shapes (``block_activation_bytes``): per token, the two
 norms' input and normalized rows, the projections' inputs, q and k at every step of their way (the split, the
 QK-norm, the rotation), v, the attention's output and log-sum-exp, the MLP's activation inputs; dropout's
 boolean masks; and the ``(B,H,T,T)`` attention weights where the kernel keeps them. ``head`` is what the model
-keeps outside the blocks: the final norm's rows and the loss's. The count is checked against tracemalloc's
-peak of a real forward and backward (``tests/test_memory_plan.py``).
+keeps outside the blocks: the final norm's rows and the loss's. ``working`` is measured, not derived: the peak
+of a step stands 0.15 to 0.55 of a block's cache above what is kept and the gradients (tracemalloc, on the
+shapes of ``tests/test_memory_plan.py``, which checks the whole count against tracemalloc's peak of a real
+forward and backward).
 
 ``numforge train`` prints the table of ``plan_table`` before its first step, a column per way of running
 (``--recompute`` or not), and refuses with it when the chosen one exceeds the machine's memory.
@@ -27,11 +30,12 @@ import dataclasses
 import math
 from typing import NamedTuple
 
+from .. import resources
 from ..model import GPTConfig, parameter_shapes
 from ..model.attention_branch import KEEP_PROBS_LIMIT, KERNELS
 from ..model.positions import POSITIONS
 from ..ops.activations import ACTIVATIONS
-from ..resources import format_bytes, memory_limit
+from ..resources import format_bytes
 from ..table import format_table
 
 INT64_BYTES = 8
@@ -45,11 +49,12 @@ class MemoryPlan(NamedTuple):
     optimizer: int  # AdamW's two moments
     activations_per_block: int  # A: one block's cache
     activations: int  # every block's and the head's, as kept (with recompute: inputs + one block)
+    working: int  # the backward's gradients on the way through a block
     validation: int
 
     @property
     def total(self) -> int:
-        return self.weights + self.gradients + self.optimizer + self.activations + self.validation
+        return self.weights + self.gradients + self.optimizer + self.activations + self.working + self.validation
 
 
 def memory_plan(
@@ -78,7 +83,13 @@ def memory_plan(
         activations = config.num_layers * block + head
     validation = INT64_BYTES * settings.eval_batches * settings.batch_size * (T + 1)
     return MemoryPlan(
-        itemsize * parameters, itemsize * trainable, 2 * itemsize * trainable, block, activations, validation
+        itemsize * parameters,
+        itemsize * trainable,
+        2 * itemsize * trainable,
+        block,
+        activations,
+        block // 2,
+        validation,
     )
 
 
@@ -120,6 +131,7 @@ PLAN_ROWS = (  # (row label, the MemoryPlan field or property it shows)
     ("AdamW moments (m, v)", "optimizer"),
     ("activations, one block", "activations_per_block"),
     ("activations kept", "activations"),
+    ("backward's working memory", "working"),
     ("validation windows", "validation"),
     ("total", "total"),
 )
@@ -132,7 +144,7 @@ def plan_table(plans: dict[str, MemoryPlan], chosen: str) -> str:
         raise ValueError(f"chosen must be one of the plans {list(plans)}, got {chosen!r}")
     header = ("memory plan", *(f"{name} (this run)" if name == chosen else name for name in plans))
     rows = [(label, *(format_bytes(getattr(plan, field)) for plan in plans.values())) for label, field in PLAN_ROWS]
-    limit, source = memory_limit()
+    limit, source = resources.memory_limit()
     return format_table(header, rows, align=("left", *("right",) * len(plans))) + (
         f"\nthis machine: {format_bytes(limit)} ({source})"
     )
@@ -154,7 +166,7 @@ def check_plan_fits(config: GPTConfig, settings, what: str) -> str:
     """The plan's table, or a ``ValueError`` with it when the chosen plan's total exceeds the machine's memory."""
     plans, chosen = run_plans(config, settings), chosen_plan(settings)
     table = plan_table(plans, chosen)
-    limit, source = memory_limit()
+    limit, source = resources.memory_limit()
     needed = plans[chosen].total
     if needed > limit:
         hint = "" if settings.recompute else " (--recompute keeps less: see its column)"
