@@ -152,3 +152,14 @@ def test_a_checkpoint_without_the_recompute_setting_resumes_without_it(tmp_path)
     )
     with pytest.raises(ValueError, match="recompute must be true or false, got 1"):
         TrainSettings(recompute=1)
+
+
+def test_recompute_with_dropout_is_refused_before_the_run_on_cupy(monkeypatch):
+    from numforge.training import TrainSettings, run
+
+    monkeypatch.setattr(run, "backend_name", lambda: "cupy")
+    with_dropout = GPTConfig(**SMALL, drop_prob=0.1)
+    with pytest.raises(ValueError, match="--recompute with --dropout runs on NumPy only"):
+        run.check_run_fits(with_dropout, TrainSettings(seq_len=12, recompute=True))
+    run.check_run_fits(with_dropout, TrainSettings(seq_len=12))  # either alone starts
+    run.check_run_fits(GPTConfig(**SMALL), TrainSettings(seq_len=12, recompute=True))

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..atomic import remove_stale_temporaries
+from ..backend import backend_name
 from ..checkpoint import (
     check_tokenizer_fits,
     checkpoint_config,
@@ -95,7 +96,14 @@ class Run:
 
 def check_run_fits(config: GPTConfig, settings: TrainSettings) -> None:
     """``ValueError`` with the memory plan's table and the machine's limit when a training step cannot fit in
-    memory (``memory_plan.py``)."""
+    memory (``memory_plan.py``), or when ``--recompute`` could not draw a block's dropout masks again: it copies
+    the generators (``blocks.rng_copy``), and CuPy's hold a lock and their state on the device (read in CuPy's
+    source; not run on a GPU here)."""
+    if settings.recompute and config.drop_prob > 0 and backend_name() == "cupy":
+        raise ValueError(
+            "--recompute with --dropout runs on NumPy only: CuPy's random generators cannot be copied to draw a "
+            "block's masks again; leave out one of them"
+        )
     check_plan_fits(
         config,
         settings,
