@@ -169,7 +169,8 @@ def check_plan_fits(config: GPTConfig, settings, what: str) -> str:
     limit, source = resources.memory_limit()
     needed = plans[chosen].total
     if needed > limit:
-        hint = "" if settings.recompute else " (--recompute keeps less: see its column)"
+        fits = [name for name, plan in plans.items() if plan.total <= limit]
+        hint = f" ({' and '.join(fits)} would fit: see the table)" if fits else ""
         raise ValueError(
             f"{what} needs about {format_bytes(needed)} of memory, more than this machine's {format_bytes(limit)} "
             f"({source}){hint}:\n{table}"
