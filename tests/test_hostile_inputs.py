@@ -142,10 +142,10 @@ def test_an_array_header_claiming_more_than_its_member_holds_is_refused_unread(r
 @pytest.mark.parametrize("options", [{}, {"activation": "swiglu"}, {"tie_weights": False, "use_bias": False}])
 def test_the_parameter_count_of_the_estimate_is_the_models(options):
     from numforge.model import GPT, GPTConfig
-    from numforge.training.run import _count_params
+    from numforge.training.memory_plan import count_params
 
     config = GPTConfig(vocab_size=300, max_seq_len=16, d_model=32, num_heads=4, num_layers=3, **options)
-    assert _count_params(config) == GPT(config).num_params()
+    assert count_params(config) == GPT(config).num_params()
 
 
 def test_memory_is_estimated_and_refused_with_the_limit(monkeypatch):

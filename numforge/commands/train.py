@@ -11,6 +11,7 @@ from .. import interrupts
 from ..data import DEFAULT_CORPUS
 from ..generate import RUN_SAMPLE, generate
 from ..training import LOSS_CSV, LOSS_PNG, TrainingDiverged, TrainSettings, train
+from ..training.memory_plan import chosen_plan, plan_table, run_plans
 from ..training.parallel import RanksDisagree, connect, micro_batch_size
 from ..training.spec import RunSpec, spec_flags
 from ..training.start import next_free_run_dir, start_run
@@ -113,6 +114,7 @@ def _train(args: argparse.Namespace, session, world, threads: int, say, report, 
         + (f" in {settings.grad_accum} micro-batches" if settings.grad_accum > 1 else "")
         + (f", {threads} threads" + (" per rank" if world.size > 1 else "") if threads > 1 else "")
     )
+    report(plan_table(run_plans(model.config, settings), chosen_plan(settings)))  # checked when the run started
     first_step = session.step
     try:
         outcome = train(session, progress=not args.no_progress, say=say, world=world, threads=threads)

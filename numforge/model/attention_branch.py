@@ -102,11 +102,13 @@ def _tiled(q, k, v, keep_probs: bool, modifiers: tuple, **dropout):
 
 class AttentionKernel(NamedTuple):
     """``o, cache = forward(q, k, v, keep_probs, modifiers, **dropout)``; ``dq, dk, dv = backward(do, cache)``;
-    ``weights``: where its cache holds the attention weights, as ``numforge attention`` says it."""
+    ``weights``: where its cache holds the attention weights, as ``numforge attention`` says it; ``keeps_weights``:
+    whether a cache for the backward always holds them (else only up to ``KEEP_PROBS_LIMIT``: the memory plan)."""
 
     forward: Callable
     backward: Callable
     weights: str
+    keeps_weights: bool = False
 
 
 KERNELS = {  # config.attention -> AttentionKernel
@@ -115,7 +117,8 @@ KERNELS = {  # config.attention -> AttentionKernel
         "tiled attention keeps no weights: rebuilt from the log-sum-exp L it saves, P = exp(S - L)",
     ),
     "plain": AttentionKernel(
-        _plain, attention_backward, "plain attention keeps its weights: read from its cache (AttentionCache.probs)"
+        _plain, attention_backward, "plain attention keeps its weights: read from its cache (AttentionCache.probs)",
+        keeps_weights=True,
     ),
 }  # fmt: skip
 ORACLE_KERNEL = "plain"  # the one that holds every (B,H,T,T) weight: the oracle the others are compared with

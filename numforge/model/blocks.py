@@ -23,10 +23,16 @@ made, by reference) and the residual gradient it leaves. Training keeps only eac
 ``grads`` and drops the rest before the next branch runs, so the gradients on the way are
 freed as soon as they are used; ``study/backward.py`` reads them all (``numforge trace
 --backward``). ``block_backward`` is the same walk with only ``(dx, grads)`` kept.
+
+Recomputation (activation checkpointing, ``numforge train --recompute``): the model's forward keeps a
+``BlockInput`` per block (its input ``x`` and a copy of the dropout generator as it stood before the block drew
+from it) instead of the block's cache, and ``recompute_block`` runs the block's forward once more, just before
+its backward: the same input, the same masks, so the same cache, bit for bit.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import NamedTuple
 
 from .attention_branch import (
@@ -75,6 +81,31 @@ def block_forward(
     m, mlp_cache = MLP_KINDS[config.mlp_kind].forward(x, p, config, rng=rng)
     x = x + m  # (B,T,C)
     return x, BlockCache(attention_cache, mlp_cache if keep_cache else None, mlp_cache.aux_loss)
+
+
+class BlockInput(NamedTuple):
+    """What a block keeps under recomputation: its input and its dropout generator before the block drew."""
+
+    x: object  # (B,T,C) the block's input
+    rng: object  # a copy of the dropout generator in the state the block found it (None: dropout off)
+    layer: int  # the block's index (its attention's place in a KV cache and its mask stream)
+
+
+def rng_copy(rng):
+    """A copy of ``rng`` in its current state (None stays None): the copy draws what ``rng`` draws next.
+
+    Example: ``a = rng_copy(g); a.random(3)`` equals the ``g.random(3)`` that follows. A NumPy ``Generator`` and
+    ``training.dropout.RowStreams`` (a list of them) copy by value."""
+    return None if rng is None else copy.deepcopy(rng)
+
+
+def recompute_block(saved: BlockInput, p, config, tables: dict | None = None) -> BlockCache:
+    """The block's cache made again from ``saved``: its forward once more, on the same input, its masks drawn
+    from a fresh copy of the saved generator (so a second backward of the same forward draws them again)."""
+    _, cache = block_forward(
+        saved.x, p, config, rng=rng_copy(saved.rng), for_backward=True, layer=saved.layer, tables=tables
+    )
+    return cache
 
 
 class ResidualStep(NamedTuple):

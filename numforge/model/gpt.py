@@ -42,7 +42,15 @@ from ..backend import array_module, get_xp, resolve_dtype
 from ..checks import check_bool, check_int, check_positive_int
 from ..ops.embedding import embedding_backward, embedding_forward
 from ..ops.norms import NORMS
-from .blocks import BlockCache, ResidualStep, block_backward_steps, block_forward
+from .blocks import (
+    BlockCache,
+    BlockInput,
+    ResidualStep,
+    block_backward_steps,
+    block_forward,
+    recompute_block,
+    rng_copy,
+)
 from .config import GPTConfig
 from .kv_cache import KVCache
 from .layers import LayerParams, dropout_if, dropout_if_backward, norm_backward, norm_forward
@@ -131,7 +139,7 @@ class ModelCache(NamedTuple):
     ids_shape: tuple
     embedding: object
     embedding_dropout: object
-    blocks: list[BlockCache]  # per layer: BlockCache(attention, mlp)
+    blocks: list[BlockCache | BlockInput]  # per layer: BlockCache(attention, mlp), or with recompute its input
     final_norm: object
     loss: object
 
@@ -202,7 +210,9 @@ class GPT:
 
     # ------------------------------------------------------------------ forward
 
-    def forward(self, token_ids, targets, *, rng=None, for_backward: bool = True, keep_caches: bool = False):
+    def forward(
+        self, token_ids, targets, *, rng=None, for_backward: bool = True, keep_caches: bool = False, recompute=False
+    ):
         """``(loss, cache)``: the mean cross-entropy of predicting ``targets (B,T)`` from ``token_ids (B,T)``, plus
         with experts the layers' auxiliary losses (load balancing, router z-loss; ``moe_branch.py``), every mode alike.
 
@@ -213,17 +223,27 @@ class GPT:
         no cache (each layer's is dropped before the next runs), so its memory does not grow with the layers,
         and its loss holds a chunk of rows of logits at a time, never the ``(B,T,V)`` logits.
         ``keep_caches`` (the study tools) keeps every cache without those speed-ups: a backward still runs
-        on it, computing the loss's gradients then.
+        on it, computing the loss's gradients then. ``recompute`` (with ``for_backward``) keeps of each block only
+        its input (``blocks.BlockInput``), and ``backward`` runs each block's forward again just before its
+        backward: the same gradients bit for bit, the blocks' activations alive one block at a time.
         """
         self._check_ids(token_ids, "token_ids")
         self._check_targets(targets, token_ids.shape)
         check_bool(for_backward, "for_backward")
         check_bool(keep_caches, "keep_caches")
+        check_bool(recompute, "recompute")
+        if recompute and (keep_caches or not for_backward):
+            raise ValueError(
+                "recompute keeps only each block's input for a backward: it needs for_backward=True "
+                "and keep_caches=False"
+            )
         keep_caches = keep_caches or for_backward
         rng = rng if self.config.drop_prob > 0 else None
         x, embedding_cache = self._embed(token_ids, start=0)  # (B,T) -> (B,T,C)
         x, embedding_dropout = dropout_if(x, self.config, rng)
-        x, blocks, aux_loss = self._blocks(x, rng=rng, for_backward=for_backward, keep_caches=keep_caches)  # (B,T,C)
+        x, blocks, aux_loss = self._blocks(
+            x, rng=rng, for_backward=for_backward, keep_caches=keep_caches, recompute=recompute
+        )  # (B,T,C)
         h, final_norm_cache = norm_forward(x, self.params, FINAL_NORM, self.config)  # (B,T,C)
         if not keep_caches:  # evaluation: only h goes on, into the loss alone, a chunk of rows of logits at a time
             del x, final_norm_cache
@@ -266,10 +286,14 @@ class GPT:
         yield HeadBackward(dloss, dh, dunembedding, dx, norm_grads)
         # forward: x, blocks = self._blocks(x), layer by layer; loss = cross-entropy + the layers' aux losses
         for i in reversed(range(config.num_layers)):
-            for step in block_backward_steps(dx, cache.blocks[i], config, daux=dloss):
+            block = cache.blocks[i]
+            if isinstance(block, BlockInput):  # recomputation: the block's forward again, just before its backward
+                block = recompute_block(block, self.layers[i], config, self.position_tables)
+            for step in block_backward_steps(dx, block, config, daux=dloss):
                 dx = step.dx
                 yield LayerBackward(i, step, {f"layers.{i}.{name}": g for name, g in step.grads.items()})
                 del step  # not alive while the next branch runs
+            del block  # a recomputed cache is not alive while the next block is recomputed
         # forward: x = Drop(x)
         dx = dropout_if_backward(dx, cache.embedding_dropout)
         # forward: x = token_embedding[ids] * scale + positions[:T]
@@ -282,15 +306,19 @@ class GPT:
             grads[LM_HEAD] = dunembedding
         yield EmbeddingBackward(dx, dtoken_embedding, position_grads, grads)
 
-    def _blocks(self, x, *, rng, for_backward: bool, kv_cache: KVCache | None = None, keep_caches: bool = True):
+    def _blocks(
+        self, x, *, rng, for_backward: bool, kv_cache: KVCache | None = None, keep_caches=True, recompute=False
+    ):
         """Every layer in turn on ``x (B,T,C)``: ``(x, [BlockCache per layer], aux_loss)``, ``aux_loss`` the sum of
         the layers' auxiliary losses (an MLP with experts has one), None when no layer has one.
 
         Without ``keep_caches`` (evaluation, inference) no layer keeps a cache (``block_forward``'s
-        ``keep_cache``), so memory does not grow with the number of layers; the list is empty.
+        ``keep_cache``), so memory does not grow with the number of layers; the list is empty. With
+        ``recompute`` no layer keeps its cache either, and the list holds each block's ``BlockInput``.
         """
         caches, aux_loss = [], None
         for i, layer in enumerate(self.layers):
+            saved = BlockInput(x, rng_copy(rng), i) if recompute else None  # before the block draws from rng
             x, block_cache = block_forward(
                 x,
                 layer,
@@ -300,12 +328,12 @@ class GPT:
                 kv_cache=kv_cache,
                 layer=i,
                 tables=self.position_tables,
-                keep_cache=keep_caches,
+                keep_cache=keep_caches and not recompute,
             )  # (B,T,C)
             if block_cache.aux_loss is not None:
                 aux_loss = block_cache.aux_loss if aux_loss is None else aux_loss + block_cache.aux_loss
             if keep_caches:
-                caches.append(block_cache)
+                caches.append(saved if recompute else block_cache)
         return x, caches, aux_loss
 
     # -------------------------------------------------------------- embeddings

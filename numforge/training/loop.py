@@ -167,7 +167,7 @@ def train(
 def _take_part(run: Run, world, threads: int, say) -> DataParallel:
     """The ranks' and threads' share of each batch, checked before any step; says when they differ from those
     of the steps so far, and checks that every rank starts from the same parameters."""
-    parallel = DataParallel(world, run.model, run.settings.grad_accum, Threads(threads))
+    parallel = DataParallel(world, run.model, run.settings.grad_accum, Threads(threads), run.settings.recompute)
     parallel.micro_batch_size(run.settings.batch_size)  # a batch that does not split: an error before any step
     if run.step and (run.world_size, run.threads) != (world.size, threads):
         say(

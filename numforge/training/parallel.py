@@ -41,7 +41,7 @@ import numpy as np
 from .. import interrupts
 from ..backend import array_module, asarray, backend_name, get_xp, is_cupy_array, to_numpy
 from ..blas import numpy_openblas
-from ..checks import check_positive_int
+from ..checks import check_bool, check_positive_int
 from .threads import Threads, part_weight, row_parts
 
 LAUNCHER_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")  # set by mpiexec in every rank
@@ -267,9 +267,10 @@ class DataParallel:
     and summed over the ranks by one all-reduce.
     """
 
-    def __init__(self, world, model, grad_accum: int = 1, threads: Threads | None = None):
+    def __init__(self, world, model, grad_accum: int = 1, threads: Threads | None = None, recompute: bool = False):
         check_positive_int(grad_accum, "grad_accum")
         self.world, self.model, self.grad_accum = world, model, grad_accum
+        self.recompute = check_bool(recompute, "recompute")  # the model's forward keeps only each block's input
         self.threads = threads or Threads(1)
         self.gradient_sum = None  # built at the first step that needs it
 
@@ -286,12 +287,14 @@ class DataParallel:
         model = self.model
         micro = micro_batches(self.world.rows(B), self.micro_batch_size(B))
         if self.world.size == 1 and len(micro) == 1 and len(row_parts(micro[0], self.threads.count)) == 1:
-            loss, cache = model.forward(asarray(x), asarray(y), rng=dropout_rng(range(B)))
+            loss, cache = model.forward(asarray(x), asarray(y), rng=dropout_rng(range(B)), recompute=self.recompute)
             return float(loss), model.backward(cache)  # one process, one batch, one thread
 
         def gradients(part: range):
             rows = _slice(part)
-            loss, cache = model.forward(asarray(x[rows]), asarray(y[rows]), rng=dropout_rng(part))
+            loss, cache = model.forward(
+                asarray(x[rows]), asarray(y[rows]), rng=dropout_rng(part), recompute=self.recompute
+            )
             return loss, model.backward(cache)
 
         self.gradient_sum = self.gradient_sum or GradientSum(model.params)

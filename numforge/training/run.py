@@ -15,7 +15,6 @@ step.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..atomic import remove_stale_temporaries
+from ..backend import backend_name
 from ..checkpoint import (
     check_tokenizer_fits,
     checkpoint_config,
@@ -37,11 +37,11 @@ from ..checks import describe_error
 from ..data import BatchSampler, Source, as_source, open_prepared, prepared_for
 from ..data.tokenizers import tokenizer_hash
 from ..locks import DirectoryLock
-from ..model import GPT, POSITIONS, GPTConfig, parameter_shapes
+from ..model import GPT, GPTConfig
 from ..optim import AdamW
-from ..resources import check_fits
 from ..tokenizer import BPETokenizer
 from .logs import LOSS_CSV, read_loss_csv, write_loss_csv
+from .memory_plan import check_plan_fits
 from .spec import RESUMABLE, TrainSettings
 from .state import check_state
 
@@ -94,41 +94,19 @@ class Run:
 # ---------------------------------------------------------------- before starting: memory and the state file
 
 
-def training_bytes(config: GPTConfig, settings: TrainSettings) -> int:
-    """A rough estimate of the memory one training step needs, in bytes (float32).
-
-    Parameters, gradients and AdamW's two moments: ``4 P``; activations kept
-    for the backward pass, per layer about ``B T (7 C + (H + 2 H_kv) D + 3 F)``
-    values (``10 C + 3 F`` for GPT-2's shapes), ``(H + H_kv) D`` more per
-    transform of q and k (QK-norm, the rotation), plus the ``(B, H, T, T)``
-    attention probabilities; the loss works in row chunks; validation draws
-    all its ``eval_batches x B`` windows at once (int64). Under the truth,
-    never over by much: enough to refuse a run that cannot fit before it
-    allocates anything.
-    """
-    B, T, C, F, L = settings.batch_size, settings.seq_len, config.d_model, config.d_ff, config.num_layers
-    H, H_kv, D = config.num_heads, config.num_kv_heads, config.head_dim
-    params = _count_params(config)
-    qk_transforms = config.qk_norm + (POSITIONS[config.position].rotation is not None)
-    per_token = 7 * C + (H + 2 * H_kv) * D + 3 * F + qk_transforms * (H + H_kv) * D
-    activations = L * (B * T * per_token + B * H * T * T) + 4 * B * T * C
-    evaluation = 8 * settings.eval_batches * B * (T + 1)
-    return 4 * (4 * params + activations) + evaluation
-
-
-def _count_params(config: GPTConfig) -> int:
-    """The number of parameters, counted without listing ``num_layers`` layers (a file may claim 10**20)."""
-    one, two = (
-        sum(math.prod(shape) for shape in parameter_shapes(dataclasses.replace(config, num_layers=n)).values())
-        for n in (1, 2)
-    )
-    return one + (config.num_layers - 1) * (two - one)
-
-
 def check_run_fits(config: GPTConfig, settings: TrainSettings) -> None:
-    """``ValueError`` with the estimate and the machine's limit when a training step cannot fit in memory."""
-    check_fits(
-        training_bytes(config, settings),
+    """``ValueError`` with the memory plan's table and the machine's limit when a training step cannot fit in
+    memory (``memory_plan.py``), or when ``--recompute`` could not draw a block's dropout masks again: it copies
+    the generators (``blocks.rng_copy``), and CuPy's hold a lock and their state on the device (read in CuPy's
+    source; not run on a GPU here)."""
+    if settings.recompute and config.drop_prob > 0 and backend_name() == "cupy":
+        raise ValueError(
+            "--recompute with --dropout runs on NumPy only: CuPy's random generators cannot be copied to draw a "
+            "block's masks again; leave out one of them"
+        )
+    check_plan_fits(
+        config,
+        settings,
         f"training this model ({config.num_layers} layers, width {config.d_model}, vocabulary "
         f"{config.vocab_size}) on batches of {settings.batch_size} x {settings.seq_len} tokens",
     )

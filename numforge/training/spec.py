@@ -16,6 +16,7 @@ into a ``RunSpec``; the default model the study tools train once
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import dataclasses
 import re
@@ -40,7 +41,9 @@ def setting(default, minimum, help: str | None = None, group: str | None = None,
     """A ``TrainSettings`` field: its default, its lower bound (``low_open``: excluded), the help of its flag
     (``{default}`` in it reads the default) in ``group`` (None: no flag), and whether a resume may change it."""
     low_open = flag.pop("low_open", False)
-    if group is not None:
+    if group is not None and isinstance(default, bool):  # --name / --no-name; not given: None (a resume keeps it)
+        flag = {"action": argparse.BooleanOptionalAction, "default": None, "help": help, **flag}
+    elif group is not None:
         kind = float_between(minimum, low_open=low_open) if isinstance(default, float) else int_at_least(minimum)
         flag = {"type": kind, "help": help.format(default=default), **flag}
     meta = {"minimum": minimum, "low_open": low_open, "resumable": resumable, "group": group, "flag": flag}
@@ -88,11 +91,23 @@ class TrainSettings:
         resumable=True,
         metavar="K",
     )
+    recompute: bool = setting(
+        False,
+        None,
+        "keep only each block's input in the forward and recompute the block just before its backward: "
+        "the same gradients bit for bit, the activations of one block alive instead of every block's, "
+        "for about one more forward pass of time (default off)",
+        "optimization",
+        resumable=True,
+    )
 
     def __post_init__(self) -> None:
         for f in fields(self):  # each field's own range
             low, value = f.metadata["minimum"], getattr(self, f.name)
-            if isinstance(f.default, float):
+            if isinstance(f.default, bool):
+                if not isinstance(value, bool):
+                    raise ValueError(f"{f.name} must be true or false, got {value!r}")
+            elif isinstance(f.default, float):
                 check_number(value, f.name, low, low_open=f.metadata["low_open"])
             else:
                 check_int_value(value, f.name, minimum=low)
@@ -117,7 +132,8 @@ class TrainSettings:
         )
 
 
-# settings a resume may change: none alters the math (grad_accum only regroups the sum of the same batch's gradients)
+# settings a resume may change: none alters the math (grad_accum only regroups the sum of the same batch's gradients,
+# recompute only when the blocks' caches are made)
 RESUMABLE = tuple(f.name for f in fields(TrainSettings) if f.metadata["resumable"])
 
 

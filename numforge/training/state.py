@@ -95,7 +95,8 @@ STATE_FIELDS = {
     "data.source_options": expect(
         _source_options, f"an object of non-empty strings 'glob', 'text_field' and 'errors' (one of {ERRORS})"
     ),
-    "settings": object_with(SETTINGS_FIELDS - {"grad_accum"}, {"grad_accum"}),  # grad_accum: 1 when absent
+    # grad_accum: 1 when absent, recompute: off (checkpoints written before they existed)
+    "settings": object_with(SETTINGS_FIELDS - {"grad_accum", "recompute"}, {"grad_accum", "recompute"}),
 }
 
 
