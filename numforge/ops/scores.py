@@ -348,14 +348,14 @@ def as_use(modifier) -> tuple[str, object]:
     return (modifier, None) if isinstance(modifier, str) else tuple(modifier)
 
 
-def torch_attention_options(modifiers: Sequence, shape: tuple, dtype) -> dict:
+def torch_attention_options(modifiers: Sequence, shape: tuple, dtype, float_mask: bool = False) -> dict:
     """``scaled_dot_product_attention``'s keyword arguments for ``modifiers`` (names or ``(name, argument)``
     pairs, as the kernels take them) on ``(B,H,Tq,Tk)``: their torch twins summed into one additive float
     ``attn_mask``; ``is_causal=True`` for the causal mask alone with ``Tq == Tk`` (the same mask, tested equal,
-    by SDPA's own causal kernel: faster on the CPU than an array). A transform is not a mask: ``torch_transform``
-    applies it to explicit scores."""
+    by SDPA's own causal kernel: faster on the CPU than an array; ``float_mask``: always the array). A transform
+    is not a mask: ``torch_transform`` applies it to explicit scores."""
     uses = [as_use(m) for m in modifiers if not SCORE_MODIFIERS[as_use(m)[0]].transforms]
-    if uses == [("causal", None)] and shape[2] == shape[3]:
+    if uses == [("causal", None)] and shape[2] == shape[3] and not float_mask:
         return {"is_causal": True}
     return {"attn_mask": sum(SCORE_MODIFIERS[name].torch_twin(arg, shape, dtype) for name, arg in uses)}
 
