@@ -120,10 +120,10 @@ def rms_norm_torch(x, weight=None, eps: float = 1e-6):
 def rms_norm_offset_forward(x, weight, eps: float = 1e-6):
     """``y = xhat * (1 + weight)``, ``xhat`` as in ``rms_norm_forward`` (Gemma's RMSNorm: its weight starts at 0,
     the norm at the identity scale). The forward is ``rms_norm_forward`` with the weight ``1 + weight``, which its
-    cache keeps. Example: weight 0 gives xhat itself.
+    cache keeps. Shapes: x (..., C), weight (C,) -> y (..., C). Example: weight 0 gives xhat itself.
     """
     check_float(weight, "weight", ndim=1)
-    return rms_norm_forward(x, 1.0 + weight, eps)  # (..., C)
+    return rms_norm_forward(x, 1.0 + weight, eps)
 
 
 def rms_norm_offset_backward(dy, cache: RMSNormCache):
