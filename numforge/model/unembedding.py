@@ -41,6 +41,7 @@ class UnembeddingLossCache(NamedTuple):
     table: object  # (V,C), by reference
     h_shape: tuple
     softcap: object = None  # the materialized route's SoftcapCache (logit_softcap), else None
+    cap: float | None = None  # c of the logits c tanh(h table^T / c) on every route (the study tools read it)
 
 
 def unembedding_loss_forward(
@@ -68,7 +69,7 @@ def unembedding_loss_forward(
         if softcap is not None:
             logits, cap_cache = softcap_forward(logits, softcap)  # c tanh(z / c), (N,V)
         route, (loss, op_cache) = "materialized", cross_entropy_forward(logits, flat_targets, ignore_index)
-    return loss, UnembeddingLossCache(route, op_cache, rows, table, tuple(h.shape), cap_cache)
+    return loss, UnembeddingLossCache(route, op_cache, rows, table, tuple(h.shape), cap_cache, softcap)
 
 
 def unembedding_loss(h, table, targets, ignore_index: int, softcap: float | None = None):
