@@ -312,3 +312,26 @@ def test_what_numforge_cannot_run_is_refused_by_name(case, tmp_path):
         (broken / "config.json").write_text(json.dumps({**config, field: value}))
         with pytest.raises(ValueError, match=message):
             load_pretrained(broken)
+
+
+def test_trace_attention_params_and_train_init_from_read_a_gemma_directory(case, tmp_path, capsys):
+    from numforge import checkpoint, cli
+
+    name, directory = case
+    assert cli.main(["trace", "--checkpoint", str(directory), "--prompt", "The cat", "--backward", "--lens"]) == 0
+    out = capsys.readouterr().out
+    assert "predictions at each position" in out and "logit lens" in out and "backward pass" in out, name
+    assert cli.main(["attention", "--checkpoint", str(directory), "--prompt", "The cat sat", "--layer", "1"]) == 0
+    model, tokenizer = load_pretrained(directory)
+    assert cli.main(["params", "--checkpoint", str(directory)]) == 0
+    assert f"total {model.num_params():,}" in " ".join(capsys.readouterr().out.split())
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT * 40, encoding="utf-8")
+    args = ["train", "--init-from", str(directory), "--out", str(tmp_path / "tuned"), "--max-steps", "2",
+            "--data", str(corpus), "--cache-dir", str(tmp_path), "--seq-len", "16", "--batch-size", "2",
+            "--no-progress", "--eval-every", "2", "--save-every", "2"]  # fmt: skip
+    assert cli.main(args) == 0
+    tuned = checkpoint.load_checkpoint(tmp_path / "tuned")
+    assert tuned.config == model.config.to_dict() and tuned.state["step"] == 2
+    changed = [n for n, p in model.params.items() if not np.array_equal(tuned.params[n], backend.to_numpy(p))]
+    assert len(changed) == len(model.params)  # every parameter moved, the post-norms' and the local layers' too

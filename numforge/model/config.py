@@ -283,7 +283,7 @@ class GPTConfig:
 
     def attention_scale(self) -> float:
         """The scale ``s`` of the scores ``s Q K^T``: ``query_pre_attn_scalar^-1/2``, else ``head_dim^-1/2``."""
-        return (self.query_pre_attn_scalar or self.head_dim) ** -0.5
+        return 1.0 / math.sqrt(self.query_pre_attn_scalar or self.head_dim)  # the kernels' own default, bit for bit
 
     def local_rotation(self, layer: int) -> bool:
         """Whether layer ``layer`` rotates q and k by the local tables (``rope_local_theta``: a windowed layer)."""
