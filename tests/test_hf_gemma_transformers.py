@@ -181,9 +181,13 @@ def test_float32_logits_equal_transformers_unpatched(case):
     ids = token_ids(tokenizer)
     with torch.no_grad():
         theirs32 = hf_model(directory)(torch.tensor(ids)).logits.numpy()
-    ours32 = backend.to_numpy(load_pretrained(directory)[0].logits(backend.asarray(ids)))
+    ours = load_pretrained(directory)[0]
+    ours32 = backend.to_numpy(ours.logits(backend.asarray(ids)))
     assert ours32.dtype == np.float32
     assert worst(ours32, theirs32) < 1e-5, name  # float32 rounding
+    with torch.no_grad():  # the scaled embeddings bit for bit: sqrt(C) rounded to float32 first, then the product
+        embedded = hf_model(directory).model.embed_tokens(torch.tensor(ids)).numpy()
+    assert np.array_equal(backend.to_numpy(ours._embed(backend.asarray(ids), start=0)[0]), embedded)
 
 
 def hf_grads_by_numforge_name(model) -> dict[str, np.ndarray]:

@@ -323,8 +323,8 @@ class GPT:
         position scheme adds any; ``(B,T) -> (B,T,C)``."""
         T = token_ids.shape[1]
         tokens, embedding_cache = embedding_forward(token_ids, self.params[TOKEN_EMBEDDING])  # (B,T) -> (B,T,C)
-        if self.config.scale_embeddings:
-            tokens = tokens * math.sqrt(self.config.d_model)
+        if self.config.scale_embeddings:  # sqrt(C) rounded to the table's dtype first, as transformers' Gemma does
+            tokens = tokens * tokens.dtype.type(math.sqrt(self.config.d_model))
         added = self.positions.added
         if added is None:  # positions enter the attention instead (a rotation of q and k)
             return tokens, embedding_cache
@@ -333,7 +333,7 @@ class GPT:
 
     def _embed_backward(self, dx, embedding_cache):
         """``(dtoken_embedding, {position parameter: its gradient})`` from ``dx (B,T,C)``."""
-        dtokens = dx * math.sqrt(self.config.d_model) if self.config.scale_embeddings else dx
+        dtokens = dx * dx.dtype.type(math.sqrt(self.config.d_model)) if self.config.scale_embeddings else dx
         dtoken_embedding = embedding_backward(dtokens, embedding_cache)  # (B,T,C) -> (V,C), scatter-add
         added = self.positions.added
         if added not in self.params:  # no trained position table
