@@ -22,7 +22,8 @@ q and k before the rotation (``qk_norm``) and rotates its local layers with thei
     rope_parameters (Gemma 3: per layer type)      rope_theta, rope_scaling, rope_local_theta
     attention_bias, tie_word_embeddings            qkv_bias and out_bias, tie_weights
 
-Refused by name: another ``hidden_activation``, ``use_bidirectional_attention``, a local layer's rope type
+Refused by name: a ``hidden_activation`` numforge has no gated form of (``silu`` reads as SwiGLU, as the
+class computes it), ``use_bidirectional_attention``, a local layer's rope type
 other than ``default``, and what ``llama.rope_from_hf`` refuses.
 
 Tensors (prefix ``model.`` but ``lm_head``), ``nn.Linear`` weights ``(out, in)`` transposed; Gemma's
