@@ -235,3 +235,13 @@ def test_softcapped_attention_equals_torch_autograd_on_both_kernels():
         np.testing.assert_allclose(to_numpy(ours), out.detach().numpy(), rtol=1e-12, atol=1e-13)
         for mine, t in zip(backward(dout, cache), (tq, tk, tv)):
             np.testing.assert_allclose(to_numpy(mine), t.grad.numpy(), rtol=1e-11, atol=1e-12)
+
+
+def test_the_tiled_kernels_weights_under_a_soft_cap_are_the_plain_kernels():
+    from numforge.ops.flash_attention import attention_weights
+
+    q, k, v = qkv(2, 4, 2, 6, 6, 3)
+    uses = (("softcap", 0.7), ("window", 4))
+    _, plain = attention_forward(q, k, v, modifiers=uses)
+    _, tiled = flash_attention_forward(q, k, v, block_q=2, block_k=4, modifiers=uses)
+    np.testing.assert_allclose(to_numpy(attention_weights(tiled)), to_numpy(plain.probs), rtol=1e-12, atol=1e-14)
