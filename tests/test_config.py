@@ -336,3 +336,23 @@ def test_a_projection_wide_qk_norm_has_a_weight_per_projection_value_and_needs_q
     with pytest.raises(ValueError, match="qk_norm_extent must be one of \\('head', 'projection'\\), got 'row'"):
         GPTConfig(vocab_size=50, max_seq_len=8, d_model=12, num_heads=4, num_layers=1, qk_norm=True,
                   qk_norm_extent="row")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"attn_softcap": 0.0}, "attn_softcap must be a positive finite number"),
+        ({"logit_softcap": float("inf")}, "logit_softcap must be a positive finite number"),
+        ({"query_pre_attn_scalar": -1}, "query_pre_attn_scalar must be a positive finite number"),
+        ({"post_norms": 1}, "post_norms"),
+        (
+            {"post_norms": True, "activation": "swiglu", "num_experts": 2, "use_bias": False},
+            "post_norms=True: the sandwich of norms",
+        ),
+        ({"position": "rope", "rope_local_theta": 10.0}, "rope_local_theta is the rotation's base on the windowed"),
+        ({"position": "rope", "rope_local_theta": 10.0, "sliding_window": 2}, "needs a rotary position and window"),
+    ],
+)
+def test_gemmas_options_are_checked_by_name(options, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        GPTConfig(vocab_size=16, max_seq_len=8, d_model=8, num_heads=2, num_layers=2, **options)

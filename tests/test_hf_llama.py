@@ -140,7 +140,11 @@ def test_a_sliding_window_shorter_than_the_context_loads_into_the_config(tmp_pat
 
 
 REFUSED = [
-    ("llama", {"hidden_act": "gelu"}, "hidden_act is 'gelu'; numforge runs this family only with 'silu'"),
+    (
+        "llama",
+        {"hidden_act": "gelu"},
+        "hidden_act is 'gelu'; numforge runs this family only with 'gelu_new', 'gelu_pytorch_tanh', 'silu'",
+    ),
     ("llama", {"rope_parameters": {"rope_type": "yarn", "factor": 4.0}}, "rope_parameters's rope_type is 'yarn'"),
     ("llama", {"rope_scaling": {"type": "dynamic", "factor": 2.0}}, "rope_scaling's rope_type is 'dynamic'"),
     (

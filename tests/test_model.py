@@ -194,6 +194,18 @@ DECODING_OPTIONS = [
     {**ARCHS["llama"], "num_kv_heads": 2, "qk_norm": True},  # the cache holds H_kv = 2 heads
     {**ARCHS["llama"], "num_kv_heads": 2, "qk_norm": True, "qk_norm_extent": "projection"},  # OLMoE: per position
     {**ARCHS["llama"], "num_kv_heads": 1, "attention": "plain"},
+    {  # Gemma: the (1 + w) norm, GeGLU, the sandwich, Q^-1/2 scores, both soft caps (the decoded rows capped too)
+        **ARCHS["llama"],
+        "norm": "rmsnorm_offset",
+        "activation": "geglu",
+        "scale_embeddings": True,
+        "tie_weights": True,
+        "post_norms": True,
+        "query_pre_attn_scalar": 3.0,
+        "attn_softcap": 0.5,
+        "logit_softcap": 2.0,
+        "qk_norm": True,
+    },  # fmt: skip
 ]
 
 

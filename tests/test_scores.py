@@ -49,7 +49,10 @@ def test_textbook_terms_of_causal_and_alibi_by_hand():
     assert window.tolist() == [[-np.inf, 0, 0, -np.inf], [-np.inf, -np.inf, 0, 0]]
 
 
-@pytest.mark.parametrize("name", SCORE_MODIFIERS)
+TERMS = [name for name, modifier in SCORE_MODIFIERS.items() if not modifier.transforms]  # the transforms: below
+
+
+@pytest.mark.parametrize("name", TERMS)
 @pytest.mark.parametrize("group", [1, 3])
 def test_each_tile_term_is_its_textbook_term_on_that_tile(name, group):
     # B = 2, H = 6 (2 groups of 3 when group = 3), Tq = 5 after 4 cached (Tk = 9); tiles 2 x 4, GQA-stacked
@@ -76,8 +79,11 @@ def test_each_tile_term_is_its_textbook_term_on_that_tile(name, group):
 
 @pytest.mark.parametrize(
     "names",
-    [("alibi",), ("causal", "alibi"), ("causal", "mask", "alibi"), ("mask",), ("window",), ("mask", "window", "alibi")],
-)
+    [
+        ("alibi",), ("causal", "alibi"), ("causal", "mask", "alibi"), ("mask",), ("window",),
+        ("mask", "window", "alibi"), ("causal", "softcap"), ("window", "softcap", "alibi"),
+    ],
+)  # fmt: skip
 @pytest.mark.parametrize("Tq, Tk", [(7, 7), (3, 8), (8, 3)])
 def test_plain_and_tiled_agree_under_every_modifier(names, Tq, Tk):
     B, H, H_kv, D = 2, 4, 2, 3
@@ -193,3 +199,49 @@ def test_the_torch_twins_give_sdpa_our_numbers():
     twin = SCORE_MODIFIERS["causal"].torch_twin(None, (1, 1, 4, 4), torch.float64)
     fast = torch.nn.functional.scaled_dot_product_attention(tq, tq, tq, is_causal=True)
     assert torch.allclose(fast, torch.nn.functional.scaled_dot_product_attention(tq, tq, tq, attn_mask=twin))
+
+
+def test_the_softcap_transform_by_hand_in_either_base():
+    # c = 2: f(S) = 2 tanh(S / 2); the tiled kernel's base-2 tile is log2(e) f(S), its slope 1 - (f(S) / c)^2
+    scores = np.array([[0.0, 2.0, -3.0, 100.0]])
+    want = 2.0 * np.tanh(scores / 2.0)
+    np.testing.assert_allclose(SCORE_MODIFIERS["softcap"].textbook(np, 2.0, scores), want, rtol=1e-15)
+    seam = ScoreSeam.whole(score_modifiers(True, None, (("softcap", 2.0),), (1, 1, 1, 4)), 1)
+    tile = scores * flash_module.LOG2_E
+    slope = seam.transform(tile, flash_module.LOG2_E)
+    np.testing.assert_allclose(tile, want * flash_module.LOG2_E, rtol=1e-14)
+    np.testing.assert_allclose(slope, 1.0 - np.tanh(scores / 2.0) ** 2, rtol=1e-12, atol=1e-15)
+    assert seam.transformed and not seam.biased
+
+
+def test_softcapped_attention_equals_torch_autograd_on_both_kernels():
+    """transformers' Gemma 2 eager attention: scores * s, then c tanh(. / c), then the mask, softmax, @ v."""
+    torch = pytest.importorskip("torch")
+    B, H, H_kv, Tq, Tk, D, cap = 2, 4, 2, 5, 5, 3, 0.7
+    q, k, v = qkv(B, H, H_kv, Tq, Tk, D)
+    dout = randn(B, H, Tq, D, seed=9)
+    tq, tk, tv = (torch.tensor(to_numpy(a), requires_grad=True) for a in (q, k, v))
+    keys, values = (t.repeat_interleave(H // H_kv, dim=1) for t in (tk, tv))
+    scores = torch.tanh(tq @ keys.transpose(-1, -2) / D**0.5 / cap) * cap
+    scores = scores + SCORE_MODIFIERS["window"].torch_twin(3, (B, H, Tq, Tk), torch.float64)
+    out = torch.softmax(scores, dim=-1) @ values
+    (out * torch.tensor(to_numpy(dout))).sum().backward()
+    uses = (("window", 3), ("softcap", cap))
+    for forward, backward, blocks in [
+        (attention_forward, attention_backward, {}),
+        (flash_attention_forward, flash_attention_backward, {"block_q": 2, "block_k": 3, "keep_probs": True}),
+    ]:
+        ours, cache = forward(q, k, v, causal=False, modifiers=uses, **blocks)
+        np.testing.assert_allclose(to_numpy(ours), out.detach().numpy(), rtol=1e-12, atol=1e-13)
+        for mine, t in zip(backward(dout, cache), (tq, tk, tv)):
+            np.testing.assert_allclose(to_numpy(mine), t.grad.numpy(), rtol=1e-11, atol=1e-12)
+
+
+def test_the_tiled_kernels_weights_under_a_soft_cap_are_the_plain_kernels():
+    from numforge.ops.flash_attention import attention_weights
+
+    q, k, v = qkv(2, 4, 2, 6, 6, 3)
+    uses = (("softcap", 0.7), ("window", 4))
+    _, plain = attention_forward(q, k, v, modifiers=uses)
+    _, tiled = flash_attention_forward(q, k, v, block_q=2, block_k=4, modifiers=uses)
+    np.testing.assert_allclose(to_numpy(attention_weights(tiled)), to_numpy(plain.probs), rtol=1e-12, atol=1e-14)

@@ -22,9 +22,10 @@ def softmax_of_model_logits(model, ids):
     return exp / exp.sum(axis=1, keepdims=True)
 
 
+@pytest.mark.parametrize("cap", [None, 0.02])  # Gemma 2's final-logit soft cap, near the tiny model's logits
 @pytest.mark.parametrize("dtype, rel", [("float32", 1e-5), ("float64", 1e-12)])
-def test_per_position_losses_average_to_the_loss(tokenizer, dtype, rel):
-    model = tiny_model(tokenizer, dtype=dtype)
+def test_per_position_losses_average_to_the_loss(tokenizer, dtype, rel, cap):
+    model = tiny_model(tokenizer, dtype=dtype, logit_softcap=cap)
     prompt = run_prompt(model, tokenizer, STUDY_PROMPT)
     rows = position_predictions(prompt, k=3)
     ids = list(prompt.ids)
@@ -39,8 +40,9 @@ def test_per_position_losses_average_to_the_loss(tokenizer, dtype, rel):
     assert rows[-1].loss is None and rows[-1].target_prob is None
 
 
-def test_lens_at_the_last_stream_is_the_models_prediction(tokenizer):
-    model = tiny_model(tokenizer, dtype="float64")
+@pytest.mark.parametrize("cap", [None, 0.02])
+def test_lens_at_the_last_stream_is_the_models_prediction(tokenizer, cap):
+    model = tiny_model(tokenizer, dtype="float64", logit_softcap=cap)
     prompt = run_prompt(model, tokenizer, STUDY_PROMPT)
     lens = logit_lens(model, prompt, k=4)
     assert [r.name for r in lens] == [

@@ -1,4 +1,4 @@
-"""``numforge convert SRC DST``: a numforge run or checkpoint <-> a Hugging Face directory (GPT-2 or the Llama family).
+"""``numforge convert SRC DST``: a numforge run or checkpoint <-> a Hugging Face directory (GPT-2, Llama, Gemma).
 
 The direction follows from SRC: a Hugging Face directory (a config.json, no
 numforge checkpoint) becomes a numforge run directory DST whose one checkpoint,
@@ -8,8 +8,9 @@ read as a numforge run or checkpoint and written as a Hugging Face directory
 that ``transformers`` opens: GPT-2's if GPT-2 can express the model, else
 ``LlamaForCausalLM`` (RMSNorm, rotary positions, SwiGLU, no biases; grouped-query
 attention), ``Qwen2ForCausalLM`` (q/k/v biases), ``Qwen3ForCausalLM`` (QK-norm
-before the rotation) or ``MixtralForCausalLM`` (a mixture of experts); any
-other is refused by name before anything is written.
+before the rotation), ``MixtralForCausalLM`` (a mixture of experts), ``Gemma2ForCausalLM`` (RMSNorm with
+``1 + w``, GeGLU, scaled embeddings, the sandwich of norms, soft caps) or ``Gemma3ForCausalLM`` (the same with
+QK-norm and a local RoPE base); any other is refused by name before anything is written.
 DST must not exist; it appears whole or not at all.
 """
 
@@ -23,7 +24,10 @@ from ..checkpoint import latest_checkpoint_dir, load_model, save_checkpoint
 from ..hf import save_pretrained
 from ..optim import AdamW
 
-HELP = "convert a numforge run or checkpoint to a Hugging Face directory (GPT-2, Llama, Qwen2, Qwen3, Mixtral), or back"
+HELP = (
+    "convert a numforge run or checkpoint to a Hugging Face directory (GPT-2, Llama, Qwen2, Qwen3, Mixtral, "
+    "Gemma 2, Gemma 3), or back"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

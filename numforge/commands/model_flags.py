@@ -118,6 +118,26 @@ MODEL_FLAGS = {
         "window_layers",
         dict(type=layer_list, metavar="0,2,..", help="the layers with the window (default: all; 0-based)"),
     ),
+    "post_norms": (
+        "post_norms",
+        dict(action="store_const", const=True, help="a norm on each branch's output too (Gemma's sandwich)"),
+    ),
+    "query_pre_attn_scalar": (
+        "query_pre_attn_scalar",
+        dict(type=POSITIVE, metavar="Q", help="scores scaled by Q^-1/2 (default: head_dim^-1/2)"),
+    ),
+    "attn_softcap": (
+        "attn_softcap",
+        dict(type=POSITIVE, metavar="C", help="every attention score capped, C tanh(S / C) (Gemma 2: 50)"),
+    ),
+    "logit_softcap": (
+        "logit_softcap",
+        dict(type=POSITIVE, metavar="C", help="the final logits capped, C tanh(z / C) (Gemma 2: 30)"),
+    ),
+    "rope_local_theta": (
+        "rope_local_theta",
+        dict(type=POSITIVE, metavar="THETA", help="the rotation's base on the --window-layers (Gemma 3: 10000)"),
+    ),
     "experts": (
         "num_experts",
         dict(type=int_at_least(0), metavar="E", help="a mixture of E SwiGLU experts in place of each MLP (0: dense)"),

@@ -15,7 +15,7 @@ from ..data import DEFAULT_VOCAB_SIZE
 from ..model import POSITIONS, GPTConfig
 from ..model.config import BIAS_SWITCHES
 from ..model.flops import COMPONENTS, flop_counts, parameter_counts
-from ..model.names import PRE_MLP_NORM, mlp_layout
+from ..model.names import mlp_layout
 from ..model.qk_norm import QK_NORM_EXTENTS
 from ..ops.activations import ACTIVATIONS
 from ..ops.norms import NORMS
@@ -73,14 +73,16 @@ def breakdown(config: GPTConfig) -> str:
         "",
     ]
     params = parameter_counts(config)
-    norms = (2 * L + 1) + (2 * L if config.qk_norm else 0)
-    projections = ", ".join(name.removeprefix("mlp.") for name in mlp_layout(config) if name != PRE_MLP_NORM)
+    norms = ((4 if config.post_norms else 2) * L + 1) + (2 * L if config.qk_norm else 0)  # post_norms: the sandwich
+    projections = ", ".join(name.removeprefix("mlp.") for name in mlp_layout(config) if not name.endswith("norm"))
     notes = {
         "token table": f"V x C = {V} x {C}" + (", also the unembedding (tied)" if config.tie_weights else ""),
         "position table": POSITIONS[config.position].about,
         "attention": f"{L} layers x {params['attention'] // L:,} (qkv_proj C x (H + 2 H_kv) D, out_proj H D x C)",
         "mlp": f"{L} layers x {params['mlp'] // L:,} ({projections}{_experts(config)})",
-        "norms": f"{norms} {config.norm} norms" + (f", {2 * L} of them on q and k" if config.qk_norm else ""),
+        "norms": f"{norms} {config.norm} norms"
+        + (f", {2 * L} of them on q and k" if config.qk_norm else "")
+        + (f", {2 * L} after the branches" if config.post_norms else ""),
         "lm_head": "V x C, the untied unembedding" if not config.tie_weights else "none: tied to the token table",
     }
     lines += _table("parameters", {name: params[name] for name in COMPONENTS}, notes)

@@ -42,6 +42,18 @@ LLAMA = {**ARCHS["llama"], "num_kv_heads": 1}  # TINY's two query heads share on
 MOE = {**LLAMA, "num_experts": 4, "experts_top_k": 2}  # 4 SwiGLU experts of width d_ff = 12, top-2, renormalised
 AUX = {"router_aux_loss_coef": 0.5, "router_z_loss_coef": 0.25}  # large: their gradients are not lost in the loss's
 QWEN3 = {**ARCHS["llama"], **GQA, "qk_norm": True, "qk_norm_order": "before_rope", "head_dim": 6}  # H D != C
+# Gemma 2: RMSNorm (1 + w), GeGLU, sqrt(C)-scaled embeddings, the sandwich of norms, Q^-1/2 scores, both soft caps
+# (near the scores' and logits' scales, so tanh is far from the identity), local then global layers
+GEMMA2 = {
+    **ARCHS["llama"], "norm": "rmsnorm_offset", "activation": "geglu", "tie_weights": True, "scale_embeddings": True,
+    "post_norms": True, "query_pre_attn_scalar": 3.0, "attn_softcap": 0.8, "logit_softcap": 1.5, "num_kv_heads": 1,
+    "sliding_window": 3, "window_layers": [0],
+}  # fmt: skip
+# Gemma 3: no soft caps, QK-norm (1 + w) before the rotation, the local layer's own RoPE base
+GEMMA3 = {
+    **GEMMA2, "attn_softcap": None, "logit_softcap": None, "qk_norm": True, "head_dim": 6, "rope_theta": 1000.0,
+    "rope_local_theta": 10.0,
+}  # fmt: skip
 
 
 def _is_default(settings: dict) -> bool:
@@ -108,6 +120,10 @@ OPTIONS = {  # every entry of each registry (norms, positions, activations) and 
         "experts_renormalize": False,
         "drop_prob": 0.2,
     },  # fmt: skip
+    "gemma2": GEMMA2,
+    "gemma2_plain_attention": {**GEMMA2, "attention": "plain"},
+    "gemma3": GEMMA3,
+    "dropout_gemma2": {**GEMMA2, "drop_prob": 0.2},
     "dropout": {"drop_prob": 0.2},  # embeddings, branches and attention weights
     "dropout_plain_attention": {"drop_prob": 0.2, "attention": "plain"},
     "dropout_llama": {**LLAMA, "drop_prob": 0.2},

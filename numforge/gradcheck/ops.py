@@ -31,6 +31,7 @@ from ..ops.linear import linear_backward, linear_forward
 from ..ops.norms import NORMS
 from ..ops.rmsnorm import rms_norm_backward, rms_norm_forward
 from ..ops.rope import rope_backward, rope_forward
+from ..ops.softcap import softcap_backward, softcap_forward
 from .cases import Case, op_case
 from .check import check_op
 from .diagnose import RepeatedIds
@@ -140,9 +141,11 @@ def _cross_entropy(ignored: int) -> Case:
     return op_case(name, cross_entropy_forward, cross_entropy_backward, inputs, invariants=(LOGITS_INVARIANT,))
 
 
-def _tied_cross_entropy(name: str, forward, backward, fused: bool) -> Case:
+def _tied_cross_entropy(name: str, forward, backward, fused: bool, softcap: float | None = None) -> Case:
     inputs = lambda: {"h": _randn(B, T, C), "table": _randn(V, C, seed=1), "targets": _targets(B, T)}
     options = {"chunk_rows": 4}  # N = 6 rows: one full chunk and a partial
+    if softcap is not None:  # a cap near the logits' scale: tanh far from the identity
+        name, options = f"{name}[softcap]", {**options, "softcap": softcap}
     return op_case(name, forward, backward, inputs, options, fused=fused, invariants=(TABLE_INVARIANT,))
 
 
@@ -170,5 +173,16 @@ CASES = [
     _tied_cross_entropy(
         "tied_cross_entropy_and_grads", tied_cross_entropy_with_grads, scale_tied_cross_entropy_grads, fused=True
     ),
+    _tied_cross_entropy(
+        "tied_cross_entropy", tied_cross_entropy_forward, tied_cross_entropy_backward, fused=False, softcap=1.5
+    ),
+    _tied_cross_entropy(
+        "tied_cross_entropy_and_grads",
+        tied_cross_entropy_with_grads,
+        scale_tied_cross_entropy_grads,
+        fused=True,
+        softcap=1.5,
+    ),  # fmt: skip
+    op_case("softcap", softcap_forward, softcap_backward, lambda: {"z": _randn(B, T, C, scale=2.0)}, {"cap": 1.5}),
     *MOE_CASES,
 ]

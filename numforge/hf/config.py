@@ -5,11 +5,12 @@
     gpt2                              GPT-2                       gpt2.py
     llama, mistral, qwen2, qwen3      Llama, Mistral, Qwen2, Qwen3  llama.py (SmolLM2, TinyLlama: llama)
     mixtral, qwen3_moe, olmoe         Mixtral, Qwen3-MoE, OLMoE     llama.py, experts.py (mixtures of experts)
+    gemma2, gemma3_text               Gemma 2, Gemma 3 (text)       gemma.py
 
 Reading dispatches on ``model_type``; any other (``bert``, a mixture of experts like ``qwen2_moe``)
 and a quantized model (``quantization_config``) are a ``ValueError`` naming the field. Writing
-tries GPT-2, then the Llama family (``llama.family_of``): a model neither can express is a
-``ValueError`` naming, for each, the first option it cannot express.
+tries GPT-2, then the Llama family (``llama.family_of``), then Gemma (``gemma.gemma_of``): a model none can
+express is a ``ValueError`` naming, for each, the first option it cannot express.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from ..model import GPTConfig
-from . import gpt2, llama
+from . import gemma, gpt2, llama
 from .weights import Layout
 
 
@@ -34,8 +35,13 @@ ARCHITECTURES = {
         model_type: Architecture(llama.config_from_hf, functools.partial(llama.layout, model_type=model_type))
         for model_type in llama.FAMILIES
     },
+    **{model_type: Architecture(gemma.config_from_hf, gemma.layout) for model_type in gemma.FAMILIES},
 }
-EXPORTERS = (gpt2.config_to_hf, llama.config_to_hf)  # (GPTConfig, special ids) -> config.json, the first that can
+EXPORTERS = (
+    gpt2.config_to_hf,
+    llama.config_to_hf,
+    gemma.config_to_hf,
+)  # (GPTConfig, special ids) -> config.json, the first that can
 
 
 def config_from_hf(d: dict, source: str) -> tuple[GPTConfig, Layout]:

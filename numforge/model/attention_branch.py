@@ -6,7 +6,7 @@ With ``H`` query heads, ``H_kv`` key/value heads and head width ``D``::
     q | k | v = h @ attn.qkv_proj                          (N,(H + 2 H_kv) D), split into heads
     q, k = qk(q, k)        QK-norm and the rotation by position, in the config's order (either may be absent)
     o = Attention(q, k, v)                                 (B,H,T,D): query head h reads key/value head h // (H / H_kv)
-    a = Drop(merge(o) @ attn.out_proj)                     (N,H D) -> (N,C)
+    a = Drop(post_attn_norm(merge(o) @ attn.out_proj))     (N,H D) -> (N,C); the post-norm only with post_norms
 
 ``attention_branch_backward`` walks it back. Inside the branch the tokens are
 rows, ``(N,C)`` with ``N = B*T``, so that every projection is one 2-D matrix
@@ -32,8 +32,8 @@ from .layers import (
     norm_backward,
     norm_forward,
 )
-from .names import K_NORM, OUT_PROJ, PRE_ATTN_NORM, Q_NORM, QKV_PROJ
-from .positions import POSITIONS
+from .names import K_NORM, OUT_PROJ, POST_ATTN_NORM, PRE_ATTN_NORM, Q_NORM, QKV_PROJ
+from .positions import POSITIONS, layer_tables
 from .qk_norm import qk_norm_backward, qk_norm_forward
 
 
@@ -89,19 +89,19 @@ def attention_seeds(config, rng, batch: int) -> list[int] | None:
     return [int(u * 2**53) for u in uniforms]  # 53 random bits each
 
 
-def _plain(q, k, v, keep_probs: bool, modifiers: tuple, **dropout):
-    return attention_forward(q, k, v, causal=False, modifiers=modifiers, **dropout)  # keeps its (B,H,T,T) weights
+def _plain(q, k, v, keep_probs: bool, modifiers: tuple, scale: float, **dropout):
+    return attention_forward(q, k, v, causal=False, modifiers=modifiers, scale=scale, **dropout)  # keeps (B,H,T,T)
 
 
-def _tiled(q, k, v, keep_probs: bool, modifiers: tuple, **dropout):
+def _tiled(q, k, v, keep_probs: bool, modifiers: tuple, scale: float, **dropout):
     return flash_attention_forward(
         q, k, v, causal=False, block_q=ATTENTION_BLOCK_Q, block_k=ATTENTION_BLOCK_K, keep_probs=keep_probs,
-        modifiers=modifiers, **dropout,
+        modifiers=modifiers, scale=scale, **dropout,
     )  # fmt: skip
 
 
 class AttentionKernel(NamedTuple):
-    """``o, cache = forward(q, k, v, keep_probs, modifiers, **dropout)``; ``dq, dk, dv = backward(do, cache)``;
+    """``o, cache = forward(q, k, v, keep_probs, modifiers, scale, **dropout)``; ``dq, dk, dv = backward(do, cache)``;
     ``weights``: where its cache holds the attention weights, as ``numforge attention`` says it; ``keeps_weights``:
     whether a cache for the backward always holds them (else only up to ``KEEP_PROBS_LIMIT``: the memory plan)."""
 
@@ -135,7 +135,8 @@ def attend(q, k, v, config, *, layer: int = 0, for_backward: bool = False, dropo
     dropout = {} if dropout_seed is None else {"dropout_p": config.drop_prob, "dropout_seed": dropout_seed}
     B, H, Tq, _ = q.shape
     keep_probs = for_backward and B * H * Tq * k.shape[2] <= KEEP_PROBS_LIMIT
-    return KERNELS[config.attention].forward(q, k, v, keep_probs, config.score_modifiers(layer), **dropout)
+    modifiers, scale = config.score_modifiers(layer), config.attention_scale()
+    return KERNELS[config.attention].forward(q, k, v, keep_probs, modifiers, scale, **dropout)
 
 
 def attend_backward(do, cache, config):
@@ -166,9 +167,10 @@ class QKCache(NamedTuple):
     path: tuple[tuple[object, object], ...]
 
 
-def qk_forward(q, k, p, config, tables: dict, start: int):
+def qk_forward(q, k, p, config, tables: dict, start: int, layer: int = 0):
     """``(q, k, QKCache)``: the ``qk_steps`` on ``q (B,H,T,D)`` and ``k (B,H_kv,T,D)``; the rotation turns
-    position ``t`` of them by its absolute position ``start + t``."""
+    position ``t`` of them by its absolute position ``start + t``, with layer ``layer``'s tables
+    (``positions.layer_tables``: a local layer's own with ``rope_local_theta``)."""
     steps, caches, path = qk_steps(config), [], [(q, k)]
     for step in steps:
         if step == QK_NORM:
@@ -176,7 +178,8 @@ def qk_forward(q, k, p, config, tables: dict, start: int):
             k, k_cache = qk_norm_forward(k, p, K_NORM, config)  # (B,H_kv,T,D), over D or H_kv D
         else:
             rotation = POSITIONS[step].rotation
-            rows = [tables[name][start : start + q.shape[2]] for name in rotation.tables]  # each (T,D)
+            names = layer_tables(config, layer, rotation.tables)
+            rows = [tables[name][start : start + q.shape[2]] for name in names]  # each (T,D)
             q, q_cache = rotation.forward(q, *rows)  # (B,H,T,D)
             k, k_cache = rotation.forward(k, *rows)  # (B,H_kv,T,D)
         caches.append((q_cache, k_cache))
@@ -221,6 +224,7 @@ class AttentionBranchCache(NamedTuple):
     attention: object
     out_proj: object
     dropout: object
+    post_norm: object = None  # post_attn_norm's cache (post_norms), else None
 
 
 def attention_branch_forward(
@@ -239,15 +243,18 @@ def attention_branch_forward(
     h, norm_cache = norm_forward(x.reshape(B * T, C), p, PRE_ATTN_NORM, config)  # (B,T,C) -> (N,C)
     qkv, qkv_cache = linear_layer_forward(h, p, QKV_PROJ)  # (N,C) -> (N,(H + 2 H_kv) D)
     q, k, v = split_heads(qkv.reshape(B, T, -1), H, H_kv)  # -> (B,H,T,D), 2 x (B,H_kv,T,D)
-    q, k, qk_cache = qk_forward(q, k, p, config, tables, start)
+    q, k, qk_cache = qk_forward(q, k, p, config, tables, start, layer)
     if kv_cache is not None:
         k, v = kv_cache.extend(layer, k, v)  # (B,H_kv,T,D) -> (B,H_kv,cached+T,D)
     seeds = attention_seeds(config, rng, B)
     o, attention_cache = attend(q, k, v, config, layer=layer, for_backward=for_backward, dropout_seed=seeds)
     merged = merge_heads(o).reshape(B * T, H * D)  # (B,H,T,D) -> (N,H D)
     a, out_cache = linear_layer_forward(merged, p, OUT_PROJ)  # (N,H D) -> (N,C)
+    post_cache = None
+    if config.post_norms:
+        a, post_cache = norm_forward(a, p, POST_ATTN_NORM, config)  # (N,C): Gemma's norm after the branch
     a, drop_cache = dropout_if(a, config, rng)
-    cache = AttentionBranchCache(norm_cache, qkv_cache, qk_cache, attention_cache, out_cache, drop_cache)
+    cache = AttentionBranchCache(norm_cache, qkv_cache, qk_cache, attention_cache, out_cache, drop_cache, post_cache)
     return a.reshape(B, T, C), cache
 
 
@@ -270,6 +277,9 @@ def attention_branch_backward(da, cache: AttentionBranchCache, config) -> Attent
     B, T, C = da.shape
     H, D = config.num_heads, config.head_dim
     da = dropout_if_backward(da.reshape(B * T, C), cache.dropout)  # (B,T,C) -> (N,C)
+    post_grads = {}
+    if cache.post_norm is not None:  # forward: a = post_attn_norm(a)
+        da, post_grads = norm_backward(da, cache.post_norm, POST_ATTN_NORM, config)
     # forward: a = out_proj(merge_heads(o))
     dmerged, out_grads = linear_layer_backward(da, cache.out_proj, OUT_PROJ)  # (N,C) -> (N,H D)
     do = dmerged.reshape(B, T, H, D).transpose(0, 2, 1, 3)  # (N,H D) -> (B,H,T,D)
@@ -283,5 +293,5 @@ def attention_branch_backward(da, cache: AttentionBranchCache, config) -> Attent
     dh, qkv_grads = linear_layer_backward(dqkv, cache.qkv_proj, QKV_PROJ)  # -> (N,C)
     # forward: h = pre_attn_norm(x)
     dx, norm_grads = norm_backward(dh, cache.norm, PRE_ATTN_NORM, config)
-    grads = out_grads | qk.grads | qkv_grads | norm_grads
+    grads = post_grads | out_grads | qk.grads | qkv_grads | norm_grads
     return AttentionBackward(dx.reshape(B, T, C), grads, dmerged, dq, dk, dv, qk, dh)  # (N,C) -> (B,T,C)

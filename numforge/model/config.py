@@ -32,6 +32,13 @@ config validates against them): ``norm`` from ``ops.norms.NORMS``,
   gates renormalised (``experts_renormalize``: Mixtral, Qwen3-MoE) or not (OLMoE); the model's loss adds each
   layer's load-balancing loss ``E sum_e f_e P_e`` times ``router_aux_loss_coef`` and its router z-loss times
   ``router_z_loss_coef``. The experts have no biases;
+- Gemma 2 / 3's options: ``post_norms``, a norm on each branch's output before it joins the residual
+  (``post_attn_norm`` and ``post_mlp_norm``: the sandwich of norms, pre and post);
+  ``query_pre_attn_scalar`` Q, the scores scaled by ``Q^-1/2`` instead of ``D^-1/2``; ``attn_softcap`` c, every
+  attention score capped ``c tanh(S / c)`` (the ``softcap`` score modifier, before the masks);
+  ``logit_softcap`` c, the final logits capped likewise (``ops/softcap.py``, in the loss head and in
+  ``GPT.logits``); ``rope_local_theta``, the rotation's base on the windowed layers (Gemma 3's local layers:
+  a second pair of tables, unscaled), None: ``rope_theta`` everywhere;
 - the bias switches ``qkv_bias`` (the fused q|k|v projection), ``out_bias``
   (attention's output projection), ``mlp_bias`` and ``norm_bias``: each left
   None follows ``use_bias``, the one switch that sets them all (a norm with no
@@ -150,6 +157,11 @@ class GPTConfig:
     experts_renormalize: bool = True  # the kept gates divided by their sum (Mixtral) or not (OLMoE)
     router_aux_loss_coef: float = 0.0  # times each layer's load-balancing loss, added to the model's loss
     router_z_loss_coef: float = 0.0  # times each layer's router z-loss, added to the model's loss
+    post_norms: bool = False  # a norm on each branch's output (post_attn_norm, post_mlp_norm): Gemma 2/3's sandwich
+    query_pre_attn_scalar: float | None = None  # Q: scores scaled by Q^-1/2 (None: head_dim^-1/2)
+    attn_softcap: float | None = None  # c: every attention score capped, c tanh(S / c) (None: no cap)
+    logit_softcap: float | None = None  # c: the final logits capped, c tanh(z / c) (None: no cap)
+    rope_local_theta: float | None = None  # the rotation's base on windowed layers (None: rope_theta)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "max_seq_len", "d_model", "num_heads", "num_layers"):
@@ -179,6 +191,7 @@ class GPTConfig:
         self._check_biases()
         self._check_window()
         self._check_experts()
+        self._check_gemma()
 
     def _resolve_heads(self) -> None:
         if self.num_kv_heads is None:
@@ -261,6 +274,28 @@ class GPTConfig:
         if self.has_bias("mlp_bias"):
             raise ValueError("num_experts > 0: the experts have no biases; set mlp_bias=False (or use_bias=False)")
 
+    def _check_gemma(self) -> None:
+        check_bool(self.post_norms, "post_norms")
+        for name in ("query_pre_attn_scalar", "attn_softcap", "logit_softcap", "rope_local_theta"):
+            if getattr(self, name) is not None:
+                setattr(self, name, _positive_finite(name, getattr(self, name)))
+        if self.post_norms and self.num_experts:
+            raise ValueError("post_norms=True: the sandwich of norms is built for a dense MLP, got num_experts > 0")
+        if self.rope_local_theta is not None and (POSITIONS[self.position].rotation is None or not self.window_layers):
+            raise ValueError(
+                "rope_local_theta is the rotation's base on the windowed layers: it needs a rotary position and "
+                f"window_layers (some layers local, others global), got position={self.position!r}, "
+                f"window_layers={self.window_layers!r}"
+            )
+
+    def attention_scale(self) -> float:
+        """The scale ``s`` of the scores ``s Q K^T``: ``query_pre_attn_scalar^-1/2``, else ``head_dim^-1/2``."""
+        return 1.0 / math.sqrt(self.query_pre_attn_scalar or self.head_dim)  # the kernels' own default, bit for bit
+
+    def local_rotation(self, layer: int) -> bool:
+        """Whether layer ``layer`` rotates q and k by the local tables (``rope_local_theta``: a windowed layer)."""
+        return self.rope_local_theta is not None and self.layer_window(layer) is not None
+
     @property
     def mlp_kind(self) -> str:
         """The MLP of every layer: ``"experts"`` (a mixture, ``num_experts > 0``) or ``"dense"``; the key of
@@ -291,12 +326,14 @@ class GPTConfig:
         return self.use_bias if value is None else value
 
     def score_modifiers(self, layer: int) -> tuple:
-        """What the attention of layer ``layer`` does to its scores (``ops/scores.py``): the causal mask, or on a
-        windowed layer the window (``("window", W)``, causal itself), then the position scheme's (ALiBi)."""
+        """What the attention of layer ``layer`` does to its scores (``ops/scores.py``): the soft cap
+        (``("softcap", c)``, applied first), the causal mask, or on a windowed layer the window (``("window", W)``,
+        causal itself), then the position scheme's (ALiBi)."""
         window = self.layer_window(layer)
         mask = "causal" if window is None else ("window", window)
         added = POSITIONS[self.position].score_modifier
-        return (mask,) if added is None else (mask, added)
+        capped = () if self.attn_softcap is None else (("softcap", self.attn_softcap),)
+        return (*capped, mask) if added is None else (*capped, mask, added)
 
     def activation_options(self) -> dict:
         """The keyword options of the activation's forward, read from their fields (``ACTIVATION_OPTION_FIELDS``):

@@ -8,6 +8,7 @@ The network (pre-norm blocks), on token ids ``(B,T)``, with the parameters by na
                        x = x + Drop(mlp(pre_mlp_norm(x)))
     h = final_norm(x)
     logits = h @ unembedding^T      unembedding = token_embedding (tied) or lm_head.weight    (B,T,V)
+             (with logit_softcap c: c tanh(logits / c), Gemma 2)
     loss = mean cross-entropy(logits, targets) over targets != -1                          unembedding.py
            (+ with experts, each layer's auxiliary loss: load balancing and router z-loss)  moe_branch.py
 
@@ -42,6 +43,7 @@ from ..backend import array_module, get_xp, resolve_dtype
 from ..checks import check_bool, check_int, check_positive_int
 from ..ops.embedding import embedding_backward, embedding_forward
 from ..ops.norms import NORMS
+from ..ops.softcap import softcap_in_place
 from .blocks import (
     BlockCache,
     BlockInput,
@@ -247,9 +249,15 @@ class GPT:
         h, final_norm_cache = norm_forward(x, self.params, FINAL_NORM, self.config)  # (B,T,C)
         if not keep_caches:  # evaluation: only h goes on, into the loss alone, a chunk of rows of logits at a time
             del x, final_norm_cache
-            return _plus(unembedding_loss(h, self._unembedding(), targets, IGNORE_INDEX), aux_loss), None  # -> ()
+            loss = unembedding_loss(h, self._unembedding(), targets, IGNORE_INDEX, self.config.logit_softcap)  # -> ()
+            return _plus(loss, aux_loss), None
         loss, loss_cache = unembedding_loss_forward(
-            h, self._unembedding(), targets, IGNORE_INDEX, with_gradients=for_backward
+            h,
+            self._unembedding(),
+            targets,
+            IGNORE_INDEX,
+            with_gradients=for_backward,
+            softcap=self.config.logit_softcap,
         )  # (B,T,C) -> ()
         cache = ModelCache(
             tuple(token_ids.shape), embedding_cache, embedding_dropout, blocks, final_norm_cache, loss_cache
@@ -343,8 +351,8 @@ class GPT:
         position scheme adds any; ``(B,T) -> (B,T,C)``."""
         T = token_ids.shape[1]
         tokens, embedding_cache = embedding_forward(token_ids, self.params[TOKEN_EMBEDDING])  # (B,T) -> (B,T,C)
-        if self.config.scale_embeddings:
-            tokens = tokens * math.sqrt(self.config.d_model)
+        if self.config.scale_embeddings:  # sqrt(C) rounded to the table's dtype first, as transformers' Gemma does
+            tokens = tokens * tokens.dtype.type(math.sqrt(self.config.d_model))
         added = self.positions.added
         if added is None:  # positions enter the attention instead (a rotation of q and k)
             return tokens, embedding_cache
@@ -353,7 +361,7 @@ class GPT:
 
     def _embed_backward(self, dx, embedding_cache):
         """``(dtoken_embedding, {position parameter: its gradient})`` from ``dx (B,T,C)``."""
-        dtokens = dx * math.sqrt(self.config.d_model) if self.config.scale_embeddings else dx
+        dtokens = dx * dx.dtype.type(math.sqrt(self.config.d_model)) if self.config.scale_embeddings else dx
         dtoken_embedding = embedding_backward(dtokens, embedding_cache)  # (B,T,C) -> (V,C), scatter-add
         added = self.positions.added
         if added not in self.params:  # no trained position table
@@ -381,7 +389,9 @@ class GPT:
         if last_only:
             x = x[:, -1]  # (B,T,C) -> (B,C)
         h, _ = norm_forward(x, self.params, FINAL_NORM, self.config)  # (B,[T,]C)
-        return h @ self._unembedding().T  # (B,[T,]C) @ (C,V) -> (B,[T,]V)
+        logits = h @ self._unembedding().T  # (B,[T,]C) @ (C,V) -> (B,[T,]V)
+        cap = self.config.logit_softcap
+        return logits if cap is None else softcap_in_place(logits, cap)  # c tanh(z / c): Gemma 2's logit cap
 
     def new_kv_cache(self, batch_size: int, max_len: int | None = None) -> KVCache:
         """An empty cache of keys and values for ``batch_size`` sequences of up to ``max_len`` positions

@@ -1,4 +1,5 @@
-"""The MLP branch of a block: ``m = Drop(down_proj(act(*projections(pre_mlp_norm(x)))))``.
+"""The MLP branch of a block: ``m = Drop(down_proj(act(*projections(pre_mlp_norm(x)))))``; with ``post_norms``
+``m = Drop(post_mlp_norm(down_proj(...)))`` (Gemma 2/3's sandwich).
 
 The activation comes from ``ops.activations.ACTIVATIONS`` and declares its inputs: ``("up",)`` (GELU, ReLU)
 or ``("gate", "up")`` (SwiGLU). Input ``name`` is the projection ``mlp.{name}_proj`` of the same normalized
@@ -18,7 +19,7 @@ from .layers import (
     norm_backward,
     norm_forward,
 )
-from .names import DOWN_PROJ, PRE_MLP_NORM, projection
+from .names import DOWN_PROJ, POST_MLP_NORM, PRE_MLP_NORM, projection
 
 
 class MlpBranchCache(NamedTuple):
@@ -27,6 +28,7 @@ class MlpBranchCache(NamedTuple):
     activation: object
     down_proj: object
     dropout: object
+    post_norm: object = None  # post_mlp_norm's cache (post_norms), else None
 
     @property
     def aux_loss(self):
@@ -44,9 +46,13 @@ def mlp_branch_forward(x, p, config, *, rng=None):
     projected = [linear_layer_forward(h, p, projection(name)) for name in activation.inputs]  # each (N,C) -> (N,F)
     act, act_cache = activation.forward(*(y for y, _ in projected), **config.activation_options())  # (N,F)
     m, down_cache = linear_layer_forward(act, p, DOWN_PROJ)  # (N,F) -> (N,C)
+    post_cache = None
+    if config.post_norms:
+        m, post_cache = norm_forward(m, p, POST_MLP_NORM, config)  # (N,C): Gemma's norm after the branch
     m, drop_cache = dropout_if(m, config, rng)
     projection_caches = tuple(cache for _, cache in projected)
-    return m.reshape(B, T, C), MlpBranchCache(norm_cache, projection_caches, act_cache, down_cache, drop_cache)
+    cache = MlpBranchCache(norm_cache, projection_caches, act_cache, down_cache, drop_cache, post_cache)
+    return m.reshape(B, T, C), cache
 
 
 class MlpBackward(NamedTuple):
@@ -64,6 +70,9 @@ def mlp_branch_backward(dm, cache: MlpBranchCache, config) -> MlpBackward:
     """``MlpBackward(dx, grads, ...)``; ``h`` feeds every input's projection, so ``dh`` is the sum of their paths."""
     B, T, C = dm.shape
     dm = dropout_if_backward(dm.reshape(B * T, C), cache.dropout)  # (B,T,C) -> (N,C)
+    post_grads = {}
+    if cache.post_norm is not None:  # forward: m = post_mlp_norm(m)
+        dm, post_grads = norm_backward(dm, cache.post_norm, POST_MLP_NORM, config)
     # forward: m = down_proj(act)
     dact, down_grads = linear_layer_backward(dm, cache.down_proj, DOWN_PROJ)  # (N,C) -> (N,F)
     activation = ACTIVATIONS[config.activation]
@@ -79,5 +88,5 @@ def mlp_branch_backward(dm, cache: MlpBranchCache, config) -> MlpBackward:
         dh += dh_path  # h feeds every projection: the paths add
     # forward: h = pre_mlp_norm(x)
     dx, norm_grads = norm_backward(dh, cache.norm, PRE_MLP_NORM, config)
-    grads = down_grads | grads | norm_grads
+    grads = post_grads | down_grads | grads | norm_grads
     return MlpBackward(dx.reshape(B, T, C), grads, dact, tuple(dinputs), dh)  # (N,C) -> (B,T,C)

@@ -15,9 +15,11 @@ the strings themselves: they do not change.
     attn.qkv_proj                  (C, (H + 2 H_kv) D)   one fused projection, split q|k|v
     attn.q_norm, attn.k_norm       (D,)                  QK-norm only; no bias; (H D,), (H_kv D,) projection-wide
     attn.out_proj                  (H D, C)
+    post_attn_norm                 (C,)                  post_norms only (Gemma 2/3's sandwich)
     pre_mlp_norm                   (C,)
     mlp.up_proj [, mlp.gate_proj]  (C, F)                one per input of the activation (SwiGLU: gate too)
     mlp.down_proj                  (F, C)
+    post_mlp_norm                  (C,)                  post_norms only
 
 or, with experts (``config.num_experts`` E > 0, ``config.mlp_kind`` "experts"; ``ops/moe.py``), in place of the
 three projections::
@@ -45,6 +47,7 @@ QKV_PROJ = "attn.qkv_proj"
 Q_NORM, K_NORM = "attn.q_norm", "attn.k_norm"
 OUT_PROJ = "attn.out_proj"
 PRE_MLP_NORM = "pre_mlp_norm"
+POST_ATTN_NORM, POST_MLP_NORM = "post_attn_norm", "post_mlp_norm"  # config.post_norms: each branch's output
 DOWN_PROJ = "mlp.down_proj"
 ROUTER = "mlp.router"
 EXPERTS_GATE_PROJ, EXPERTS_UP_PROJ, EXPERTS_DOWN_PROJ = (
@@ -100,7 +103,8 @@ def attention_layout(config) -> dict[str, Linear | Norm]:
     if config.qk_norm:  # (D,) each, or over the whole projection (H D,) and (H_kv D,)
         width = QK_NORM_EXTENTS[config.qk_norm_extent].width
         layout |= {Q_NORM: Norm(width(H, D), None), K_NORM: Norm(width(H_kv, D), None)}
-    return layout | {OUT_PROJ: Linear(H * D, C, "out_bias")}
+    layout |= {OUT_PROJ: Linear(H * D, C, "out_bias")}
+    return layout | ({POST_ATTN_NORM: Norm(C, "norm_bias")} if config.post_norms else {})
 
 
 def mlp_layout(config) -> dict[str, Linear | Experts | Norm]:
@@ -114,7 +118,8 @@ def dense_mlp_layout(config) -> dict[str, Linear | Norm]:
     layout = {PRE_MLP_NORM: Norm(C, "norm_bias")}
     for name in sorted(ACTIVATIONS[config.activation].inputs, key=lambda name: name != "up"):
         layout[projection(name)] = Linear(C, F, "mlp_bias")  # up_proj first: the order the init has always drawn
-    return layout | {DOWN_PROJ: Linear(F, C, "mlp_bias")}
+    layout |= {DOWN_PROJ: Linear(F, C, "mlp_bias")}
+    return layout | ({POST_MLP_NORM: Norm(C, "norm_bias")} if config.post_norms else {})
 
 
 def experts_mlp_layout(config) -> dict[str, Linear | Experts | Norm]:

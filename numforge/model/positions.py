@@ -100,6 +100,26 @@ def _none(*_) -> dict:
     return {}
 
 
+LOCAL = "_local"  # the suffix of the local layers' tables (GPTConfig.rope_local_theta: Gemma 3)
+
+
+def _rope_tables(config, dtype) -> dict:
+    """RoPE's cos and sin ``(T_max, D)``; with ``rope_local_theta`` also the local layers' pair, of that base and
+    unscaled (Gemma 3: ``rope_local_base_freq``, its sliding layers' default rope type)."""
+    T, D = config.max_seq_len, config.head_dim
+    tables = dict(zip(("rope_cos", "rope_sin"), rope_table(T, D, config.rope_theta, config.rope_scaling, dtype)))
+    if config.rope_local_theta is not None:
+        local = rope_table(T, D, config.rope_local_theta, None, dtype)
+        tables |= dict(zip(("rope_cos" + LOCAL, "rope_sin" + LOCAL), local))
+    return tables
+
+
+def layer_tables(config, layer: int, names: tuple[str, ...]) -> tuple[str, ...]:
+    """The names of the tables layer ``layer``'s rotation reads: ``names``, or their local pair on a local layer
+    (``config.local_rotation``)."""
+    return tuple(name + LOCAL for name in names) if config.local_rotation(layer) else names
+
+
 POSITIONS = {  # name -> PositionScheme
     "learned": PositionScheme(
         "learned: a trained T x C table",
@@ -118,10 +138,8 @@ POSITIONS = {  # name -> PositionScheme
     "rope": PositionScheme(
         "rope: q and k rotated by their positions, no parameters",
         parameter_shapes=_none,
-        table_shapes=lambda c: {"rope_cos": (c.max_seq_len, c.head_dim), "rope_sin": (c.max_seq_len, c.head_dim)},
-        tables=lambda c, dtype: dict(
-            zip(("rope_cos", "rope_sin"), rope_table(c.max_seq_len, c.head_dim, c.rope_theta, c.rope_scaling, dtype))
-        ),
+        table_shapes=lambda c: {name: (c.max_seq_len, c.head_dim) for name in _rope_tables(c, "float32")},
+        tables=_rope_tables,
         added=None,
         rotation=Rotation(
             rope_forward, rope_backward, ("rope_cos", "rope_sin"),

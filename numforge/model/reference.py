@@ -27,17 +27,20 @@ gradients (tested equal to 1e-12 in float64 under every ``GPTConfig`` option,
   writes them; ``gpt.py`` reads the same strings from ``names.py``, which declares them once (a name
   that differed would be a missing key in the tests that run both models).
 
-The network (pre-norm; ``s = sqrt(C)`` if ``scale_embeddings`` else 1; ``G = H / H_kv``)::
+The network (pre-norm; ``s = sqrt(C)`` if ``scale_embeddings`` else 1; ``G = H / H_kv``; ``sigma =
+query_pre_attn_scalar^-1/2``, else ``D^-1/2``; ``f(S) = c tanh(S / c)`` with ``attn_softcap`` c, else ``S``;
+``post`` a norm with ``post_norms`` (Gemma 2/3's sandwich), else nothing)::
 
     x = s * token_embedding[ids] + positions[:T]        positions: learned or sinusoidal; none when rotary
     x = Drop(x)
     for each layer:  h = pre_attn_norm(x)                                  LayerNorm or RMSNorm
                      q | k | v = h @ qkv_proj                              q (B,H,T,D), k, v (B,H_kv,T,D)
                      q, k = QK-norm and the rotation, in the config's order (either may be absent)
-                     o = Drop(softmax(q repeat(k, G)^T / sqrt(D) + terms)) @ repeat(v, G)
-                     x = x + Drop(o @ out_proj)
-                     x = x + Drop(mlp(pre_mlp_norm(x)))       with experts: mlp = the gated sum of top_k experts
+                     o = Drop(softmax(f(sigma q repeat(k, G)^T) + terms)) @ repeat(v, G)
+                     x = x + Drop(post_attn_norm(o @ out_proj))
+                     x = x + Drop(post_mlp_norm(mlp(pre_mlp_norm(x))))   with experts: the gated sum of top_k experts
     logits = final_norm(x) @ unembedding^T                     token_embedding (tied) or lm_head.weight
+             (with logit_softcap c: c tanh(logits / c))
     loss = mean over targets != -1 of -log softmax(logits)[target]  (+ the experts' auxiliary losses, summed)
 
 Dropout: with ``rng`` given and ``drop_prob > 0``, each dropout draws its
@@ -68,9 +71,10 @@ from ..ops.activations import ACTIVATIONS
 from ..ops.moe import moe_textbook, moe_textbook_backward
 from ..ops.norms import NORMS
 from ..ops.scores import SCORE_MODIFIERS, as_use
+from ..ops.softcap import softcap_textbook, softcap_textbook_backward
 from .config import GPTConfig
 from .mlp_branch import projection
-from .positions import POSITIONS
+from .positions import LOCAL, POSITIONS
 from .qk_norm import QK_NORM_EXTENTS
 
 IGNORE_INDEX = -1
@@ -111,13 +115,22 @@ def reference_forward(params: dict, config: GPTConfig, token_ids, targets, rng=N
         q = qkv[..., : H * D].reshape(B, T, H, D).transpose(0, 2, 1, 3)  # (B,T,H D) -> (B,T,H,D) -> (B,H,T,D)
         k = qkv[..., H * D : (H + H_kv) * D].reshape(B, T, H_kv, D).transpose(0, 2, 1, 3)  # (B,H_kv,T,D)
         v = qkv[..., (H + H_kv) * D :].reshape(B, T, H_kv, D).transpose(0, 2, 1, 3)  # (B,H_kv,T,D)
-        q, k = _qk_forward(q, k, w, config, tables, saved)  # QK-norm and the rotation, in the config's order
+        q, k = _qk_forward(q, k, w, config, tables, saved, i)  # QK-norm and the rotation, in the config's order
         k_rep = xp.repeat(k, G, axis=1)  # (B,H_kv,T,D) -> (B,H,T,D): query head h reads key head h // G
         v_rep = xp.repeat(v, G, axis=1)  # (B,H,T,D)
-        scores = (q @ k_rep.transpose(0, 1, 3, 2)) / math.sqrt(D)  # (B,H,T,D) @ (B,H,D,T) -> (B,H,T,T)
-        # causal: -inf where key j > query i (the future); window W: also where j <= i - W; alibi: -m_h (i - j)
-        for name, arg in map(as_use, config.score_modifiers(i)):  # each (name, argument)
-            scores = scores + SCORE_MODIFIERS[name].textbook(xp, arg, scores.shape, scores.dtype)  # (B,H,T,T)
+        scores = (q @ k_rep.transpose(0, 1, 3, 2)) * config.attention_scale()  # (B,H,T,D) @ (B,H,D,T) -> (B,H,T,T)
+        saved["score_slope"] = 1.0  # f'(S): 1 without a transform
+        # softcap: S = c tanh(S / c), first; causal: -inf where key j > query i (the future); window W: also where
+        # j <= i - W; alibi: -m_h (i - j)
+        uses = [(name, arg) for name, arg in map(as_use, config.score_modifiers(i))]  # each (name, argument)
+        for name, arg in uses:
+            modifier = SCORE_MODIFIERS[name]
+            if modifier.transforms:  # f(S), its slope f'(S) from the transformed scores
+                scores = modifier.textbook(xp, arg, scores)  # (B,H,T,T)
+                saved["score_slope"] = saved["score_slope"] * modifier.slope(xp, arg, scores, 1.0)
+        for name, arg in uses:
+            if not SCORE_MODIFIERS[name].transforms:
+                scores = scores + SCORE_MODIFIERS[name].textbook(xp, arg, scores.shape, scores.dtype)  # (B,H,T,T)
         weights = _softmax(scores)  # (B,H,T,T), each row sums to 1
         saved["weights_keep"] = None
         if p_drop > 0 and config.attention_dropout:
@@ -128,6 +141,8 @@ def reference_forward(params: dict, config: GPTConfig, token_ids, targets, rng=N
         o = dropped @ v_rep  # (B,H,T,T) @ (B,H,T,D) -> (B,H,T,D)
         merged = o.transpose(0, 2, 1, 3).reshape(B, T, H * D)  # (B,H,T,D) -> (B,T,H,D) -> (B,T,H D)
         a = _linear(merged, w, "attn.out_proj")  # (B,T,H D) @ (H D,C) -> (B,T,C)
+        if config.post_norms:  # Gemma: a = post_attn_norm(a)
+            a, saved["attn_post_norm"] = _norm(a, w, "post_attn_norm", config)  # (B,T,C)
         a, saved["attn_keep"] = _dropout(a, p_drop, rng)  # (B,T,C)
         saved.update(q=q, k_rep=k_rep, v_rep=v_rep, weights=weights, merged=merged)
         x = x + a  # (B,T,C), the residual
@@ -146,6 +161,8 @@ def reference_forward(params: dict, config: GPTConfig, token_ids, targets, rng=N
             act = activation.textbook(*inputs, **config.activation_options())  # (B,T,F)
             m = _linear(act, w, "mlp.down_proj")  # (B,T,F) @ (F,C) -> (B,T,C)
             saved.update(mlp_inputs=inputs, act=act)
+        if config.post_norms:  # Gemma: m = post_mlp_norm(m)
+            m, saved["mlp_post_norm"] = _norm(m, w, "post_mlp_norm", config)  # (B,T,C)
         m, saved["mlp_keep"] = _dropout(m, p_drop, rng)  # (B,T,C)
         x = x + m  # (B,T,C), the residual
         cache["layers"].append(saved)
@@ -154,6 +171,9 @@ def reference_forward(params: dict, config: GPTConfig, token_ids, targets, rng=N
     h, cache["final_norm"] = _norm(x, params, "final_norm", config)  # (B,T,C)
     cache["final_h"] = h
     logits = h @ _unembedding(params, config).T  # (B,T,C) @ (C,V) -> (B,T,V)
+    cache["raw_logits"] = logits
+    if config.logit_softcap is not None:  # Gemma 2: logits = c tanh(logits / c)
+        logits = softcap_textbook(logits, config.logit_softcap)  # (B,T,V)
     shifted = logits - logits.max(axis=-1, keepdims=True)  # (B,T,V), at most 0: exp cannot overflow
     log_probs = shifted - xp.log(xp.exp(shifted).sum(axis=-1, keepdims=True))  # (B,T,V): z - logsumexp(z)
     counted = targets != IGNORE_INDEX  # (B,T) bool
@@ -187,6 +207,8 @@ def reference_backward(params: dict, config: GPTConfig, cache: dict) -> dict:
     onehot = cache["safe_targets"][..., None] == xp.arange(V)  # (B,T,1) == (V,) -> (B,T,V) bool
     weight = cache["counted"].astype(cache["probs"].dtype) / max(cache["count"], 1)  # (B,T): 1/count or 0
     dlogits = (cache["probs"] - onehot) * weight[..., None]  # (B,T,V)
+    if config.logit_softcap is not None:  # forward: logits = c tanh(logits / c)
+        (dlogits,) = softcap_textbook_backward(dlogits, cache["raw_logits"], config.logit_softcap)  # (B,T,V)
     # forward: logits = h @ unembedding^T
     unembedding = _unembedding(params, config)  # (V,C)
     dh = dlogits @ unembedding  # (B,T,V) @ (V,C) -> (B,T,C)
@@ -199,6 +221,8 @@ def reference_backward(params: dict, config: GPTConfig, cache: dict) -> dict:
         g = {}
         # forward: x = x + m  (the residual: dx flows on unchanged, and into the branch)
         dm = _dropout_backward(dx, saved["mlp_keep"], config.drop_prob)  # forward: m = Drop(m); (B,T,C)
+        if config.post_norms:  # forward: m = post_mlp_norm(m)
+            dm = _norm_backward(dm, saved["mlp_post_norm"], w, "post_mlp_norm", config, g)  # (B,T,C)
         if config.num_experts:  # forward: m, aux = moe(h); loss = cross-entropy + aux, so d loss / d aux = 1
             dh, *dexperts = moe_textbook_backward(
                 dm, saved["mlp_h"], *_experts(w), **config.experts_options(), daux=1.0
@@ -223,6 +247,8 @@ def reference_backward(params: dict, config: GPTConfig, cache: dict) -> dict:
 
         # forward: x = x + a
         da = _dropout_backward(dx, saved["attn_keep"], config.drop_prob)  # forward: a = Drop(a); (B,T,C)
+        if config.post_norms:  # forward: a = post_attn_norm(a)
+            da = _norm_backward(da, saved["attn_post_norm"], w, "post_attn_norm", config, g)  # (B,T,C)
         # forward: a = merged @ out_proj + b
         dmerged = _linear_backward(da, saved["merged"], w, "attn.out_proj", g)  # (B,T,C) -> (B,T,H D)
         # forward: merged = o.transpose(0, 2, 1, 3).reshape(B, T, H D)
@@ -236,14 +262,17 @@ def reference_backward(params: dict, config: GPTConfig, cache: dict) -> dict:
         # forward: weights = softmax(scores): dscores = P * (dP - rowsum(P * dP)); a hidden key has P = 0
         dscores = weights * (dweights - (weights * dweights).sum(axis=-1, keepdims=True))  # (B,H,T,T)
         # forward: scores = scores + terms (constants: dscores passes on unchanged)
-        # forward: scores = q @ k_rep^T / sqrt(D)
-        dq = (dscores @ saved["k_rep"]) / math.sqrt(D)  # (B,H,T,T) @ (B,H,T,D) -> (B,H,T,D)
-        dk_rep = (dscores.transpose(0, 1, 3, 2) @ saved["q"]) / math.sqrt(D)  # (B,H,T,T) @ (B,H,T,D) -> (B,H,T,D)
+        # forward: scores = f(scores) (softcap), so dscores = f'(S) dscores
+        dscores = dscores * saved["score_slope"]  # (B,H,T,T)
+        # forward: scores = q @ k_rep^T * sigma
+        sigma = config.attention_scale()
+        dq = (dscores @ saved["k_rep"]) * sigma  # (B,H,T,T) @ (B,H,T,D) -> (B,H,T,D)
+        dk_rep = (dscores.transpose(0, 1, 3, 2) @ saved["q"]) * sigma  # (B,H,T,T) @ (B,H,T,D) -> (B,H,T,D)
         # forward: k_rep, v_rep = repeat(k, G), repeat(v, G): each key/value head sums its group's gradients
         dk = dk_rep.reshape(B, H_kv, G, T, D).sum(axis=2)  # (B,H,T,D) -> (B,H_kv,G,T,D) -> (B,H_kv,T,D)
         dv = dv_rep.reshape(B, H_kv, G, T, D).sum(axis=2)  # (B,H_kv,T,D)
         # forward: q, k = QK-norm and the rotation
-        dq, dk = _qk_backward(dq, dk, w, config, cache["tables"], saved, g)
+        dq, dk = _qk_backward(dq, dk, w, config, cache["tables"], saved, g, i)
         # forward: q, k, v = split(qkv) into heads
         dq = dq.transpose(0, 2, 1, 3).reshape(B, T, H * D)  # (B,H,T,D) -> (B,T,H D)
         dk, dv = (d.transpose(0, 2, 1, 3).reshape(B, T, H_kv * D) for d in (dk, dv))  # (B,H_kv,T,D) -> (B,T,H_kv D)
@@ -277,9 +306,10 @@ def reference_backward(params: dict, config: GPTConfig, cache: dict) -> dict:
 # ------------------------------------------------------- q and k: QK-norm and the rotation by position
 
 
-def _qk_forward(q, k, w: dict, config: GPTConfig, tables: dict, saved: dict):
+def _qk_forward(q, k, w: dict, config: GPTConfig, tables: dict, saved: dict, layer: int):
     """QK-norm (over each head's ``D``, or each position's whole projection) and the rotation, in
-    ``config.qk_norm_order``; ``saved`` keeps their inputs."""
+    ``config.qk_norm_order``; ``saved`` keeps their inputs. A local layer (``config.local_rotation``: Gemma 3's)
+    turns by its own tables."""
     norm_first = config.qk_norm and config.qk_norm_order == "before_rope"
     if norm_first:
         q, saved["q_norm"] = _qk_norm(q, w, "attn.q_norm", config)  # (B,H,T,D)
@@ -287,15 +317,16 @@ def _qk_forward(q, k, w: dict, config: GPTConfig, tables: dict, saved: dict):
     rotation = POSITIONS[config.position].rotation
     if rotation is not None:  # RoPE: pair (i, i + D/2) of position t turned by t theta_i
         saved["q_rotation"], saved["k_rotation"] = q, k  # the rotation's inputs
-        q = rotation.textbook(q, *tables["rotation"])  # (B,H,T,D)
-        k = rotation.textbook(k, *tables["rotation"])  # (B,H_kv,T,D)
+        rows = tables["rotation_local" if config.local_rotation(layer) else "rotation"]  # cos, sin (T,D)
+        q = rotation.textbook(q, *rows)  # (B,H,T,D)
+        k = rotation.textbook(k, *rows)  # (B,H_kv,T,D)
     if config.qk_norm and not norm_first:
         q, saved["q_norm"] = _qk_norm(q, w, "attn.q_norm", config)
         k, saved["k_norm"] = _qk_norm(k, w, "attn.k_norm", config)
     return q, k
 
 
-def _qk_backward(dq, dk, w: dict, config: GPTConfig, tables: dict, saved: dict, grads: dict):
+def _qk_backward(dq, dk, w: dict, config: GPTConfig, tables: dict, saved: dict, grads: dict, layer: int):
     """``_qk_forward`` walked back: the norms' backward, the inverse rotation."""
     norm_first = config.qk_norm and config.qk_norm_order == "before_rope"
     if config.qk_norm and not norm_first:
@@ -303,8 +334,9 @@ def _qk_backward(dq, dk, w: dict, config: GPTConfig, tables: dict, saved: dict, 
         dk = _qk_norm_backward(dk, saved["k_norm"], w, "attn.k_norm", config, grads)
     rotation = POSITIONS[config.position].rotation
     if rotation is not None:  # forward: q = rotate(q, +angle), so dq = rotate(dq, -angle): the inverse rotation
-        (dq,) = rotation.textbook_backward(dq, saved["q_rotation"], *tables["rotation"])  # (B,H,T,D)
-        (dk,) = rotation.textbook_backward(dk, saved["k_rotation"], *tables["rotation"])  # (B,H_kv,T,D)
+        rows = tables["rotation_local" if config.local_rotation(layer) else "rotation"]  # cos, sin (T,D)
+        (dq,) = rotation.textbook_backward(dq, saved["q_rotation"], *rows)  # (B,H,T,D)
+        (dk,) = rotation.textbook_backward(dk, saved["k_rotation"], *rows)  # (B,H_kv,T,D)
     if norm_first:
         dq = _qk_norm_backward(dq, saved["q_norm"], w, "attn.q_norm", config, grads)
         dk = _qk_norm_backward(dk, saved["k_norm"], w, "attn.k_norm", config, grads)
@@ -398,6 +430,8 @@ def _position_tables(params: dict, config: GPTConfig, T: int, xp) -> dict:
     found = {} if scheme.added is None else {"added": xp.asarray(tables[scheme.added][:T])}  # (T,C)
     if scheme.rotation is not None:
         found["rotation"] = [xp.asarray(tables[name][:T]) for name in scheme.rotation.tables]  # RoPE: (T,D) each
+        if config.rope_local_theta is not None:  # the local layers' own (Gemma 3)
+            found["rotation_local"] = [xp.asarray(tables[name + LOCAL][:T]) for name in scheme.rotation.tables]
     return found
 
 

@@ -1,4 +1,4 @@
-"""Elementwise activations: ReLU, ReLU², GELU (tanh or exact erf form) and SwiGLU; their registry ``ACTIVATIONS``.
+"""Elementwise activations: ReLU, ReLU², GELU (tanh or exact erf), SwiGLU and GeGLU; their registry ``ACTIVATIONS``.
 
 Every function keeps its input's shape and dtype: ``(..., F) -> (..., F)``. Each activation is written three
 ways: the fast op pair (``*_forward``, ``*_backward``), the textbook formula and its gradient that
@@ -259,6 +259,55 @@ def swiglu_torch(gate, up):
     return functional.silu(gate) * up
 
 
+# ---------------------------------------------------------------- GeGLU (Gemma's gated MLP)
+
+
+class GegluCache(NamedTuple):
+    up: object
+    gelu: object  # the tanh GELU's own cache of the gate (its input and smooth step)
+
+
+def geglu_forward(gate, up):
+    """y = gelu_tanh(gate) * up (GELU's tanh form, ``gelu_forward``). gate, up: (..., F) -> y: (..., F).
+
+    Gemma's MLP: transformers' ``gelu_pytorch_tanh`` of ``gate_proj(x)`` times ``up_proj(x)``.
+    Example: geglu(0, u) = 0; geglu(g, 1) -> g as g -> +inf and -> 0 as g -> -inf.
+    """
+    check_float(gate, "gate")
+    check_float(up, "up")
+    if gate.shape != up.shape:
+        raise ValueError(f"gate and up must have one shape, got {tuple(gate.shape)} and {tuple(up.shape)}")
+    check_same_dtype(up, "up", gate, "gate")
+    activated, gelu_cache = gelu_forward(gate, "tanh")  # (..., F)
+    activated *= up
+    return activated, GegluCache(up, gelu_cache)
+
+
+def geglu_backward(dy, cache: GegluCache):
+    """dgate = dy * up * gelu_tanh'(g),   dup = dy * gelu_tanh(g)."""
+    # forward: y = gelu(g) up, so dgate = gelu'(g) (dy up) and dup = gelu(g) dy
+    dgate = gelu_backward(dy * cache.up, cache.gelu)
+    dup = cache.gelu.x * cache.gelu.smooth_step  # gelu(g) = g s
+    dup *= dy
+    return dgate, dup
+
+
+def geglu_textbook(gate, up):
+    return gelu_textbook(gate, "tanh") * up  # (..., F): gelu_tanh(g) u
+
+
+def geglu_textbook_backward(dy, gate, up):
+    """``(dgate, dup)``: ``dgate = dy u gelu'(g)``, ``dup = dy gelu(g)``."""
+    (dgate,) = gelu_textbook_backward(dy * up, gate, "tanh")  # (..., F)
+    return dgate, dy * gelu_textbook(gate, "tanh")  # (..., F), (..., F)
+
+
+def geglu_torch(gate, up):
+    import torch.nn.functional as functional
+
+    return functional.gelu(gate, approximate="tanh") * up
+
+
 # ---------------------------------------------------------------- the registry
 
 
@@ -321,6 +370,12 @@ ACTIVATIONS = {  # name -> Activation: the one list the config, the model, the c
         textbook=swiglu_textbook, textbook_backward=swiglu_textbook_backward, torch=swiglu_torch,
         checks=(OpCheck("swiglu", lambda: {"gate": normal(B, T, F), "up": normal(B, T, F, seed=1)}),),
         hf_names={"silu": {}},
+    ),
+    "geglu": Activation(
+        ("gate", "up"), "gelu_tanh(g) * u", geglu_forward, geglu_backward,
+        textbook=geglu_textbook, textbook_backward=geglu_textbook_backward, torch=geglu_torch,
+        checks=(OpCheck("geglu", lambda: {"gate": normal(B, T, F, scale=2.0), "up": normal(B, T, F, seed=1)}),),
+        hf_names={"gelu_pytorch_tanh": {}, "gelu_new": {}},  # Gemma's hidden_activation
     ),
     "relu": Activation(
         ("up",), "max(u, 0)", relu_forward, relu_backward,

@@ -10,8 +10,9 @@ attention, the plainest form. Write ``K, V`` below for the repeated ones.
 Forward, for every batch ``b`` and head ``h`` (scale ``s = 1/sqrt(D)`` by default)::
 
     S = s Q K^T                                   (Tq, Tk)  scores
-    S[i, j] += term(h, i, j)                      each score modifier's (ops/scores.py): -inf where
-                                                  query i may not see key j, or a bias (ALiBi)
+    S[i, j] = f(S[i, j]) + term(h, i, j)          each score modifier's (ops/scores.py): -inf where
+                                                  query i may not see key j, or a bias (ALiBi); f the
+                                                  identity, or a transform (softcap: c tanh(S / c))
     P = softmax(S)  row by row: P = exp(S - max) / sum(exp(S - max))
     O = P V                                       (Tq, Dv)
 
@@ -52,6 +53,7 @@ Backward, given ``dO`` (without dropout ``Z = 1``)::
     dV = (P * Z)^T dO
     dP = (dO V^T) * Z
     dS = P * (dP - rowsum(P * dP))       the softmax Jacobian, one row at a time
+    dS = f'(S) dS                        through a transform (softcap: f'(S) = 1 - (f(S) / c)^2, kept)
     dQ = s dS K        dK = s dS^T Q
 
 and a kv head used by ``G`` query heads gets the sum of their gradients: for kv
@@ -104,6 +106,7 @@ class AttentionCache(NamedTuple):
     drop_scale: object = None  # dropout: 1 / (1 - p) in the inputs' dtype
     sinks: object = None  # the sink logits s (H,); None without sinks
     sink_probs: object = None  # sinks: P_sink (B,H,Tq,1), the mass each row gives its sink
+    slope: object = None  # a transform of the scores (softcap): f'(S) (B,H,Tq,Tk); None without one
 
 
 def check_qkv(q, k, v) -> tuple[int, int, int, int, int, int, int]:
@@ -204,16 +207,16 @@ def attention_forward(
 
     scores = xp.matmul(q, keys.swapaxes(-1, -2))  # (B,H,Tq,D) @ (B,H,D,Tk) -> (B,H,Tq,Tk)
     scores *= scale
-    textbook_scores(scores, applied)  # S' = S + bias, or -inf where hidden: (B,H,Tq,Tk), in place
+    _, slope = textbook_scores(scores, applied)  # S' = f(S) + bias, or -inf where hidden: (B,H,Tq,Tk), in place
     probs, sink_probs = _softmax_rows(scores, check_sinks(sinks, q))  # (B,H,Tq,Tk), (B,H,Tq,1) or None
     with_sinks = {"sinks": sinks, "sink_probs": sink_probs}
     if p == 0:
         out = xp.matmul(probs, values)  # (B,H,Tq,Tk) @ (B,H,Tk,Dv) -> (B,H,Tq,Dv)
-        return out, AttentionCache(q, k, v, probs, scale, **with_sinks)
+        return out, AttentionCache(q, k, v, probs, scale, **with_sinks, slope=slope)
     dropout = AttentionDropout(p, seed, range(B), range(H), Tk, row_seeds)
     keep, drop_scale = dropout.keep(xp, range(Tq), range(Tk)), dropout.scale(probs.dtype)  # (B,H,Tq,Tk)
     out = xp.matmul(dropped(probs, keep, drop_scale), values)  # (B,H,Tq,Tk) @ (B,H,Tk,Dv) -> (B,H,Tq,Dv)
-    return out, AttentionCache(q, k, v, probs, scale, keep, drop_scale, **with_sinks)
+    return out, AttentionCache(q, k, v, probs, scale, keep, drop_scale, **with_sinks, slope=slope)
 
 
 def _softmax_rows(scores, sinks):
@@ -262,6 +265,8 @@ def attention_backward(dout, cache: AttentionCache):
         dsinks = -(cache.sink_probs * row_dot).sum(axis=(0, 2, 3))  # (B,H,Tq,1) -> (H,)
     dprobs -= row_dot
     dscores = xp.multiply(dprobs, probs, out=dprobs)  # (B,H,Tq,Tk), in place
+    if cache.slope is not None:  # forward: S' = f(S) (softcap), so dS = f'(S) dS'
+        dscores *= cache.slope
     # forward: S = s Q K^T
     dq = xp.matmul(dscores, keys)  # (B,H,Tq,Tk) @ (B,H,Tk,D) -> (B,H,Tq,D)
     dq *= scale

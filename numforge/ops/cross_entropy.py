@@ -5,6 +5,10 @@ The loss is the mean of loss_row over the rows whose target is not
 ``ignore_index``; when every row is ignored the loss is 0 and so are the gradients.
 
 Backward: the gradient of one counted row is (softmax(z) - onehot(t)) * dloss / count.
+
+The tied losses take a ``softcap`` c (Gemma 2's final-logit soft-capping, ``ops/softcap.py``): the logits are
+then ``z = c tanh(h table^T / c)``, and the backward multiplies each chunk's dz by the slope ``1 - (z / c)^2``
+before its two products, the chain rule through the cap: ``d(h table^T) = dz (1 - (z / c)^2)``.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from ..backend import get_xp
 from ..checks import check_float, check_int, check_positive_int, is_int
 from ._sums import row_sums
 from ._tiles import tiles
+from .softcap import check_cap, softcap_in_place, softcap_slope
 
 DEFAULT_CHUNK_ROWS = 256  # rows of logits alive at once in the tied loss; chosen by `numforge bench cross_entropy`
 FUSED_CHUNK_ROWS = 512  # rows per chunk of the fused loss-and-gradients (why 512: ops/WHY_FAST.md)
@@ -45,6 +50,7 @@ class TiedCrossEntropyCache(NamedTuple):
     logsumexp: object  # (N,) logsumexp of every logits row
     h_shape: tuple[int, ...]
     chunk_rows: int
+    softcap: float | None = None  # c of z = c tanh(h table^T / c), or None
 
 
 class TiedCrossEntropyGrads(NamedTuple):
@@ -159,25 +165,35 @@ def cross_entropy_backward(dloss, cache: CrossEntropyCache):
 # ---------------------------------------------------------------- tied to the embedding table
 
 
-def tied_cross_entropy_forward(h, table, targets, ignore_index: int = -1, chunk_rows: int = DEFAULT_CHUNK_ROWS):
-    """The cross-entropy of logits = h @ table^T, computed chunk_rows rows at a time.
+def tied_cross_entropy_forward(
+    h, table, targets, ignore_index: int = -1, chunk_rows: int = DEFAULT_CHUNK_ROWS, softcap: float | None = None
+):
+    """The cross-entropy of logits = h @ table^T (with ``softcap`` c: c tanh(h @ table^T / c)), computed
+    chunk_rows rows at a time.
 
     h (N, C) or (B, T, C), table (V, C), targets h.shape[:-1]. Only a
     (chunk_rows, V) block of logits exists at any time, never the full (N, V).
     Same loss as ``cross_entropy_forward(h @ table.T, targets)``.
     """
     h_rows, targets, valid, count = _check_tied_inputs(h, table, targets, ignore_index, chunk_rows)
+    softcap = None if softcap is None else check_cap(softcap, "softcap")
     xp = get_xp(h, table)
     logsumexp = xp.empty(h_rows.shape[0], dtype=h.dtype)  # (N,)
     total = 0.0
     for start, stop in tiles(h_rows.shape[0], chunk_rows):
         rows = slice(start, stop)
-        z = h_rows[rows] @ table.T  # (n, C) @ (C, V) -> (n, V)
+        z = _logits(h_rows[rows], table, softcap)  # (n, C) @ (C, V) -> (n, V)
         logsumexp[rows] = _exp_and_logsumexp(z)[2]  # (n, V) -> (n,)
         total += _nll_sum(z, logsumexp[rows], targets[rows], valid[rows])
     loss = _loss_array(total, count, h.dtype, xp)
-    cache = TiedCrossEntropyCache(h_rows, table, targets, valid, count, logsumexp, tuple(h.shape), chunk_rows)
+    cache = TiedCrossEntropyCache(h_rows, table, targets, valid, count, logsumexp, tuple(h.shape), chunk_rows, softcap)
     return loss, cache
+
+
+def _logits(h_rows, table, softcap: float | None):
+    """``z = h table^T``, or ``c tanh(h table^T / c)`` with a soft cap c, a new ``(n, V)`` array."""
+    z = h_rows @ table.T  # (n, C) @ (C, V) -> (n, V)
+    return z if softcap is None else softcap_in_place(z, softcap)
 
 
 def tied_cross_entropy_backward(dloss, cache: TiedCrossEntropyCache):
@@ -197,19 +213,24 @@ def tied_cross_entropy_backward(dloss, cache: TiedCrossEntropyCache):
     table_part = xp.empty_like(table)  # (V, C) one chunk's share, reused
     for start, stop in tiles(h_rows.shape[0], cache.chunk_rows):
         rows = slice(start, stop)
-        z = h_rows[rows] @ table.T  # recomputed: (n, C) @ (C, V) -> (n, V)
+        z = _logits(h_rows[rows], table, cache.softcap)  # recomputed: (n, C) @ (C, V) -> (n, V)
+        slope = None if cache.softcap is None else softcap_slope(z, cache.softcap)  # (n, V) 1 - (z / c)^2
         z -= cache.logsumexp[rows, None]
         dlogits = xp.exp(z, out=z)  # softmax rows, (n, V), turned into dlogits in place:
         weight = _row_weights(cache.valid[rows], coef, z.dtype)  # (n,)
         dlogits *= weight[:, None]  # (n, V)
         _subtract_onehot(dlogits, cache.targets[rows], weight)
+        if slope is not None:  # forward: z = c tanh(h table^T / c), so d(h table^T) = dz (1 - (z / c)^2)
+            dlogits *= slope
         xp.matmul(dlogits, table, out=dh[rows])  # forward: z = h table^T, so dh = dz table; (n, V) @ (V, C) -> (n, C)
         xp.matmul(dlogits.T, h_rows[rows], out=table_part)  # ... and dtable = dz^T h; (V, n) @ (n, C) -> (V, C)
         dtable += table_part
     return dh.reshape(cache.h_shape), dtable  # (N, C) -> (B, T, C)
 
 
-def tied_cross_entropy_with_grads(h, table, targets, ignore_index: int = -1, chunk_rows: int = FUSED_CHUNK_ROWS):
+def tied_cross_entropy_with_grads(
+    h, table, targets, ignore_index: int = -1, chunk_rows: int = FUSED_CHUNK_ROWS, softcap: float | None = None
+):
     """The tied cross-entropy and its gradients in one pass over chunks of rows, for training.
 
     For each chunk, while its logits are still in cache (z = h @ table^T, (n, V)):
@@ -220,9 +241,10 @@ def tied_cross_entropy_with_grads(h, table, targets, ignore_index: int = -1, chu
     recomputes the logits in its backward (four products). The cache keeps the
     gradients of the summed nll; the backward scales them by dloss / count,
     exact because they are linear in dloss. Same loss and gradients as
-    ``tied_cross_entropy_forward`` / ``_backward``.
+    ``tied_cross_entropy_forward`` / ``_backward`` (``softcap`` likewise: dz times the slope ``1 - (z / c)^2``).
     """
     h_rows, targets, valid, count = _check_tied_inputs(h, table, targets, ignore_index, chunk_rows)
+    softcap = None if softcap is None else check_cap(softcap, "softcap")
     xp = get_xp(h, table)
     dh_of_sum = xp.empty_like(h_rows)  # (N, C)
     # dtable^T = sum over chunks of h^T dz, accumulated as (C, V) and transposed once (the faster
@@ -234,7 +256,8 @@ def tied_cross_entropy_with_grads(h, table, targets, ignore_index: int = -1, chu
         rows = slice(start, stop)
         h_chunk, t, counted = h_rows[rows], targets[rows], valid[rows]  # (n, C), (n,), (n,)
         pick = (xp.arange(t.shape[0]), t)
-        z = xp.matmul(h_chunk, table.T)  # (n, C) @ (C, V) -> (n, V)
+        z = _logits(h_chunk, table, softcap)  # (n, C) @ (C, V) -> (n, V)
+        slope = None if softcap is None else softcap_slope(z, softcap)  # (n, V) 1 - (z / c)^2
         picked = z[pick]  # z[t], (n,), read before z is overwritten
         row_max = z.max(axis=1)  # (n,)
         z -= row_max[:, None]
@@ -249,6 +272,8 @@ def tied_cross_entropy_with_grads(h, table, targets, ignore_index: int = -1, chu
         # scales the two (n, C) operands of the products instead of the (n, V) array: a pass over
         # (n, V) saved, the same products. Ignored rows get r = 0.
         exp_shifted[pick] -= row_total  # E - l onehot(t)
+        if slope is not None:  # forward: z = c tanh(h table^T / c), so d(h table^T) = dz (1 - (z / c)^2)
+            exp_shifted *= slope
         r = counted / row_total  # (n,)
         xp.matmul(exp_shifted, table, out=dh_of_sum[rows])  # forward: z = h table^T, so dh = dz table;
         dh_of_sum[rows] *= r[:, None]  # ... (n, V) @ (V, C) -> (n, C), times r

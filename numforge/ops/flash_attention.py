@@ -111,10 +111,13 @@ the group inside themselves, ``dK_J`` of the shared head being the sum of the
 
 Score modifiers
 ---------------
-The causal mask, a boolean mask, a sliding window and ALiBi's bias act on each score tile through one seam
-(``ops/scores.py``): ``S' = S + term(b, h, i, j)``, added in the forward and again in the
-backward's recomputation ``P = exp(S' - L)`` (in base 2, a bias times ``log2 e``), with no
-code of the kernel's own for any of them. A mask also says which keys a query tile may see,
+The causal mask, a boolean mask, a sliding window, ALiBi's bias and the soft cap act on each score tile
+through one seam (``ops/scores.py``): ``S' = f(S) + term(b, h, i, j)``, applied in the forward and again in
+the backward's recomputation ``P = exp(S' - L)`` (in base 2, a bias times ``log2 e``, the cap ``c log2 e``),
+with no code of the kernel's own for any of them. A transform ``f`` (softcap) needs ``S`` before ``L`` is
+subtracted, so its recomputation leaves the ``-L`` column out of the product and adds it after ``f``; its slope
+``f'(S)`` multiplies ``dS`` tile by tile, and no probability tile is kept (``keep_probs`` is ignored).
+A mask also says which keys a query tile may see,
 so tiles it hides wholly are skipped: causal masking (bottom-right aligned: query ``i`` sees
 keys ``j <= i + Tk - Tq``) skips every key tile that lies wholly above the diagonal (about
 half the work when ``Tq == Tk``) and masks only the tiles the diagonal crosses; a sliding window
@@ -301,6 +304,7 @@ def flash_attention_forward(
         q, k, v, out, lse, resolve_scale(scale, D), seam, block_q, block_k, parts, workers, None, dropout,
         check_sinks(sinks, q),
     )  # fmt: skip
+    keep_probs = keep_probs and not seam.transformed  # a transform's slope is recomputed with P, tile by tile
     kept = run_parts(functools.partial(_forward_part, cache, keep_probs), parts, workers)
     return out, cache._replace(probs=kept if keep_probs else None)
 
@@ -374,6 +378,7 @@ def _forward_tiles(q, k, v, out, lse, group, seam, settings, keep_probs, dropout
         for q_start, q_stop, lo, hi, masked in _query_tiles(k_start, k_stop, Tq, Tk, seam, settings.block_q):
             rows, keys = slice(q_start * group, q_stop * group), slice(lo, hi)
             scores = xp.matmul(q[:, :, rows], keys_t[..., lo - k_start : hi - k_start])  # S2 = S log2(e)
+            seam.transform(scores, LOG2_E, with_slope=False)  # f(S) log2(e) in place (softcap), if any
             if masked or seam.biased:  # (B,R,nq g,D) @ (B,R,D,nk) -> (B,R,nq g,nk), then S2 + terms log2(e)
                 seam.add(scores, range(q_start, q_stop), range(lo, hi), Tk - Tq, masked, LOG2_E)
             old_max = row_max[:, :, rows]  # (B,R,nq g,1)
@@ -429,6 +434,7 @@ def attention_weights(cache):
     scores = xp.matmul(q, k.swapaxes(-1, -2))  # (B,H,Tq,D) @ (B,H,D,Tk) -> (B,H,Tq,Tk)
     scores *= cache.scale
     Tq, Tk = scores.shape[-2:]
+    cache.seam.transform(scores, with_slope=False)  # f(S), as the forward did
     cache.seam.add(scores, range(Tq), range(Tk), Tk - Tq, masked=True)  # S' = S + terms, one tile (g = 1)
     lse = xp.where(xp.isneginf(cache.lse), xp.inf, cache.lse)  # a row that sees no key: P = exp(S' - inf) = 0
     scores -= lse
@@ -515,13 +521,20 @@ def _transposed(a, scale=1.0, ones_row=False):
 
 
 def _recomputed_probs(queries, keys_t, seam, query_rows: range, key_rows: range, offset: int, masked: bool):
-    """``P = exp(S' - L)`` of one tile from ``[Q, -L] (b,r,nq g,D+1)`` and ``[s K^T; 1] (b,r,D+1,nk)``, ``S'``
-    the scores with the seam's terms, as the forward added them."""
+    """``(P, slope)``: ``P = exp(S' - L)`` of one tile from ``[Q, -L] (b,r,nq g,D+1)`` and ``[s K^T; 1]
+    (b,r,D+1,nk)``, ``S'`` the scores with the seam's terms, as the forward added them; ``slope`` the seam's
+    transform's ``f'(S)`` (None without one). A transform needs ``S`` itself before ``L`` is subtracted: then
+    ``S2 = Q (s K^T)`` without the extra column, ``f``, the terms, and ``-L`` after them."""
     xp = get_xp(queries)
-    scores = xp.matmul(queries, keys_t)  # S2 - L2: (b,r,nq g,D+1) @ (b,r,D+1,nk) -> (b,r,nq g,nk)
+    if seam.transformed:  # forward: S2' = f(S2) + terms
+        scores = xp.matmul(queries[..., :-1], keys_t[..., :-1, :])  # S2: (b,r,nq g,D) @ (b,r,D,nk)
+        slope = seam.transform(scores, LOG2_E)
+        scores += queries[..., -1:]  # - L log2(e), (b,r,nq g,1)
+    else:
+        scores, slope = xp.matmul(queries, keys_t), None  # S2 - L2: (b,r,nq g,D+1) @ (b,r,D+1,nk) -> (b,r,nq g,nk)
     if masked or seam.biased:
         seam.add(scores, query_rows, key_rows, offset, masked, LOG2_E)  # + terms log2(e)
-    return xp.exp2(scores, out=scores)  # exp2(S2' - L log2 e) = exp(S' - L), in place
+    return xp.exp2(scores, out=scores), slope  # exp2(S2' - L log2 e) = exp(S' - L), in place
 
 
 def _backward_tiles(dout, q, lse, neg_delta, k, v, group, seam, kept, dropout, dq, dk, dv, cache) -> None:
@@ -548,12 +561,13 @@ def _backward_tiles(dout, q, lse, neg_delta, k, v, group, seam, kept, dropout, d
         for q_start, q_stop, lo, hi, masked in _query_tiles(k_start, k_stop, Tq, Tk, seam, cache.block_q):
             rows, keys, seen = slice(q_start * group, q_stop * group), slice(lo, hi), slice(lo - k_start, hi - k_start)
             dout_tile = dout[:, :, rows]  # (b,r,nq g,Dv)
+            slope = None  # f'(S) of a transform (softcap), recomputed with P; kept tiles have none
             if kept is not None:
                 probs = kept[q_start, k_start]  # P, kept by the forward (keep_probs)
             else:  # forward: S = s Q K^T, P = exp(S - L)
                 queries = _with_column(q[:, :, rows], neg_lse[:, :, rows])  # [Q, -L] (b,r,nq g,D+1)
-                probs = _recomputed_probs(queries, keys_t[..., seen], seam, range(q_start, q_stop), range(lo, hi),
-                                          Tk - Tq, masked)  # fmt: skip
+                probs, slope = _recomputed_probs(queries, keys_t[..., seen], seam, range(q_start, q_stop),
+                                                 range(lo, hi), Tk - Tq, masked)  # fmt: skip
                 del queries  # not held beside dprobs
             # forward: O = P V, so dV = P^T dO and dP = dO V^T; with dropout O = (P Z) V, so
             # dV = (P Z)^T dO and dP = (dO V^T) Z, Z drawn again from the seed
@@ -570,11 +584,13 @@ def _backward_tiles(dout, q, lse, neg_delta, k, v, group, seam, kept, dropout, d
                 dprobs *= dropout.scale(q.dtype)
                 dprobs += neg_delta[:, :, rows]
             dscores = xp.multiply(dprobs, probs, out=dprobs)  # (b,r,nq g,nk) in place
+            if slope is not None:  # forward: S' = f(S) (softcap), so dS = f'(S) dS'
+                dscores *= slope
             del probs  # not held beside the two products below
             # forward: S = s Q K^T, so dQ = s dS K and dK = s dS^T Q (the factor s once, at the end); dK and dV
             # sum over the group's stacked rows inside their products
             dq[:, :, rows] += xp.matmul(dscores, k[:, :, keys])  # (b,r,nq g,nk) @ (b,r,nk,D) -> (b,r,nq g,D)
             dk[:, :, keys] += xp.matmul(dscores.swapaxes(-1, -2), q[:, :, rows])  # (b,r,nk,nq g) @ (b,r,nq g,D)
-            del dprobs, dscores, keep  # not held beside the next tile's
+            del dprobs, dscores, keep, slope  # not held beside the next tile's
     dq *= scale
     dk *= scale

@@ -30,7 +30,18 @@ from .layernorm import (
     layer_norm_textbook_backward,
     layer_norm_torch,
 )
-from .rmsnorm import rms_norm_backward, rms_norm_forward, rms_norm_textbook, rms_norm_textbook_backward, rms_norm_torch
+from .rmsnorm import (
+    rms_norm_backward,
+    rms_norm_forward,
+    rms_norm_offset_backward,
+    rms_norm_offset_forward,
+    rms_norm_offset_textbook,
+    rms_norm_offset_textbook_backward,
+    rms_norm_offset_torch,
+    rms_norm_textbook,
+    rms_norm_textbook_backward,
+    rms_norm_torch,
+)
 
 
 class Norm(NamedTuple):
@@ -95,6 +106,15 @@ NORMS = {  # name -> Norm
             OpCheck("rms_norm", lambda: {"x": normal(B, T, C), "weight": normal(C, seed=1)},
                     invariants=RMS_NORM_INVARIANTS),
             OpCheck("rms_norm[no weight]", lambda: {"x": normal(B, T, C), "weight": None},
+                    invariants=RMS_NORM_INVARIANTS),
+        ),
+    ),
+    "rmsnorm_offset": Norm(  # Gemma's: y = xhat (1 + weight), the weight starting at 0
+        rms_norm_offset_forward, rms_norm_offset_backward, {"weight": 0.0}, optional=(),
+        textbook=rms_norm_offset_textbook, textbook_backward=rms_norm_offset_textbook_backward,
+        torch=rms_norm_offset_torch,
+        checks=(
+            OpCheck("rms_norm_offset", lambda: {"x": normal(B, T, C), "weight": normal(C, seed=1)},
                     invariants=RMS_NORM_INVARIANTS),
         ),
     ),

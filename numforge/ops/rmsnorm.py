@@ -1,4 +1,5 @@
-"""Root-mean-square normalization over the last axis (Llama's RMSNorm; nanochat's without a weight).
+"""Root-mean-square normalization over the last axis (Llama's RMSNorm; nanochat's without a weight; Gemma's,
+whose weight is zero-centred: ``y = xhat (1 + weight)``, the ``rms_norm_offset_*`` pair).
 
 Shapes: x (..., C), weight (C,) or None -> y (..., C). The model calls it on its (B, T, C) rows and,
 for QK-norm, on each head's q and k, (B, H, T, D) with a weight of shape (D,). The fast pair, then the textbook
@@ -111,3 +112,37 @@ def rms_norm_torch(x, weight=None, eps: float = 1e-6):
     import torch.nn.functional as functional
 
     return functional.rms_norm(x, x.shape[-1:], weight, eps)
+
+
+# ---------------------------------------------------------------- Gemma's: a zero-centred weight, y = xhat (1 + w)
+
+
+def rms_norm_offset_forward(x, weight, eps: float = 1e-6):
+    """``y = xhat * (1 + weight)``, ``xhat`` as in ``rms_norm_forward`` (Gemma's RMSNorm: its weight starts at 0,
+    the norm at the identity scale). The forward is ``rms_norm_forward`` with the weight ``1 + weight``, which its
+    cache keeps. Shapes: x (..., C), weight (C,) -> y (..., C). Example: weight 0 gives xhat itself.
+    """
+    check_float(weight, "weight", ndim=1)
+    return rms_norm_forward(x, 1.0 + weight, eps)
+
+
+def rms_norm_offset_backward(dy, cache: RMSNormCache):
+    """``d(1 + weight)/dweight = 1``: the gradients of ``rms_norm_backward`` with the weight ``1 + weight``
+    (its ``dx`` uses ``g = dy (1 + weight)``). Returns (dx, dweight)."""
+    return rms_norm_backward(dy, cache)
+
+
+def rms_norm_offset_textbook(x, weight, eps: float = 1e-6):
+    """``y = xhat (1 + weight)``, ``xhat = x / sqrt(mean(x^2) + eps)``."""
+    return rms_norm_textbook(x, 1.0 + weight, eps)  # (...,C)
+
+
+def rms_norm_offset_textbook_backward(dy, x, weight, eps: float = 1e-6):
+    """``(dx, dweight)`` of ``rms_norm_textbook_backward`` with the weight ``1 + weight``: ``dweight = sum dy xhat``."""
+    return rms_norm_textbook_backward(dy, x, 1.0 + weight, eps)
+
+
+def rms_norm_offset_torch(x, weight, eps: float = 1e-6):
+    import torch.nn.functional as functional
+
+    return functional.rms_norm(x, x.shape[-1:], 1.0 + weight, eps)

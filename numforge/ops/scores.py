@@ -1,10 +1,13 @@
 """Score modifiers: what changes the attention scores ``S = s Q K^T`` before the softmax, declared once each.
 
-A causal mask, a boolean mask (key padding), a sliding window, ALiBi, and later softcapping all
+A causal mask, a boolean mask (key padding), a sliding window, ALiBi and soft-capping all
 act on the score matrix, entry by entry, knowing only where an entry sits: its query's position ``i``, its
 key's position ``j``, its query head ``h`` (and batch row)::
 
-    S'[b, h, i, j] = S[b, h, i, j] + term(b, h, i, j)         term = bias (a number) or 0 / -inf (a mask)
+    S'[b, h, i, j] = f(S[b, h, i, j]) + term(b, h, i, j)      term = bias (a number) or 0 / -inf (a mask)
+
+``f`` is the identity but for a transform (``softcap``: ``f(S) = c tanh(S / c)``, Gemma 2), applied first, before
+any term: a mask's ``-inf`` must stay ``-inf`` (transformers' Gemma 2 caps, then adds its mask).
 
 ``SCORE_MODIFIERS`` holds each one as a ``ScoreModifier``. The plain kernel (``ops/attention.py``) adds
 each ``textbook`` term, the whole ``(Tq, Tk)`` square at once; the tiled kernel (``ops/flash_attention.py``)
@@ -22,7 +25,10 @@ enters once per row rather than per tile, and is a learned parameter with a grad
 
 The backward: a modifier without parameters adds a constant to ``S``, so ``dS`` reaches ``s Q K^T``
 unchanged; where a mask hides an entry, ``P = 0`` and so ``dS = P * (dP - D) = 0``. Neither kernel's
-backward has anything to add: the recomputation of ``P`` applies the same terms.
+backward has anything to add: the recomputation of ``P`` applies the same terms. A transform is not a
+constant: its ``slope`` ``f'(S)`` multiplies the gradient, ``dS = f'(S) * P * (dP - D)``
+(softcap: ``f'(S) = 1 - (f(S) / c)^2``, read from the capped scores); the plain kernel keeps the slope,
+the tiled one recomputes it with each tile (``ScoreSeam.transform``), and keeps no probability tiles then.
 
 Skipping: a mask (``hides``) also says which keys a run of queries may see (``visible_keys``), so the tiled
 kernel skips every tile it hides wholly and adds the mask only to the tiles it crosses (causal attention:
@@ -45,6 +51,7 @@ import numpy as np
 
 from ..backend import get_xp, to_numpy
 from ..checks import check_array, check_positive_int
+from .softcap import check_cap, softcap_in_place, softcap_slope, softcap_textbook, softcap_torch
 
 
 class ScoreTile(NamedTuple):
@@ -75,7 +82,11 @@ class ScoreModifier(NamedTuple):
     """One way of changing the scores (module docstring), declared once.
 
     ``hides``: a mask (terms 0 or -inf; hidden entries get P = 0, so dS = 0 there) rather than a bias
-    (a number added; without parameters dS passes through unchanged).
+    (a number added; without parameters dS passes through unchanged). A transform (``slope`` given) changes
+    the scores themselves: its ``tile`` is ``(xp, arg, scores, unit) -> None``, in place on a score tile in base
+    ``unit`` (``log2 e`` in the tiled kernel), its ``textbook`` ``(xp, arg, scores) -> f(scores)``, its
+    ``torch_twin`` ``(arg, scores) -> f(scores)`` on a torch tensor, and ``slope(xp, arg, transformed, unit)``
+    gives ``f'(S)`` from the transformed tile.
     """
 
     about: str
@@ -86,6 +97,12 @@ class ScoreModifier(NamedTuple):
     gradcheck: Callable  # (rng, (B,H,Tq,Tk)) -> the arg of a gradient check (a NumPy array, an int or None)
     check: Callable  # (arg, (B,H,Tq,Tk)) -> None, or a TypeError / ValueError naming the bad argument
     visible_keys: Callable | None = None  # masks: (arg, queries range, offset, Tk) -> (any, every) ranges of keys
+    slope: Callable | None = None  # transforms: (xp, arg, f(S) in base unit, unit) -> f'(S); None: a term
+
+    @property
+    def transforms(self) -> bool:
+        """Whether it transforms the scores (``f``) rather than adding a term."""
+        return self.slope is not None
 
 
 # ------------------------------------------------------------------ causal: query i sees keys j <= i
@@ -245,6 +262,29 @@ def _alibi_torch(arg, shape, dtype):
     return -slopes[:, None, None] * distance  # (H,Tq,Tk)
 
 
+# ------------------------------------------------------------------ softcap: f(S) = c tanh(S / c) (Gemma 2)
+
+
+def _softcap_tile(xp, cap, scores, unit: float) -> None:
+    softcap_in_place(scores, cap * unit)  # in base unit: unit c tanh(S_unit / (unit c)) = unit f(S)
+
+
+def _softcap_slope(xp, cap, capped, unit: float):
+    return softcap_slope(capped, cap * unit)  # 1 - (f(S) / c)^2, the same in any base
+
+
+def _softcap_textbook(xp, cap, scores):
+    return softcap_textbook(scores, cap)  # c tanh(S / c)
+
+
+def _softcap_torch(cap, scores):
+    return softcap_torch(scores, cap)
+
+
+def _check_softcap(cap, shape) -> None:
+    check_cap(cap, "the soft cap c (score modifier 'softcap')")
+
+
 def _no_arg(arg, shape) -> None:
     if arg is not None:
         raise TypeError(f"this score modifier takes no argument, got {type(arg).__name__}")
@@ -290,6 +330,16 @@ SCORE_MODIFIERS = {  # name -> ScoreModifier
         gradcheck=lambda rng, shape: None,
         check=_no_arg,
     ),
+    "softcap": ScoreModifier(
+        "softcap: the scores capped, c tanh(S / c), before every term (argument c)",
+        hides=False,
+        tile=_softcap_tile,
+        textbook=_softcap_textbook,
+        torch_twin=_softcap_torch,
+        gradcheck=lambda rng, shape: 0.7,  # near the scores' scale: tanh far from the identity
+        check=_check_softcap,
+        slope=_softcap_slope,
+    ),
 }
 
 
@@ -298,15 +348,30 @@ def as_use(modifier) -> tuple[str, object]:
     return (modifier, None) if isinstance(modifier, str) else tuple(modifier)
 
 
-def torch_attention_options(modifiers: Sequence, shape: tuple, dtype) -> dict:
+def torch_attention_options(modifiers: Sequence, shape: tuple, dtype, float_mask: bool = False) -> dict:
     """``scaled_dot_product_attention``'s keyword arguments for ``modifiers`` (names or ``(name, argument)``
     pairs, as the kernels take them) on ``(B,H,Tq,Tk)``: their torch twins summed into one additive float
     ``attn_mask``; ``is_causal=True`` for the causal mask alone with ``Tq == Tk`` (the same mask, tested equal,
-    by SDPA's own causal kernel: faster on the CPU than an array)."""
-    uses = [as_use(m) for m in modifiers]
-    if uses == [("causal", None)] and shape[2] == shape[3]:
+    by SDPA's own causal kernel: faster on the CPU than an array; ``float_mask``: always the array). A transform
+    is not a mask: ``torch_transform`` applies it to explicit scores."""
+    uses = [as_use(m) for m in modifiers if not SCORE_MODIFIERS[as_use(m)[0]].transforms]
+    if uses == [("causal", None)] and shape[2] == shape[3] and not float_mask:
         return {"is_causal": True}
     return {"attn_mask": sum(SCORE_MODIFIERS[name].torch_twin(arg, shape, dtype) for name, arg in uses)}
+
+
+def torch_transform(modifiers: Sequence):
+    """The transforms among ``modifiers`` as one function of a torch score tensor (None when there are none)."""
+    uses = [as_use(m) for m in modifiers if SCORE_MODIFIERS[as_use(m)[0]].transforms]
+    if not uses:
+        return None
+
+    def transformed(scores):
+        for name, arg in uses:
+            scores = SCORE_MODIFIERS[name].torch_twin(arg, scores)
+        return scores
+
+    return transformed
 
 
 # ------------------------------------------------------------------ the seam the kernels call
@@ -340,11 +405,18 @@ def score_modifiers(causal: bool, mask, modifiers: Sequence, shape: tuple) -> tu
 
 
 def textbook_scores(scores, applied: Sequence[Applied]):
-    """``S + sum of the textbook terms`` on a whole ``(B,H,Tq,Tk)`` score array, in place (the plain kernel)."""
-    xp = get_xp(scores)
+    """``S' = f(S) + sum of the textbook terms`` on a whole ``(B,H,Tq,Tk)`` score array (the plain kernel), in
+    place; returns ``(S', slope)``, ``slope = f'(S)`` (B,H,Tq,Tk) of the transforms, None without one."""
+    xp, slope = get_xp(scores), None
     for a in applied:
-        scores += a.modifier.textbook(xp, a.arg, scores.shape, scores.dtype)  # (B,H,Tq,Tk) += (..,Tq,Tk)
-    return scores
+        if a.modifier.transforms:  # f(S), before every term; the slopes of two transforms multiply
+            scores[...] = a.modifier.textbook(xp, a.arg, scores)
+            step = a.modifier.slope(xp, a.arg, scores, 1.0)
+            slope = step if slope is None else slope * step
+    for a in applied:
+        if not a.modifier.transforms:
+            scores += a.modifier.textbook(xp, a.arg, scores.shape, scores.dtype)  # (B,H,Tq,Tk) += (..,Tq,Tk)
+    return scores, slope
 
 
 class ScoreSeam(NamedTuple):
@@ -386,12 +458,30 @@ class ScoreSeam(NamedTuple):
         b, r, rows, nk = scores.shape
         view = scores.reshape(b, r, len(queries), rows // len(queries), nk)  # (b,r,nq,g,nk), a view
         for a in self.applied:
-            if a.modifier.hides and not masked:
+            if (a.modifier.hides and not masked) or a.modifier.transforms:
                 continue
             term = a.modifier.tile(xp, a.arg, tile, dtype)
             view += term if a.modifier.hides or unit == 1.0 else term * dtype.type(unit)
 
+    def transform(self, scores, unit: float = 1.0, with_slope: bool = True):
+        """In place: every transform ``f`` on a score tile in base ``unit`` (before ``add``); returns the slope
+        ``f'(S)`` of the tile (``with_slope``), None when the seam has no transform or without ``with_slope``."""
+        xp, slope = get_xp(scores), None
+        for a in self.applied:
+            if a.modifier.transforms:
+                a.modifier.tile(xp, a.arg, scores, unit)
+                if not with_slope:
+                    continue
+                step = a.modifier.slope(xp, a.arg, scores, unit)
+                slope = step if slope is None else slope * step
+        return slope
+
     @property
     def biased(self) -> bool:
         """Whether a bias is added to every tile (not only masks to the tiles they cross)."""
-        return any(not a.modifier.hides for a in self.applied)
+        return any(not a.modifier.hides and not a.modifier.transforms for a in self.applied)
+
+    @property
+    def transformed(self) -> bool:
+        """Whether a transform changes every tile's scores (``transform``)."""
+        return any(a.modifier.transforms for a in self.applied)

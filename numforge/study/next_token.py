@@ -66,7 +66,7 @@ def next_token(
         raise ValueError("temperature must be > 0 to give a distribution (greedy is greedy=True, at any temperature)")
     rows, table = prompt.cache.loss.rows, prompt.cache.loss.table  # (N,C), (V,C)
     hidden = to_numpy(rows[position])  # (C,)
-    logits = unembed_logits(rows[position : position + 1], table)[0]  # (1,C) @ (C,V) -> (V,)
+    logits = unembed_logits(rows[position : position + 1], table, prompt.cache.loss.cap)[0]  # (1,C) -> (V,)
     z = allowed_logits(logits, allowed)  # (V,)
     probs = next_token_probs(z, temperature)  # (V,)
     kept = next_token_probs(z, temperature, top_k, top_p)  # (V,)

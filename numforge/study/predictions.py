@@ -31,6 +31,7 @@ import numpy as np
 from ..backend import to_numpy
 from ..model.layers import norm_forward
 from ..model.names import FINAL_NORM
+from ..ops.softcap import softcap_in_place
 from ..table import format_table
 from .prompt import shown_token
 
@@ -56,15 +57,18 @@ class LensRow(NamedTuple):
     top: tuple[tuple[tuple[int, float], ...], ...]  # (T,) positions, each (id, probability) most probable first
 
 
-def unembed_logits(rows, table) -> np.ndarray:
-    """The logits ``rows @ table^T`` (in the model's dtype), as float64 NumPy: ``(n,C) @ (C,V) -> (n,V)``."""
-    return to_numpy(rows @ table.T).astype(np.float64)
+def unembed_logits(rows, table, cap: float | None = None) -> np.ndarray:
+    """The logits ``rows @ table^T`` (in the model's dtype; with the loss's soft cap ``cap``, ``c tanh(. / c)``,
+    as the model computes them), as float64 NumPy: ``(n,C) @ (C,V) -> (n,V)``."""
+    logits = rows @ table.T  # (n,C) @ (C,V) -> (n,V)
+    return to_numpy(logits if cap is None else softcap_in_place(logits, cap)).astype(np.float64)
 
 
-def unembed_log_probs(rows, table):
-    """Yield ``(start, log_probs)``: float64 log-softmax of ``rows @ table^T``, ``CHUNK_ROWS`` rows at a time."""
+def unembed_log_probs(rows, table, cap: float | None = None):
+    """Yield ``(start, log_probs)``: float64 log-softmax of ``rows @ table^T`` (capped by ``cap``), ``CHUNK_ROWS``
+    rows at a time."""
     for start in range(0, rows.shape[0], CHUNK_ROWS):
-        logits = unembed_logits(rows[start : start + CHUNK_ROWS], table)  # (n,C) @ (C,V) -> (n,V)
+        logits = unembed_logits(rows[start : start + CHUNK_ROWS], table, cap)  # (n,C) @ (C,V) -> (n,V)
         top = logits.max(axis=1, keepdims=True)  # (n,1)
         yield start, logits - (top + np.log(np.exp(logits - top).sum(axis=1, keepdims=True)))  # (n,V)
 
@@ -86,7 +90,7 @@ def position_predictions(prompt, k: int = 3) -> list[Prediction]:
     """One ``Prediction`` per position of ``prompt``, read from its loss cache (module docstring)."""
     loss_cache = prompt.cache.loss
     found = []
-    for start, log_probs in unembed_log_probs(loss_cache.rows, loss_cache.table):
+    for start, log_probs in unembed_log_probs(loss_cache.rows, loss_cache.table, loss_cache.cap):
         for offset, row in enumerate(log_probs):
             t = start + offset
             target = prompt.targets[t] if prompt.targets[t] >= 0 else None
@@ -126,7 +130,7 @@ def logit_lens(model, prompt, k: int = 3) -> list[LensRow]:
     for name, source, x in residual_streams(cache):
         h, _ = norm_forward(x, p, FINAL_NORM, model.config)  # (N,C) -> (N,C)
         per_position = []
-        for _, log_probs in unembed_log_probs(h, cache.loss.table):
+        for _, log_probs in unembed_log_probs(h, cache.loss.table, cache.loss.cap):
             per_position += [top_k(row, k) for row in log_probs]
         found.append(LensRow(name, source, tuple(per_position)))
     return found

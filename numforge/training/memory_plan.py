@@ -117,9 +117,12 @@ def block_activation_bytes(config: GPTConfig, B: int, T: int, itemsize: int = 4)
 
 
 def count_params(config: GPTConfig) -> int:
-    """The number of parameters, counted without listing ``num_layers`` layers (a file may claim 10**20)."""
+    """The number of parameters, counted without listing ``num_layers`` layers (a file may claim 10**20). Every
+    layer has the same shapes whatever its window, so the 1- and 2-layer configs window every layer (the windowed
+    layers' indices, and the local rotation that reads them, would not fit in 1 layer)."""
+    uniform = {"window_layers": None, "rope_local_theta": None}
     one, two = (
-        sum(math.prod(shape) for shape in parameter_shapes(dataclasses.replace(config, num_layers=n)).values())
+        sum(math.prod(s) for s in parameter_shapes(dataclasses.replace(config, num_layers=n, **uniform)).values())
         for n in (1, 2)
     )
     return one + (config.num_layers - 1) * (two - one)
