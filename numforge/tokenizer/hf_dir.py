@@ -38,6 +38,11 @@ from .hf_json import MAX_TOKENIZER_BYTES, read_tokenizer_json, tokenizer_from_js
 from .interop import load_gpt2
 from .pipeline import Prompt
 
+SENTENCEPIECE_MODEL = (
+    "{path}: only tokenizer.model (a SentencePiece protobuf), which numforge does not read; write its tokenizer.json "
+    'once with transformers (pip install sentencepiece protobuf): python -c "from transformers import AutoTokenizer; '
+    "AutoTokenizer.from_pretrained('{path}').save_pretrained('{path}')\""
+)
 NAMED = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
 LISTS = ("additional_special_tokens", "extra_special_tokens")
 
@@ -51,6 +56,8 @@ def load_tokenizer(path, trust_pattern: bool = False) -> BPETokenizer:
             return _load_file(path / "tokenizer.json", trust_pattern, directory=path)
         if (path / "vocab.json").is_file() and (path / "merges.txt").is_file():
             return load_gpt2(path / "vocab.json", path / "merges.txt")
+        if (path / "tokenizer.model").is_file():
+            raise ValueError(SENTENCEPIECE_MODEL.format(path=path))
         raise ValueError(f"{path}: no tokenizer.json, nor vocab.json + merges.txt")
     return _load_file(path, trust_pattern, directory=None)
 
