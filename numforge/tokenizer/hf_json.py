@@ -23,9 +23,11 @@ are numforge's special tokens, the others ``added_tokens`` (cut out of every tex
 ``encode_ordinary``). TemplateProcessing's tokens before and after the text are the tokenizer's
 ``prompt`` (``encode_prompt``, ``bos_id``).
 
+A SentencePiece-style file (Llama 2, TinyLlama, Mistral, Gemma: byte fallback, Metaspace, Prepend /
+Replace) is read into a ``spm_bpe.SentencePieceBPE`` (``read_sentencepiece_json``).
+
 Anything that would encode differently is a ValueError naming the field: a normalizer other than
-NFC, another pre-tokenizer, BPE dropout, byte fallback and the rest of sentencepiece's kind (Llama 2,
-TinyLlama, Mistral), added tokens that strip spaces or match whole words only, truncation, padding,
+NFC, another pre-tokenizer, BPE dropout, added tokens that strip spaces or match whole words only, truncation, padding,
 post-processors that add other tokens (Roberta's, Bert's).
 """
 
