@@ -43,18 +43,21 @@ BYTES = [f"<0x{b:02X}>" for b in range(256)]
 LLAMA_DECODER = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
 
 
-def trained(normalizer, pre_tokenizer, decoder, specials=SPECIALS, bos="<s>", vocab_size=700, byte_fallback=True):
-    """A tokenizer trained in this pipeline; the byte tokens sit in model.vocab after the specials, as Llama's."""
+def trained(normalizer, pre_tokenizer, decoder, specials=SPECIALS, bos="<s>", vocab_size=700, byte_fallback=True,
+            words=True):  # fmt: skip
+    """A tokenizer in this pipeline; the byte tokens sit in model.vocab after the specials, as Llama's. ``words``:
+    trained on words cut before each "▁" (as SentencePiece trains: no token has a "▁" after another character),
+    else on the pipeline's own words (the whole text, so tokens span spaces: "e▁t")."""
     tok = tokenizers.Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True, byte_fallback=byte_fallback))
-    if normalizer is not None:
-        tok.normalizer = normalizer
-    if pre_tokenizer is not None:
-        tok.pre_tokenizer = pre_tokenizer
+    tok.normalizer, tok.pre_tokenizer = normalizer, pre_tokenizer
+    if words:
+        tok.normalizer, tok.pre_tokenizer = None, pre_tokenizers.Metaspace("▁", "always", split=True)
     tok.decoder = decoders.Sequence(decoder)
     trainer = tokenizers.trainers.BpeTrainer(
         vocab_size=vocab_size, special_tokens=specials + BYTES, show_progress=False, limit_alphabet=150
     )
     tok.train_from_iterator([CORPUS], trainer=trainer)
+    tok.normalizer, tok.pre_tokenizer = normalizer, pre_tokenizer
     tok.post_processor = processors.TemplateProcessing(
         single=f"{bos} $A", pair=f"{bos} $A {bos}:1 $B:1", special_tokens=[(bos, tok.token_to_id(bos))]
     )
@@ -63,10 +66,10 @@ def trained(normalizer, pre_tokenizer, decoder, specials=SPECIALS, bos="<s>", vo
     return tokenizers.Tokenizer.from_str(json.dumps(d))
 
 
-def llama2():
+def llama2(words=True):
     """Llama 2 / TinyLlama / Mistral v0.1 (legacy): Prepend("▁") + Replace(" ", "▁"), no pre-tokenizer, Strip."""
     normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-    return trained(normalizer, None, [*LLAMA_DECODER, decoders.Strip(" ", 1, 0)])
+    return trained(normalizer, None, [*LLAMA_DECODER, decoders.Strip(" ", 1, 0)], words=words)
 
 
 def llama_metaspace(prepend_scheme="first", split=False):
@@ -96,6 +99,7 @@ FAMILIES = {
     "llama_first": llama_metaspace,
     "llama_always_split": lambda: llama_metaspace("always", True),
     "llama_never": lambda: llama_metaspace("never", False),
+    "llama2_spanning_tokens": lambda: llama2(words=False),
     "gemma": gemma,
     "metaspace_decoder": metaspace_decoder,
 }

@@ -18,11 +18,15 @@ holds no "▁" (U+2581: it is the space's stand-in, so it comes back as a space)
 
 from __future__ import annotations
 
+import re
+
 from ._merge import merge_chunk
 from .bpe import ChunkCache
 from .pipeline import Prompt
 from .pretokenize import special_tokens_regex
 from .spm_pipeline import Metaspace, decode_tokens, normalize, pre_tokenize
+
+MARK = "▁"  # SentencePiece's stand-in for a space (U+2581)
 
 
 class SentencePieceBPE:
@@ -61,6 +65,7 @@ class SentencePieceBPE:
         self._tokens = {i: piece for piece, i in {**self.vocab, **self.special_tokens, **self.added_tokens}.items()}
         self.vocab_size = max(self._tokens, default=-1) + 1
         self._cache = ChunkCache(self._encode_word)
+        self._cut = None if ignore_merges else _safe_cut(self.vocab)
 
     # ---------------------------------------------------------------- encoding
 
@@ -96,7 +101,8 @@ class SentencePieceBPE:
         """The ids of text between added tokens: normalized, cut into words, each word merged."""
         ids = []
         for word in pre_tokenize(normalize(piece, self.normalizer), self.pre_tokenizer, at_start):
-            ids += self._cache[word]
+            for part in [word] if self._cut is None else self._cut.split(word):
+                ids += self._cache[part]
         return ids
 
     def _encode_word(self, word: str) -> list[int]:
@@ -163,6 +169,18 @@ class SentencePieceBPE:
 
     def __repr__(self) -> str:
         return f"SentencePieceBPE(vocab_size={self.vocab_size}, merges={len(self.merges)})"
+
+
+def _safe_cut(vocab: dict[str, int]) -> re.Pattern | None:
+    """Where a word may be cut without changing its ids: before each run of "▁" that follows another character,
+    when no token of the vocabulary has "▁" after another character (none can straddle such a cut, so the merges
+    on each side are the merges on the whole) and "▁" is a token (an unk waiting is placed before it). None when
+    the vocabulary has such a token: the word is merged whole. Cut, a word without pre-tokenizer (Llama 2's whole
+    text) is mostly short, repeated parts, which the cache remembers.
+    Example: "▁Hi▁▁you" -> "▁Hi", "▁▁you"."""
+    if MARK not in vocab or any(MARK in piece.lstrip(MARK) for piece in vocab):
+        return None
+    return re.compile(f"(?<=[^{MARK}])(?={MARK})")
 
 
 def _ranks(vocab: dict[str, int], merges: list, vocab_name: str) -> tuple[dict, list[int]]:
