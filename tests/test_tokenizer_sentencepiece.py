@@ -102,3 +102,13 @@ def test_a_directory_with_only_tokenizer_model_is_refused_with_the_conversion(tm
     with pytest.raises(ValueError, match=r"only tokenizer.model \(a SentencePiece protobuf\), which numforge does not "
                        r"read; .* AutoTokenizer.from_pretrained\('.*'\).save_pretrained\('.*'\)"):  # fmt: skip
         load_tokenizer(tmp_path)
+
+
+def test_streaming_decode_equals_decode(family):
+    name, _, ours = family
+    ids = ours.encode("Hi 🙂 𓀀 ꙮ  there\n東京 " + RARE)
+    for step in (1, 2, 3):
+        stream = ours.incremental_decoder()
+        parts = [stream.decode(ids[i : i + step]) for i in range(0, len(ids), step)]
+        assert "".join(parts) + stream.flush() == ours.decode(ids), (name, step)
+    assert "\ufffd" not in "".join(parts)  # a character's bytes are given once, whole

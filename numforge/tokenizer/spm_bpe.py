@@ -24,7 +24,7 @@ from ._merge import merge_chunk
 from .bpe import ChunkCache
 from .pipeline import Prompt
 from .pretokenize import special_tokens_regex
-from .spm_pipeline import Metaspace, decode_tokens, normalize, pre_tokenize
+from .spm_pipeline import BYTE_TOKEN, Metaspace, decode_tokens, normalize, pre_tokenize
 
 MARK = "▁"  # SentencePiece's stand-in for a space (U+2581)
 
@@ -123,7 +123,10 @@ class SentencePieceBPE:
                 symbols += [token] if waiting is None else [waiting, token]
                 waiting = None
                 continue
-            data = char.encode("utf-8", errors="surrogatepass")
+            try:
+                data = char.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"the text has a lone surrogate {char!r}, which has no UTF-8 encoding") from None
             fallback = [self._byte_ids[b] for b in data] if self.byte_fallback else [None]
             if None not in fallback:
                 symbols += fallback
@@ -148,6 +151,10 @@ class SentencePieceBPE:
             raise ValueError(f"token id {bad[0]!r} is not in the vocabulary (ids 0..{self.vocab_size - 1})")
         return decode_tokens([self._tokens[i] for i in ids], self.decoder)
 
+    def incremental_decoder(self) -> IncrementalDecoder:
+        """A decoder for streaming: feed ids as they are generated, get text as it completes."""
+        return IncrementalDecoder(self)
+
     def token_piece(self, token: int) -> str:
         """The piece id ``token`` stands for, as the vocabulary writes it ("▁the", "<0x0A>", "<s>")."""
         return self._tokens[token]
@@ -169,6 +176,50 @@ class SentencePieceBPE:
 
     def __repr__(self) -> str:
         return f"SentencePieceBPE(vocab_size={self.vocab_size}, merges={len(self.merges)})"
+
+
+class IncrementalDecoder:
+    """Streaming decode: ``decode(ids)`` returns the text the new ids complete; ``flush()`` what is held back.
+
+    The text of the ids so far, less the byte tokens at the end that begin a character not yet whole (up to
+    three: their ``ByteFallback`` text changes when the next byte comes), begins with the text already given,
+    so each call gives what is new. Concatenating every ``decode`` and the ``flush`` equals
+    ``tokenizer.decode(ids)`` when the byte tokens make UTF-8; a run that is not (ids no text encodes to) is
+    one U+FFFD per byte in ``decode``, even for the bytes before the bad one, which were given already.
+    """
+
+    def __init__(self, tokenizer: SentencePieceBPE):
+        self._tokenizer, self._ids, self._given = tokenizer, [], ""
+
+    def decode(self, ids) -> str:
+        self._ids += ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        run = bytearray()
+        for token in reversed(self._ids):
+            match = (
+                BYTE_TOKEN.fullmatch(self._tokenizer.token_piece(token)) if self._tokenizer.has_token(token) else None
+            )
+            if match is None:
+                break
+            run.insert(0, int(match.group(1), 16))
+        held = next((k for k in range(min(4, len(run) + 1)) if _is_utf8(run[: len(run) - k])), 0)
+        return self._give(self._tokenizer.decode(self._ids[: len(self._ids) - held]))  # a character's bytes held
+
+    def flush(self) -> str:
+        text = self._give(self._tokenizer.decode(self._ids))
+        self._ids, self._given = [], ""
+        return text
+
+    def _give(self, text: str) -> str:
+        new, self._given = text[len(self._given) :], text
+        return new
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _safe_cut(vocab: dict[str, int]) -> re.Pattern | None:
