@@ -97,13 +97,6 @@ def test_what_cannot_be_read_is_named(tmp_path, family, edit, message):
         load_tokenizer(tmp_path / "tokenizer.json")
 
 
-def test_a_directory_with_only_tokenizer_model_is_refused_with_the_conversion(tmp_path):
-    (tmp_path / "tokenizer.model").write_bytes(b"\n\x0e\n\x05<unk>\x15\x00\x00\x00\x00\x18\x02")  # a protobuf piece
-    with pytest.raises(ValueError, match=r"only tokenizer.model \(a SentencePiece protobuf\), which numforge does not "
-                       r"read; .* AutoTokenizer.from_pretrained\('.*'\).save_pretrained\('.*'\)"):  # fmt: skip
-        load_tokenizer(tmp_path)
-
-
 def test_streaming_decode_equals_decode(family):
     name, _, ours = family
     ids = ours.encode("Hi 🙂 𓀀 ꙮ  there\n東京 " + RARE)
