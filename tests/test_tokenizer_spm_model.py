@@ -77,3 +77,6 @@ def test_other_models_are_refused_with_the_conversion(tmp_path):
     train(tmp_path / "nfkc", normalization_rule_name="nmt_nfkc")
     with pytest.raises(ValueError, match="normalizer 'nmt_nfkc' with remove_extra_whitespaces False; numforge reads"):
         load_tokenizer(tmp_path / "nfkc")
+    train(tmp_path / "user", user_defined_symbols=["<start_of_turn>"])
+    with pytest.raises(ValueError, match="1 user-defined pieces .first '<start_of_turn>'., which sentencepiece"):
+        load_tokenizer(tmp_path / "user")

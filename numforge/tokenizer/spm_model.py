@@ -90,6 +90,11 @@ def load_sentencepiece_model(path) -> SentencePieceBPE:
             f"{path}: normalizer {name!r} with remove_extra_whitespaces {bool(normalizer.get(4, [1])[-1])}; "
             "numforge reads 'identity' without remove_extra_whitespaces (Llama's, Mistral's)" + CONVERT
         )
+    if user := [piece for piece, _, kind in pieces if kind == USER_DEFINED]:
+        raise ValueError(
+            f"{path}: {len(user)} user-defined pieces (first {user[0]!r}), which sentencepiece matches in the "
+            "normalized text; numforge does not" + CONVERT
+        )
     vocab = {piece: i for i, (piece, _, _) in enumerate(pieces)}
     if len(vocab) != len(pieces):
         raise ValueError(f"{path}: a piece is listed twice")
