@@ -56,8 +56,8 @@ MAX_TOKENIZER_BYTES = 128 * 2**20  # a tokenizer file read at most (the largest 
 # parsing one takes several times its size in memory, so a larger file is refused before it is read
 
 
-def load_tokenizer_json(path, trust_pattern: bool = False) -> BPETokenizer:
-    """A tokenizer from Hugging Face's tokenizer.json (a byte-level BPE model), with the file's ids.
+def load_tokenizer_json(path, trust_pattern: bool = False) -> BPETokenizer | SentencePieceBPE:
+    """A tokenizer from Hugging Face's tokenizer.json (byte-level or SentencePiece-style BPE), with the file's ids.
 
     A Split regex that is not one of ``pretokenize.KNOWN_PATTERNS`` is refused
     unless ``trust_pattern``: a pattern is code that runs on every text.
