@@ -118,3 +118,11 @@ def test_transformers_follows_the_file_unless_it_rebuilds_a_llama_tokenizer(tmp_
         # transformers 5 builds LlamaTokenizer anew (Metaspace, no Prepend): a leading space and the text after a
         # special token get other ids than the file's (and SentencePiece's) pipeline; numforge follows the file
         assert [t for t in texts if theirs(t)["input_ids"] != ours.encode_prompt(t)] == differ, tokenizer_class
+
+
+def test_the_tokenizer_command_names_what_it_does_not_show(tmp_path, capsys):
+    from numforge.cli import main
+
+    FAMILIES["llama2"]().save(str(tmp_path / "tokenizer.json"))
+    assert main(["tokenizer", "explain", "Hi", "--tokenizer", str(tmp_path)]) != 0
+    assert "is SentencePiece-style; `numforge tokenizer` shows byte-level BPE only" in capsys.readouterr().err
