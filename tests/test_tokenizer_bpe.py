@@ -300,7 +300,7 @@ def test_short_and_long_chunk_paths_equal_the_reference(data):
     "kwargs, match",
     [
         ({"merges": [5]}, "merge 0 must be a pair of ints, got 5"),
-        ({"merges": [], "byte_ids": [float(i) for i in range(256)]}, "byte_ids must list 256 ids"),
+        ({"merges": [], "byte_ids": [float(i) for i in range(256)]}, "byte_ids must list 256 entries"),
     ],
 )
 def test_malformed_constructor_arguments_are_named(kwargs, match):

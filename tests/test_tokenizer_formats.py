@@ -253,5 +253,5 @@ def test_inconsistent_ids_are_named():
         BPETokenizer([(97, 98)], {"<s>": 256})
     with pytest.raises(ValueError, match=r"merge 1 is \(301, 97\), but 301 is never made from bytes"):
         BPETokenizer([(97, 98), (301, 97)], merge_ids=[300, 301])  # merge 1 would use the token it makes
-    with pytest.raises(ValueError, match="byte_ids must list 256 ids, distinct ints >= 0"):
+    with pytest.raises(ValueError, match="byte_ids must list 256 entries, distinct ints >= 0"):
         BPETokenizer([], byte_ids=[-1, *range(1, 256)])

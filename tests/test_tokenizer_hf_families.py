@@ -23,7 +23,7 @@ from numforge.tokenizer.pretokenize import LLAMA3_SPLIT_PATTERN
 
 tokenizers = pytest.importorskip("tokenizers")
 from hf_tokenizers import CORPUS, DOCS, llama3, qwen2, save, smollm2, with_bos  # noqa: E402
-from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers  # noqa: E402
+from tokenizers import Regex, normalizers, pre_tokenizers  # noqa: E402
 
 SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 NASTY = [
@@ -212,23 +212,3 @@ def test_the_character_classes_equal_tokenizers_on_every_assigned_code_point():
         differ |= {c for c, a, b in zip(points, ours, theirs, strict=True) if a != b}
     assert all(unicodedata.combining(chr(c)) for c in differ), sorted(map(hex, differ))[:10]
     assert not differ & {ord(c) for c in "".join(NASTY)}
-
-
-@pytest.mark.parametrize("style", ["Llama 2 / TinyLlama / Mistral v0.1", "Metaspace"])
-def test_sentencepiece_style_tokenizers_are_refused_by_name(tmp_path, style):
-    # Mistral's and TinyLlama's tokenizer.json are BPE over characters with "▁" for spaces and byte fallback,
-    # not byte-level: numforge refuses them rather than give other ids
-    tok = tokenizers.Tokenizer(models.BPE(byte_fallback=style != "Metaspace", unk_token="<unk>", fuse_unk=True))
-    if style == "Metaspace":
-        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
-    else:
-        tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-        tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
-    trainer = tokenizers.trainers.BpeTrainer(
-        vocab_size=400, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False
-    )
-    tok.train_from_iterator(CORPUS.splitlines(), trainer=trainer)
-    tok.save(str(tmp_path / "tokenizer.json"))
-    with pytest.raises(ValueError, match=r"tokenizer.json: .*: this is a sentencepiece-style tokenizer .* numforge "
-                       r"reads byte-level BPE only"):  # fmt: skip
-        load_tokenizer(tmp_path)

@@ -150,7 +150,13 @@ def _tokenizer(args: argparse.Namespace) -> BPETokenizer:
         check_input_file(path, "--tokenizer")
     elif not (path / "tokenizer.json").is_file() and not (path / "vocab.json").is_file():
         raise ValueError(f"--tokenizer {path} is a directory without a tokenizer.json (nor vocab.json + merges.txt)")
-    return load_tokenizer(path, trust_pattern=args.trust_pattern)
+    tok = load_tokenizer(path, trust_pattern=args.trust_pattern)
+    if not isinstance(tok, BPETokenizer):
+        raise ValueError(
+            f"--tokenizer {path} is SentencePiece-style; `numforge tokenizer` shows byte-level BPE only (from "
+            "Python, numforge.tokenizer.load_tokenizer(path) encodes and decodes it)"
+        )
+    return tok
 
 
 def show(args: argparse.Namespace) -> int:

@@ -5,17 +5,24 @@ from __future__ import annotations
 from ..checks import is_int
 
 
-def check_byte_ids(byte_ids) -> list[int]:
-    """The id of each byte value: identity by default, else 256 distinct ids >= 0."""
+def check_byte_ids(byte_ids) -> list[int | None]:
+    """The id of each byte value: identity by default, else 256 entries, distinct ints >= 0 or None for a byte
+    the vocabulary has no token for (StarCoder2's lacks 0xC0, 0xC1, 0xF1 and 0xF5..0xFF)."""
     if byte_ids is None:
         return list(range(256))
     byte_ids = list(byte_ids)
-    if len(byte_ids) != 256 or not all(is_int(b) and b >= 0 for b in byte_ids) or len(set(byte_ids)) != 256:
+    present = [b for b in byte_ids if b is not None]
+    if len(byte_ids) != 256 or not all(is_int(b) and b >= 0 for b in present) or len(set(present)) != len(present):
         raise ValueError(
-            "byte_ids must list 256 ids, distinct ints >= 0 (the id of each byte value; "
-            "a permutation of 0..255 in numforge's own layout)"
+            "byte_ids must list 256 entries, distinct ints >= 0 or None for a byte without a token (the id of each "
+            "byte value; a permutation of 0..255 in numforge's own layout)"
         )
     return byte_ids
+
+
+def present(ids: list) -> list[int]:
+    """``ids`` without the None of missing bytes."""
+    return [token for token in ids if token is not None]
 
 
 def check_merge_ids(merge_ids, num_merges: int, byte_ids: list[int]) -> list[int]:
@@ -25,7 +32,7 @@ def check_merge_ids(merge_ids, num_merges: int, byte_ids: list[int]) -> list[int
     token); their bytes are checked to agree in ``expand_tokens``.
     """
     if merge_ids is None:
-        first = max(byte_ids) + 1
+        first = max(present(byte_ids), default=-1) + 1
         return list(range(first, first + num_merges))
     merge_ids = list(merge_ids)
     if len(merge_ids) != num_merges or not all(is_int(t) and t >= 0 for t in merge_ids):
@@ -76,7 +83,7 @@ def check_specials(special_tokens) -> tuple[str, ...]:
 def special_ids(special_tokens, ordinary: list[int]) -> dict[str, int]:
     """Special token name -> id: a dict as given, or a sequence of names numbered after the ordinary ids."""
     if not isinstance(special_tokens, dict):
-        first = max(ordinary) + 1
+        first = max(present(ordinary), default=-1) + 1
         return {name: first + j for j, name in enumerate(check_specials(special_tokens))}
     check_specials(list(special_tokens))
     taken = set(ordinary)
@@ -116,9 +123,10 @@ def expand_tokens(byte_ids: list[int], merges, merge_ids: list[int]) -> list:
     The merges are resolved in order, in as many passes as the longest chain of merges that join a token
     made by a later merge (one pass for numforge's own merges).
     """
-    table = [None] * (max(byte_ids + merge_ids) + 1)
+    table = [None] * (max(present(byte_ids + merge_ids), default=-1) + 1)
     for value, token in enumerate(byte_ids):
-        table[token] = bytes([value])
+        if token is not None:
+            table[token] = bytes([value])
     waiting = list(range(len(merges)))
     while waiting:
         unresolved = []

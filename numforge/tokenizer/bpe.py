@@ -84,6 +84,7 @@ class BPE:
         self.special_tokens = _checks.special_ids(special_tokens, self.byte_ids + self.merge_ids)
         self._named: dict[str, int] = {}  # every token cut out of a text whole: name -> id
         self._token_bytes = _checks.expand_tokens(self.byte_ids, self.merges, self.merge_ids)  # id -> bytes or None
+        self.missing_bytes = frozenset(b for b, token in enumerate(self.byte_ids) if token is None)  # no token
         self._add_whole_tokens(self.special_tokens)
         # merge_chunk works on internal ids, each its own rank; a chunk's ids become the file's once, in the cache
         self._merged, self._made, self._external = internal_ids(self.byte_ids, self.merge_ids, self.merges)
@@ -242,8 +243,20 @@ class BPE:
             raise ValueError(
                 f"the text has a lone surrogate {chunk[error.start]!r}, which has no UTF-8 encoding"
             ) from None
+        self.check_bytes(data, chunk)
         ids = merge_chunk(list(data), self._merged, self._made)  # internal ids
         return ids if self._external is None else list(map(self._external.__getitem__, ids))
+
+    def check_bytes(self, data: bytes, chunk: str) -> None:
+        """A ValueError naming the first byte of ``data`` (``chunk``'s UTF-8) that has no token: such a text cannot
+        be encoded. (Hugging Face's ``tokenizers`` drops the byte silently, so its ids do not decode to the text.)"""
+        if self.missing_bytes and not self.missing_bytes.isdisjoint(data):
+            b = next(b for b in data if b in self.missing_bytes)
+            char = next(c for c in chunk if b in c.encode("utf-8"))
+            raise ValueError(
+                f"the text needs the byte 0x{b:02X} (in {char!r}, U+{ord(char):04X}), which this tokenizer's "
+                "vocabulary has no token for: it cannot encode that character"
+            )
 
     # ---------------------------------------------------------------- decoding
 
@@ -294,7 +307,7 @@ class BPE:
         Example: ``BPE([(97, 97), (256, 98)]).ordinary_tokens()`` ->
         ``{0: b"\\x00", ..., 255: b"\\xff", 256: b"aa", 257: b"aab"}``.
         """
-        ordinary = sorted(set(self.byte_ids + self.merge_ids))
+        ordinary = sorted(set(_checks.present(self.byte_ids + self.merge_ids)))
         return {token: self._token_bytes[token] for token in ordinary}
 
     def ordinary_token_bytes(self) -> list[bytes]:
@@ -306,7 +319,8 @@ class BPE:
         the special tokens next, consecutive. Such a tokenizer is saved in version 1 of the file format."""
         first_special = 256 + len(self.merges)
         return (
-            sorted(self.byte_ids) == list(range(256))
+            not self.missing_bytes
+            and sorted(self.byte_ids) == list(range(256))
             and self.merge_ids == list(range(256, first_special))
             and sorted(self.special_tokens.values()) == list(range(first_special, self.vocab_size))
         )

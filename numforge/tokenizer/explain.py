@@ -82,6 +82,7 @@ def _merge_steps(chunk: str, tokenizer: BPETokenizer, ranks: dict) -> Chunk:
         data = chunk.encode("utf-8")
     except UnicodeEncodeError as error:
         raise ValueError(f"the text has a lone surrogate {chunk[error.start]!r}, which has no UTF-8 encoding") from None
+    tokenizer.check_bytes(data, chunk)
     start_ids = [tokenizer.byte_ids[b] for b in data]
     ids, merges = start_ids, []
     while present := [ranks[pair] for pair in zip(ids, ids[1:]) if pair in ranks]:

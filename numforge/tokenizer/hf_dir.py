@@ -37,6 +37,7 @@ from .bpe_tokenizer import BPETokenizer
 from .hf_json import MAX_TOKENIZER_BYTES, read_tokenizer_json, tokenizer_from_json
 from .interop import load_gpt2
 from .pipeline import Prompt
+from .spm_model import load_sentencepiece_model
 
 NAMED = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
 LISTS = ("additional_special_tokens", "extra_special_tokens")
@@ -44,13 +45,16 @@ LISTS = ("additional_special_tokens", "extra_special_tokens")
 
 def load_tokenizer(path, trust_pattern: bool = False) -> BPETokenizer:
     """The tokenizer at ``path``: a file (numforge's or Hugging Face's tokenizer.json, told apart by content), or
-    a directory holding a tokenizer.json (or GPT-2's vocab.json + merges.txt), with its directory's files."""
+    a directory holding a tokenizer.json (or GPT-2's vocab.json + merges.txt, or SentencePiece's tokenizer.model),
+    with its directory's files."""
     path = Path(path)
     if path.is_dir():
         if (path / "tokenizer.json").is_file():
             return _load_file(path / "tokenizer.json", trust_pattern, directory=path)
         if (path / "vocab.json").is_file() and (path / "merges.txt").is_file():
             return load_gpt2(path / "vocab.json", path / "merges.txt")
+        if (path / "tokenizer.model").is_file():
+            return load_sentencepiece_model(path / "tokenizer.model")
         raise ValueError(f"{path}: no tokenizer.json, nor vocab.json + merges.txt")
     return _load_file(path, trust_pattern, directory=None)
 

@@ -23,9 +23,11 @@ are numforge's special tokens, the others ``added_tokens`` (cut out of every tex
 ``encode_ordinary``). TemplateProcessing's tokens before and after the text are the tokenizer's
 ``prompt`` (``encode_prompt``, ``bos_id``).
 
+A SentencePiece-style file (Llama 2, TinyLlama, Mistral, Gemma: byte fallback, Metaspace, Prepend /
+Replace) is read into a ``spm_bpe.SentencePieceBPE`` (``read_sentencepiece_json``).
+
 Anything that would encode differently is a ValueError naming the field: a normalizer other than
-NFC, another pre-tokenizer, BPE dropout, byte fallback and the rest of sentencepiece's kind (Llama 2,
-TinyLlama, Mistral), added tokens that strip spaces or match whole words only, truncation, padding,
+NFC, another pre-tokenizer, BPE dropout, added tokens that strip spaces or match whole words only, truncation, padding,
 post-processors that add other tokens (Roberta's, Bert's).
 """
 
@@ -39,6 +41,8 @@ from .bpe_tokenizer import BPETokenizer
 from .interop import from_gpt2_strings, gpt2_vocabulary
 from .pipeline import Pipeline, Prompt, sentencepiece_refusal
 from .pretokenize import GPT2_SPLIT_PATTERN, KNOWN_PATTERNS
+from .spm_bpe import SentencePieceBPE
+from .spm_pipeline import read_decoder, read_normalizer, read_pre_tokenizer
 
 # BPE model fields that must have these values (absent is fine) for byte-level BPE as numforge encodes it
 MODEL_MUST_BE = {
@@ -52,8 +56,8 @@ MAX_TOKENIZER_BYTES = 128 * 2**20  # a tokenizer file read at most (the largest 
 # parsing one takes several times its size in memory, so a larger file is refused before it is read
 
 
-def load_tokenizer_json(path, trust_pattern: bool = False) -> BPETokenizer:
-    """A tokenizer from Hugging Face's tokenizer.json (a byte-level BPE model), with the file's ids.
+def load_tokenizer_json(path, trust_pattern: bool = False) -> BPETokenizer | SentencePieceBPE:
+    """A tokenizer from Hugging Face's tokenizer.json (byte-level or SentencePiece-style BPE), with the file's ids.
 
     A Split regex that is not one of ``pretokenize.KNOWN_PATTERNS`` is refused
     unless ``trust_pattern``: a pattern is code that runs on every text.
@@ -70,14 +74,14 @@ def read_tokenizer_json(path, trust_pattern: bool = False, d: dict | None = None
     model = d["model"]
     if model.get("type", "BPE") != "BPE":
         raise ValueError(f"{path}: model.type is {model['type']!r}; numforge reads only 'BPE' models")
-    if model.get("byte_fallback"):
-        raise sentencepiece_refusal(str(path), "model.byte_fallback is true")
     for field, allowed in MODEL_MUST_BE.items():
         if model.get(field) not in allowed:
             raise ValueError(f"{path}: model.{field} is {model[field]!r}; numforge supports only {allowed[0]!r}")
     for field in ("truncation", "padding"):
         if d.get(field) is not None:
             raise ValueError(f"{path}: {field} is set ({d[field]!r}); numforge neither truncates nor pads"[:300])
+    if sentencepiece_style(d):
+        return read_sentencepiece_json(d, path)
     _check_decoder(d.get("decoder"), path)
     pattern, pipeline = _pre_tokenization(d.get("normalizer"), d.get("pre_tokenizer"), str(path), trust_pattern)
     vocab, merges, ignore_merges = model.get("vocab"), model.get("merges"), model.get("ignore_merges") or False
@@ -111,9 +115,56 @@ def read_tokenizer_json(path, trust_pattern: bool = False, d: dict | None = None
     }
 
 
-def tokenizer_from_json(arguments: dict) -> BPETokenizer:
+def tokenizer_from_json(arguments: dict) -> BPETokenizer | SentencePieceBPE:
     """The tokenizer ``read_tokenizer_json`` describes."""
+    if arguments.get("kind") == "sentencepiece":
+        return SentencePieceBPE(**{key: value for key, value in arguments.items() if key != "kind"})
     return from_gpt2_strings(**arguments)
+
+
+def sentencepiece_style(d: dict) -> bool:
+    """Whether tokenizer.json is SentencePiece-style: byte fallback, a Metaspace, or a Prepend / Replace step."""
+    steps = [*_parts(d.get("normalizer"), "normalizers"), *_parts(d.get("pre_tokenizer"), "pretokenizers")]
+    steps += _parts(d.get("decoder"), "decoders")
+    kinds = {part.get("type") for part in steps if isinstance(part, dict)}
+    return bool(d["model"].get("byte_fallback")) or bool(kinds & {"Metaspace", "Prepend", "Replace", "ByteFallback"})
+
+
+def read_sentencepiece_json(d: dict, path) -> dict:
+    """The arguments of ``SentencePieceBPE`` for a SentencePiece-style tokenizer.json (Llama 2, Mistral, Gemma)."""
+    model, source = d["model"], str(path)
+    vocab, merges = model.get("vocab"), model.get("merges")
+    if not isinstance(vocab, dict) or not all(type(i) is int for i in vocab.values()):
+        raise ValueError(f"{path}: model.vocab must map token strings to int ids")
+    if not isinstance(merges, list):
+        raise ValueError(f"{path}: model.merges must be a list")
+    for field in ("byte_fallback", "fuse_unk", "ignore_merges"):
+        if not isinstance(model.get(field, False), bool):
+            raise ValueError(f"{path}: model.{field} must be true or false, got {model[field]!r}")
+    specials, added, normalized = _added_tokens(d.get("added_tokens", []), vocab, path)
+    if normalized:
+        raise ValueError(
+            f"{path}: the added token {normalized[0]!r} is matched in the normalized text (normalized: true); "
+            "numforge matches added tokens of SentencePiece-style tokenizers in the text as written only"
+        )
+    normalizer = read_normalizer(d.get("normalizer"), source)
+    prefix, suffix = _template(d.get("post_processor"), {*vocab.values(), *specials.values(), *added.values()}, path)
+    return {
+        "kind": "sentencepiece",
+        "vocab": vocab,
+        "merges": [_merge(m, f"{path}: model.merges[{i}]")[1:] for i, m in enumerate(merges)],
+        "normalizer": normalizer,
+        "pre_tokenizer": read_pre_tokenizer(d.get("pre_tokenizer"), normalizer, source),
+        "decoder": read_decoder(d.get("decoder"), source),
+        "byte_fallback": model.get("byte_fallback", False),
+        "unk_token": model.get("unk_token"),
+        "fuse_unk": model.get("fuse_unk", False),
+        "ignore_merges": model.get("ignore_merges", False),
+        "special_tokens": specials,
+        "added_tokens": added,
+        "prompt": Prompt(prefix, suffix) if prefix or suffix else None,
+        "vocab_name": f"{path} (model.vocab)",
+    }
 
 
 def _kind(part) -> str:

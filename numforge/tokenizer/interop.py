@@ -72,10 +72,8 @@ def from_gpt2_strings(
         seen = {}
         name, token = next((name, i) for name, i in vocab.items() if seen.setdefault(i, name) != name)
         raise ValueError(f"{vocab_name}: {seen[token]!r} and {name!r} have the same id {token}")
-    for b, char in byte_to_unicode().items():
-        if char not in vocab:
-            raise ValueError(f"{vocab_name}: no entry for byte {b} (written {char!r})")
-    byte_ids = [vocab[byte_to_unicode()[b]] for b in range(256)]
+    # a byte without an entry (StarCoder2's 0xC0, 0xC1, 0xF1, 0xF5..0xFF) is None: a text needing it is refused
+    byte_ids = [vocab.get(byte_to_unicode()[b]) for b in range(256)]
     pairs, merge_ids = [], []
     for where, left, right in merges:
         gpt2_bytes(left + right, where)
@@ -181,6 +179,11 @@ def export_tiktoken(tok: BPETokenizer, path) -> None:
     A rank is also a merge's priority, so the ids must rise with the merge
     order, above every byte's id; otherwise a ValueError.
     """
+    if tok.missing_bytes:
+        raise ValueError(
+            f"a tiktoken rank file needs a token for every byte; this tokenizer has none for "
+            f"{len(tok.missing_bytes)} (first: 0x{min(tok.missing_bytes):02X})"
+        )
     rising = tok.merge_ids == sorted(set(tok.merge_ids))  # and no token made by two merges
     if not rising or (tok.merges and min(tok.merge_ids) < max(tok.byte_ids)):
         raise ValueError(

@@ -50,8 +50,8 @@ SENTENCEPIECE = ("Metaspace", "Prepend", "Replace")  # what a sentencepiece-styl
 def sentencepiece_refusal(source: str, part: str) -> ValueError:
     """The error for a sentencepiece-style tokenizer (Llama 2's, TinyLlama's, Mistral's); `part` gave it away."""
     return ValueError(
-        f"{source}: {part}: this is a sentencepiece-style tokenizer (Metaspace '▁' and byte fallback, as Llama 2, "
-        "TinyLlama and Mistral use); numforge reads byte-level BPE only (GPT-2, Llama 3, Qwen2, SmolLM2)"
+        f"{source}: {part}: a sentencepiece-style step (as Llama 2, TinyLlama, Mistral and Gemma use) in a "
+        "byte-level pipeline; numforge reads such steps only in a SentencePiece-style tokenizer (spm_bpe.py)"
     )
 
 
