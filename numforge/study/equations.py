@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import re
 
+from ..model.positions import POSITIONS
 from ..ops.activations import ACTIVATIONS
 
 FORWARD = {
     "token embedding": "e[t] = W_tok[id[t]]  (times sqrt(C) when the embeddings are scaled)",
     "position embedding": "p[t] = W_pos[t]  (learned) or the fixed sinusoidal table's row t",
     "embedding sum": "x = e + p",
+    "embedding sum, no position added": "x = e  (nothing added: {position} positions act in every attention layer)",
     "pre-attention norm output": "h = {norm}(x)",
     "q": "q|k|v = h W_qkv + b_qkv, q split into H heads of D (C / H unless the config says)",
     "k": "q|k|v = h W_qkv + b_qkv, k split into H heads of D (H_kv heads with grouped-query attention)",
@@ -76,10 +78,12 @@ def stage_equation(name: str, config, backward: bool = False) -> str | None:
     None for a stage this table does not know yet (the page then shows none; the tests ask for every stage)."""
     table = BACKWARD if backward else FORWARD
     key = _LAYER.sub("", name, count=1)
+    if key == "embedding sum" and not backward and POSITIONS[config.position].added is None:
+        key = "embedding sum, no position added"
     if key not in table:
         return None
     activation = ACTIVATIONS[config.activation]
     letters = [name[0] for name in activation.inputs]  # u; gated: g, u
     act = f"{config.activation}({', '.join(letters)}) = {activation.equation}"
     paths = " + ".join(f"d{letter} W_{name}^T" for letter, name in zip(letters, activation.inputs))
-    return table[key].format(act=act, paths=paths, norm=config.norm)
+    return table[key].format(act=act, paths=paths, norm=config.norm, position=config.position)

@@ -110,7 +110,8 @@ class Studio:
         return prompt, grads
 
     def model_info(self, body: dict) -> dict:
-        return model_view(self.model, self.source, self.run_dir is not None)
+        limits = {"max_body": MAX_BODY, "max_tokenizer_text": MAX_TOKENIZER_TEXT}  # the page's checks before sending
+        return model_view(self.model, self.source, self.run_dir is not None) | limits
 
     def tokenize(self, body: dict) -> dict:
         text = text_field(body, "text")

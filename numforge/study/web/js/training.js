@@ -1,4 +1,4 @@
-/* The Training view: the run's loss.csv as it grows (asked again every 2 s while shown), its learning rate,
+/* The Training view: the run's loss.csv as it grows (asked again 2 s after each answer while shown), its learning rate,
    and the sample of its latest checkpoint. */
 
 import { STATIC } from "./api.js";
@@ -11,8 +11,10 @@ export const trainingView = {
   timer: null,
   load: function () {
     clearTimeout(this.timer);
-    ask("training", "/api/training", null, function (d) { trainingView.draw(d); });
-    if (!STATIC) this.timer = setTimeout(function () { if (state.view === "training") trainingView.load(); }, 2000);
+    ask("training", "/api/training", null, function (d) {  /* asked again only after an answer: not once gone */
+      trainingView.draw(d);
+      if (!STATIC) trainingView.timer = setTimeout(function () { if (state.view === "training") trainingView.load(); }, 2000);
+    });
   },
   draw: function (d) {
     var info = $("train-info");
