@@ -27,13 +27,14 @@ export const trainingView = {
     var lnV = d.sample ? d.sample.ln_vocab : null;
     info.textContent = "run " + d.run + ": " + rows.length + " steps logged" + (last ? ", the last step " + last[0] +
       " (train loss " + fmt(last[1]) + (last[2] === null ? "" : ", validation " + fmt(last[2])) + ", learning rate " +
-      fmt(last[3], 3) + ")" : "") + (d.sample ? "; the latest checkpoint is step " + d.sample.step : "") + ".";
+      fmt(last[3], 3) + ")" : "") + (d.sample ? "; the latest checkpoint is step " + d.sample.step : "") +
+      ". The other views show the model the studio started with: " + (state.model.source || state.model.description) + ".";
     $("train-loss").setAttribute("data-rows", String(rows.length));
     chart($("train-loss"), rows, [
       { column: 1, color: "#2563eb", name: "train (per step)" },
       { column: 2, color: "#ea580c", name: "validation", dots: true }
-    ], lnV === null ? null : { value: lnV, name: "ln V = " + lnV.toFixed(2) + " (uniform guessing)" });
-    chart($("train-lr"), rows, [{ column: 3, color: "#059669", name: "learning rate" }], null);
+    ], lnV === null ? null : { value: lnV, name: "ln V = " + lnV.toFixed(2) + " (uniform guessing)" }, "loss");
+    chart($("train-lr"), rows, [{ column: 3, color: "#059669", name: "learning rate" }], null, "lr");
     $("train-sample").textContent = d.sample ? "step " + d.sample.step + " (temperature " + d.sample.temperature +
       ", seed " + d.sample.seed + "):\n" + d.sample.text : "(no checkpoint yet)";
   }
