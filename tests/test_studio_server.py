@@ -522,3 +522,41 @@ def test_a_request_whose_client_hung_up_while_it_waited_is_dropped_before_the_mo
         while studio.dropped == dropped and time.monotonic() < deadline:  # the server's own count of drops
             time.sleep(0.01)
     assert studio.dropped == dropped + 1
+
+
+def test_the_training_view_starts_stops_and_resumes_its_run_and_switches_to_its_checkpoint(tmp_path):
+    run = make_tiny_run(tmp_path)
+    server = StudioServer(Studio(tiny_model(BPETokenizer.train(STUDY_TEXT, 256 + 12)), None, "the first model", run))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        assert call(server, "GET", "/api/training")[1]["trainer"]["state"] == "idle"
+        status, answer, _ = call(server, "POST", "/api/training/start", {"max_steps": 0})
+        assert status == 400 and answer["field"] == "max_steps"
+        for _ in range(2):  # started, then resumed from the checkpoint its stop wrote
+            logged = call(server, "GET", "/api/training")[1]["rows"][-1][0]
+            status, answer, _ = call(server, "POST", "/api/training/start", {"max_steps": 1_000_000})
+            assert status == 200 and answer["state"] == "running", answer
+            assert call(server, "POST", "/api/training/start", {"max_steps": 5})[1]["field"] == "max_steps"
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:  # the child's own progress: a step past any logged before
+                rows = call(server, "GET", "/api/training")[1]["rows"]
+                if rows and rows[-1][0] > logged:
+                    break
+                time.sleep(0.05)
+            assert call(server, "POST", "/api/training/stop", {})[1]["state"] == "stopping"
+            stopped = 128 + signal.SIGTERM  # numforge train's exit after SIGTERM: its checkpoint written
+            assert server.studio.trainer.process.wait(120) == stopped
+            state = call(server, "GET", "/api/training")[1]["trainer"]
+            assert state["state"] == "stopped" and state["exit"] == stopped
+            step = call(server, "GET", "/api/training")[1]["sample"]["step"]
+            assert step > logged
+        status, answer, _ = call(server, "POST", "/api/training/use-latest", {})
+        assert status == 200 and answer["source"] == f"run run, checkpoint of step {step}"
+        assert call(server, "GET", "/api/model")[1]["source"] == answer["source"]
+        assert call(server, "POST", "/api/next", {"text": "the cat"})[0] == 200  # the checkpoint's model answers
+    finally:
+        if server.studio.trainer.running():
+            server.studio.trainer.process.kill()
+        server.shutdown()
+        server.server_close()

@@ -54,6 +54,7 @@ from ..generate import RUN_SAMPLE, generate
 from .backward import backward_stages
 from .page import MODULES, module_order, studio_page, web_file
 from .prompt import check_ids, run_ids
+from .trainer import Trainer
 from .views import (
     attention_view,
     generate_view,
@@ -87,6 +88,7 @@ class Studio:
         self.dropped = 0  # requests whose client hung up before the model was called for them
         self._last = None  # (ids, prompt, grad stages or None)
         self._sample = None  # (checkpoint directory, the sample's JSON)
+        self.trainer = None if run_dir is None else Trainer(run_dir)
 
     # Every method below runs under self.lock (Handler.answer takes it).
 
@@ -163,7 +165,32 @@ class Studio:
     def training(self, body: dict) -> dict:
         if self.run_dir is None:
             return {"run": None}
-        return training_view(self.run_dir, self.run_sample())
+        return training_view(self.run_dir, self.run_sample()) | {"trainer": self.trainer.state()}
+
+    def train_start(self, body: dict) -> dict:
+        self.needs_run()
+        try:
+            return self.trainer.start(optional_int(body, "max_steps", 0))
+        except (ValueError, TypeError) as error:
+            raise FieldError("max_steps", str(error)) from None
+
+    def train_stop(self, body: dict) -> dict:
+        self.needs_run()
+        return self.trainer.stop()
+
+    def use_latest(self, body: dict) -> dict:
+        """Every view's model becomes the run's latest checkpoint (read whole, as ``sample`` reads it)."""
+        self.needs_run()
+        latest = latest_checkpoint_dir(self.run_dir)
+        if latest is None:
+            raise ValueError(f"run {self.run_dir.name} has no checkpoint yet")
+        self.model, self.tokenizer = load_model(latest)
+        self.source, self._last = f"run {self.run_dir.name}, checkpoint of step {checkpoint_step(latest)}", None
+        return self.model_info(body)
+
+    def needs_run(self) -> None:
+        if self.run_dir is None:
+            raise ValueError("no run to train: start the studio with --checkpoint RUN_DIR or --run RUN_DIR")
 
     def run_sample(self) -> dict | None:
         """``numforge train``'s closing sample (``RUN_SAMPLE``) from the run's latest checkpoint, made once for
@@ -260,6 +287,9 @@ ROUTES = {  # path -> (method, Studio method name); "page" is the HTML page
     "/api/attention": ("POST", "attention"),
     "/api/next": ("POST", "next_token"),
     "/api/generate": ("POST", "generate"),
+    "/api/training/start": ("POST", "train_start"),
+    "/api/training/stop": ("POST", "train_stop"),
+    "/api/training/use-latest": ("POST", "use_latest"),
 }
 STATIC = {"/static/studio.css": ("studio.css", "text/css")} | {  # path -> (file of web/, type): nothing else is served
     f"/static/{MODULES}/{name}": (f"{MODULES}/{name}", "text/javascript") for name in module_order()
