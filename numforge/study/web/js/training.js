@@ -52,7 +52,8 @@ const TRAINER_STATES = {
 /* the trainer's state, and which of its buttons apply */
 function drawTrainer(t) {
   var words = TRAINER_STATES[t.state];
-  if (t.state === "stopped") words += " (exit " + t.exit + (t.exit === 143 ? ": by Stop, after its checkpoint" : "") + ")." +
+  if (t.state === "stopped") words += " (exit " + t.exit + (t.exit === 143 ? ": by Stop, after its checkpoint" : t.exit < 0 ?
+    ": stopped before its training loop began, so no new checkpoint; Start resumes from the last one" : "") + ")." +
     (t.log.length ? " Its last output: " + t.log.join(" / ") : "");
   $("train-state").textContent = words;
   $("train-state").setAttribute("data-state", t.state);
