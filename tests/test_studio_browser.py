@@ -279,6 +279,7 @@ def test_the_training_view_follows_loss_csv_as_it_grows(browser, server, run):
     write_loss_csv(run / LOSS_CSV, rows)
     WebDriverWait(browser, 30).until(lambda d: chart.get_attribute("data-rows") == "8")
     assert "the last step 8" in browser.find_element(By.ID, "train-info").text
+    assert chart.get_attribute("data-x-ticks").split(",") == [str(s) for s in range(1, 9)]  # every step here
     assert console_errors(browser) == []
 
 

@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -144,7 +145,7 @@ def test_bodies_are_bounded_and_must_be_json_objects(server):
         f"POST /api/tokenize HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Numforge-Token: {server.token}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {100 * MAX_BODY}\r\n\r\n".encode(),
     )
-    assert answer.startswith("HTTP/1.0 413") and "at most 65,536 are read" in answer
+    assert answer.startswith("HTTP/1.0 413") and "the studio reads at most 98,304 (the tokenizer view" in answer
     cases = [
         (b"{", {}, 400, "the body: line 1 column 2: Expecting property name"),
         (b"[1, 2]", {}, 400, "the body must hold a JSON object, got list"),
@@ -186,8 +187,8 @@ def test_unknown_routes_methods_and_paths(server):
 @pytest.mark.parametrize(
     "route, body, words",
     [
-        ("/api/trace", {"text": "the cat " * 20}, "max_seq_len 16"),
-        ("/api/trace", {"text": ""}, "no tokens"),
+        ("/api/trace", {"text": "the cat " * 20}, "reads at most 16 (its context): shorten it by"),
+        ("/api/trace", {"text": ""}, "the prompt is empty: type at least one character"),
         ("/api/trace", {"text": 3}, "text must be a string"),
         ("/api/trace", {"ids": [1, 2, 999]}, "in [0, 267]"),
         ("/api/trace", {"ids": [True, 2]}, "every id (of the model's vocabulary) must be an integer"),
@@ -196,20 +197,51 @@ def test_unknown_routes_methods_and_paths(server):
         ("/api/trace", {"text": "the cat", "position": 9}, "position must be an integer in [0, 2]"),
         ("/api/attention", {"text": "the cat", "layer": 2}, "layer must be an integer in [0, 1]"),
         ("/api/attention", {"text": "the cat", "heads": [5]}, "head must be an integer in [0, 1]"),
-        ("/api/attention", {"text": "the cat", "heads": "all"}, "heads must be a non-empty list"),
-        ("/api/next", {"text": "the cat", "temperature": 0}, "temperature must be a number in (0, 100]"),
-        ("/api/next", {"text": "the cat", "temperature": "hot"}, "temperature must be a number"),
-        ("/api/next", {"text": "the cat", "top_k": 0}, "top_k must be a positive integer"),
-        ("/api/next", {"text": "the cat", "top_p": 1.5}, "top_p must be in (0, 1]"),
-        ("/api/next", {"text": "the cat", "seed": -1}, "seed must be an integer in [0, 2**63)"),
+        ("/api/attention", {"text": "the cat", "heads": "all"}, "heads must be a list of 1 to num_heads"),
+        ("/api/attention", {"text": "the cat", "heads": [1, 1]}, "each head at most once"),
+        ("/api/attention", {"text": "the cat", "heads": [0, 1, 0]}, "a list of 1 to num_heads head numbers"),
+        ("/api/next", {"text": "the cat", "temperature": 0}, "temperature must be more than 0 and at most 100"),
+        ("/api/next", {"text": "the cat", "temperature": "hot"}, "temperature must be more than 0"),
+        ("/api/next", {"text": "the cat", "top_k": 0}, "top-k must be a whole number of at least 1"),
+        ("/api/next", {"text": "the cat", "top_p": 1.5}, "top-p must be more than 0 and at most 1"),
+        ("/api/next", {"text": "the cat", "top_p": 0}, "top-p must be more than 0 and at most 1"),
+        ("/api/next", {"text": "the cat", "seed": -1}, "seed must be a whole number from 0 to 2**63 - 1"),
         ("/api/next", {"text": "the cat", "all_logits": "yes"}, "all_logits must be true or false"),
         ("/api/generate", {"text": "the cat", "count": 20}, "the context holds 13 more tokens"),
         ("/api/tokenize", {"text": "\ud800"}, "lone surrogate"),
+        ("/api/next", {"text": "ab\udc00"}, "lone surrogate (U+DC00, character 3)"),
+        ("/api/tokenize", {"text": "a" * 20_001}, "at most 20,000 characters; this text has 20,001: remove 1"),
     ],
 )
 def test_a_bad_field_is_a_400_that_names_it(server, route, body, words):
     status, answer, _ = call(server, "POST", route, body)
     assert status == 400 and words in answer["error"], answer
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"text": ""}, "prompt"),
+        ({"text": "the cat " * 20}, "prompt"),
+        ({"text": "a\ud800"}, "prompt"),
+        ({"text": "the cat", "top_p": 5}, "top_p"),
+        ({"text": "the cat", "top_k": 0}, "top_k"),
+        ({"text": "the cat", "temperature": 0}, "temperature"),
+        ({"text": "the cat", "seed": -1}, "seed"),
+    ],
+)
+def test_a_refusal_names_the_control_at_fault(server, body, field):
+    status, answer, _ = call(server, "POST", "/api/next", body)
+    assert status == 400 and answer["field"] == field, answer
+
+
+def test_the_tokenizer_takes_empty_text_and_text_past_the_context(server, tokenizer):
+    status, answer, _ = call(server, "POST", "/api/tokenize", {"text": ""})
+    assert status == 200 and answer["tokens"] == [] and answer["chunks"] == []
+    text = "the cat sat on the mat " * 200  # far more tokens than the context of 16
+    status, answer, _ = call(server, "POST", "/api/tokenize", {"text": text})
+    assert status == 200 and [t["id"] for t in answer["tokens"]] == tokenizer.encode(text)
+    assert len(answer["tokens"]) > server.studio.model.config.max_seq_len
 
 
 def test_the_answers_are_the_study_functions_numbers(server, tokenizer):
@@ -473,3 +505,58 @@ def test_a_non_editable_install_ships_every_file_of_the_page():
         for path in study.glob(glob.strip())
     }
     assert shipped == {path for path in (study / "web").rglob("*") if path.is_file()} and len(shipped) > 10
+
+
+def test_a_request_whose_client_hung_up_while_it_waited_is_dropped_before_the_model(server):
+    port, studio = server.server_address[1], server.studio
+    dropped, body = studio.dropped, json.dumps({"text": "the mat"}).encode()
+    with studio.lock:  # a model call in progress: the request waits
+        raw = socket.create_connection(("127.0.0.1", port))
+        raw.sendall(
+            f"POST /api/trace HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nX-Numforge-Token: {server.token}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        raw.close()  # the page aborted it
+        deadline = time.monotonic() + 30
+        while studio.dropped == dropped and time.monotonic() < deadline:  # the server's own count of drops
+            time.sleep(0.01)
+    assert studio.dropped == dropped + 1
+
+
+def test_the_training_view_starts_stops_and_resumes_its_run_and_switches_to_its_checkpoint(tmp_path):
+    run = make_tiny_run(tmp_path)
+    server = StudioServer(Studio(tiny_model(BPETokenizer.train(STUDY_TEXT, 256 + 12)), None, "the first model", run))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        assert call(server, "GET", "/api/training")[1]["trainer"]["state"] == "idle"
+        status, answer, _ = call(server, "POST", "/api/training/start", {"max_steps": 0})
+        assert status == 400 and answer["field"] == "max_steps"
+        for _ in range(2):  # started, then resumed from the checkpoint its stop wrote
+            logged = call(server, "GET", "/api/training")[1]["rows"][-1][0]
+            status, answer, _ = call(server, "POST", "/api/training/start", {"max_steps": 1_000_000})
+            assert status == 200 and answer["state"] == "running", answer
+            assert call(server, "POST", "/api/training/start", {"max_steps": 5})[1]["field"] == "max_steps"
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:  # the child's own progress: a step past any logged before
+                rows = call(server, "GET", "/api/training")[1]["rows"]
+                if rows and rows[-1][0] > logged:
+                    break
+                time.sleep(0.05)
+            assert call(server, "POST", "/api/training/stop", {})[1]["state"] == "stopping"
+            stopped = 128 + signal.SIGTERM  # numforge train's exit after SIGTERM: its checkpoint written
+            assert server.studio.trainer.process.wait(120) == stopped
+            state = call(server, "GET", "/api/training")[1]["trainer"]
+            assert state["state"] == "stopped" and state["exit"] == stopped
+            step = call(server, "GET", "/api/training")[1]["sample"]["step"]
+            assert step > logged
+        status, answer, _ = call(server, "POST", "/api/training/use-latest", {})
+        assert status == 200 and answer["source"] == f"run run, checkpoint of step {step}"
+        assert call(server, "GET", "/api/model")[1]["source"] == answer["source"]
+        assert call(server, "POST", "/api/next", {"text": "the cat"})[0] == 200  # the checkpoint's model answers
+    finally:
+        if server.studio.trainer.running():
+            server.studio.trainer.process.kill()
+        server.shutdown()
+        server.server_close()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 
+from ..model.positions import POSITIONS
 from ..model.qk_norm import QK_NORM_EXTENTS
 from ..ops.activations import ACTIVATIONS
 
@@ -24,6 +25,7 @@ FORWARD = {
     "token embedding": "e[t] = W_tok[id[t]]  (times sqrt(C) when the embeddings are scaled)",
     "position embedding": "p[t] = W_pos[t]  (learned) or the fixed sinusoidal table's row t",
     "embedding sum": "x = e + p",
+    "embedding sum, no position added": "x = e  (nothing added: {position} positions act in every attention layer)",
     "pre-attention norm output": "h = {norm}(x)",
     "q": "q|k|v = h W_qkv + b_qkv, q split into H heads of D (C / H unless the config says)",
     "k": "q|k|v = h W_qkv + b_qkv, k split into H heads of D (H_kv heads with grouped-query attention)",
@@ -78,6 +80,8 @@ def stage_equation(name: str, config, backward: bool = False) -> str | None:
     None for a stage this table does not know yet (the page then shows none; the tests ask for every stage)."""
     table = BACKWARD if backward else FORWARD
     key = _LAYER.sub("", name, count=1)
+    if key == "embedding sum" and not backward and POSITIONS[config.position].added is None:
+        key = "embedding sum, no position added"
     if key not in table:
         return None
     activation = ACTIVATIONS[config.activation]
@@ -85,4 +89,4 @@ def stage_equation(name: str, config, backward: bool = False) -> str | None:
     act = f"{config.activation}({', '.join(letters)}) = {activation.equation}"
     paths = " + ".join(f"d{letter} W_{name}^T" for letter, name in zip(letters, activation.inputs))
     qk_over = QK_NORM_EXTENTS[config.qk_norm_extent].over
-    return table[key].format(act=act, paths=paths, norm=config.norm, qk_over=qk_over)
+    return table[key].format(act=act, paths=paths, norm=config.norm, qk_over=qk_over, position=config.position)

@@ -21,7 +21,9 @@ What keeps it safe:
   by the model's context; the client names no file (the model and the run are
   chosen at start), only routes from a fixed table;
 - one model call at a time (``Studio.lock``); reading a request happens
-  before the lock, and a connection silent for ``timeout`` seconds is closed; ``BACKLOG`` connections wait
+  before the lock, a request whose client hung up while it waited for the lock (the page aborts a question
+  the learner's typing made old) is dropped without a model call (``Studio.dropped`` counts them), and a
+  connection silent for ``timeout`` seconds is closed; ``BACKLOG`` connections wait
   to be accepted (a page opens several at once), and a client that hangs up before its answer is routine:
   nothing is logged;
 - every error is a JSON ``{"error": message}`` with a 4xx status (a bug: 500
@@ -36,6 +38,7 @@ import hmac
 import json
 import math
 import secrets
+import select
 import socket
 import sys
 import threading
@@ -50,7 +53,8 @@ from ..files import parse_json
 from ..generate import RUN_SAMPLE, generate
 from .backward import backward_stages
 from .page import MODULES, module_order, studio_page, web_file
-from .prompt import check_ids, encode_prompt, run_ids
+from .prompt import check_ids, run_ids
+from .trainer import Trainer
 from .views import (
     attention_view,
     generate_view,
@@ -62,8 +66,11 @@ from .views import (
     training_view,
 )
 
-MAX_BODY = 64 * 1024  # bytes of one request body
+MAX_BODY = 96 * 1024  # bytes of one request body: MAX_TOKENIZER_TEXT characters of 4 UTF-8 bytes each fit
+MAX_ANSWER = 64 * 1024 * 1024  # bytes of one answer (GPT-2's 12 heads at context 1024: 17 MB)
 MAX_DEPTH = 16  # arrays and objects nested in one body (the routes' bodies nest 2 deep)
+LOCK_POLL = 0.05  # seconds between two looks at a waiting request's connection
+MAX_TOKENIZER_TEXT = 20_000  # characters the tokenizer view takes (a prompt: at most the model's context)
 BACKLOG = 128  # connections the listening socket queues before they are accepted (socketserver's default: 5)
 TOKEN_HEADER = "X-Numforge-Token"
 PAGE_POLICY = (
@@ -78,17 +85,24 @@ class Studio:
     def __init__(self, model, tokenizer, source: str, run_dir: Path | None = None):
         self.model, self.tokenizer, self.source, self.run_dir = model, tokenizer, source, run_dir
         self.lock = threading.Lock()  # one model call at a time
+        self.dropped = 0  # requests whose client hung up before the model was called for them
         self._last = None  # (ids, prompt, grad stages or None)
         self._sample = None  # (checkpoint directory, the sample's JSON)
+        self.trainer = None if run_dir is None else Trainer(run_dir)
 
     # Every method below runs under self.lock (Handler.answer takes it).
 
     def prompt(self, body: dict, with_backward: bool = False):
         """``(prompt, grad stages)``: the passes on the body's ``ids`` or ``text``, kept while the ids stay the same."""
-        if "ids" in body:
-            ids = check_ids(self.model, body["ids"])
-        else:
-            ids = tuple(encode_prompt(self.model, self.tokenizer, text_field(body, "text")))
+        try:
+            if "ids" in body:
+                ids = check_ids(self.model, body["ids"])
+            else:
+                ids = tuple(prompt_ids(self.model, self.tokenizer, text_field(body, "text")))
+        except FieldError:
+            raise
+        except ValueError as error:
+            raise FieldError("prompt", str(error)) from None
         if self._last is None or self._last[0] != ids:
             self._last = (ids, run_ids(self.model, self.tokenizer, ids), None)
         _, prompt, grads = self._last
@@ -98,11 +112,17 @@ class Studio:
         return prompt, grads
 
     def model_info(self, body: dict) -> dict:
-        return model_view(self.model, self.source, self.run_dir is not None)
+        limits = {"max_body": MAX_BODY, "max_tokenizer_text": MAX_TOKENIZER_TEXT}  # the page's checks before sending
+        return model_view(self.model, self.source, self.run_dir is not None) | limits
 
     def tokenize(self, body: dict) -> dict:
         text = text_field(body, "text")
-        encode_prompt(self.model, self.tokenizer, text)  # bounded as every prompt: by the model's context
+        if len(text) > MAX_TOKENIZER_TEXT:
+            raise FieldError(
+                "prompt",
+                f"the tokenizer view shows at most {MAX_TOKENIZER_TEXT:,} characters; this text has {len(text):,}: "
+                f"remove {len(text) - MAX_TOKENIZER_TEXT:,}",
+            )
         return tokenizer_view(self.tokenizer, text)
 
     def trace(self, body: dict) -> dict:
@@ -119,8 +139,14 @@ class Studio:
         heads = body.get("heads")
         if heads is None:
             heads = list(range(self.model.config.num_heads))
-        if not isinstance(heads, list) or not heads:
-            raise ValueError(f"heads must be a non-empty list of head numbers, or null for all, got {heads!r}")
+        if not isinstance(heads, list) or not heads or len(heads) > self.model.config.num_heads:
+            raise FieldError(
+                "heads",
+                f"heads must be a list of 1 to num_heads head numbers, or null for all, got "
+                f"{len(heads) if isinstance(heads, list) else repr(heads)}",
+            )
+        if len(set(map(repr, heads))) != len(heads):
+            raise FieldError("heads", "heads must name each head at most once")
         return attention_view(self.model, self.tokenizer, prompt, optional_int(body, "layer", 0), heads)
 
     def next_token(self, body: dict) -> dict:
@@ -139,16 +165,44 @@ class Studio:
     def training(self, body: dict) -> dict:
         if self.run_dir is None:
             return {"run": None}
-        return training_view(self.run_dir, self.run_sample())
+        return training_view(self.run_dir, self.run_sample()) | {"trainer": self.trainer.state()}
+
+    def train_start(self, body: dict) -> dict:
+        self.needs_run()
+        try:
+            return self.trainer.start(optional_int(body, "max_steps", 0))
+        except (ValueError, TypeError) as error:
+            raise FieldError("max_steps", str(error)) from None
+
+    def train_stop(self, body: dict) -> dict:
+        self.needs_run()
+        return self.trainer.stop()
+
+    def use_latest(self, body: dict) -> dict:
+        """Every view's model becomes the run's latest checkpoint (read whole, as ``sample`` reads it)."""
+        self.needs_run()
+        latest = latest_checkpoint_dir(self.run_dir)
+        if latest is None:
+            raise ValueError(f"run {self.run_dir.name} has no checkpoint yet")
+        self.model, self.tokenizer = load_model(latest)
+        self.source, self._last = f"run {self.run_dir.name}, checkpoint of step {checkpoint_step(latest)}", None
+        return self.model_info(body)
+
+    def needs_run(self) -> None:
+        if self.run_dir is None:
+            raise ValueError("no run to train: start the studio with --checkpoint RUN_DIR or --run RUN_DIR")
 
     def run_sample(self) -> dict | None:
         """``numforge train``'s closing sample (``RUN_SAMPLE``) from the run's latest checkpoint, made once for
-        each checkpoint."""
+        each checkpoint (the last one made while a running trainer removes the checkpoint being read)."""
         latest = latest_checkpoint_dir(self.run_dir)
         if latest is None:
             return None
         if self._sample is None or self._sample[0] != latest:
-            model, tokenizer = load_model(latest)
+            try:
+                model, tokenizer = load_model(latest)
+            except FileNotFoundError:  # removed while read: a trainer keeps only its latest checkpoints
+                return None if self._sample is None else self._sample[1]
             text = generate(model, tokenizer, **RUN_SAMPLE).text
             V = model.config.vocab_size
             found = {"step": checkpoint_step(latest), "vocab_size": V, "ln_vocab": math.log(V), "text": text}
@@ -156,11 +210,44 @@ class Studio:
         return self._sample[1]
 
 
+class FieldError(ValueError):
+    """A value the learner can fix: ``field`` names the control at fault (``prompt``, ``top_p``, ...), where the
+    page shows the message."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
 def text_field(body: dict, name: str) -> str:
+    """The body's text ``name``: a string of whole characters (a lone surrogate, half of a character that
+    JSON can carry but no text holds, is refused with its place)."""
     value = body.get(name)
     if not isinstance(value, str):
-        raise ValueError(f"{name} must be a string, got {type(value).__name__}")
+        raise FieldError("prompt", f"{name} must be a string, got {type(value).__name__}")
+    for n, c in enumerate(value):
+        if "\ud800" <= c <= "\udfff":
+            raise FieldError(
+                "prompt",
+                f"the text holds a lone surrogate (U+{ord(c):04X}, character {n + 1}): half of a character, not "
+                "text; delete it, or paste the whole character again",
+            )
     return value
+
+
+def prompt_ids(model, tokenizer, text: str) -> list[int]:
+    """``encode_prompt``'s ids of ``text``, its refusals said as what the learner can do."""
+    ids = tokenizer.encode_prompt(text)
+    if not ids:
+        raise FieldError("prompt", "the prompt is empty: type at least one character")
+    context = model.config.max_seq_len
+    if len(ids) > context:
+        raise FieldError(
+            "prompt",
+            f"the prompt is {len(ids):,} tokens; this model reads at most {context:,} (its context): "
+            f"shorten it by {len(ids) - context:,} tokens",
+        )
+    return ids
 
 
 def optional_int(body: dict, name: str, default: int) -> int:
@@ -172,19 +259,24 @@ def sampling(body: dict) -> dict:
     """The sampling settings of a request: temperature (> 0), top_k, top_p (or null), greedy, seed."""
     temperature = body.get("temperature", 1.0)
     if not is_real(temperature) or not 0 < temperature <= 100:
-        raise ValueError(f"temperature must be a number in (0, 100], got {temperature!r}")
+        raise FieldError("temperature", f"the temperature must be more than 0 and at most 100, got {temperature!r}")
     greedy = body.get("greedy", True)
     if not isinstance(greedy, bool):
-        raise ValueError(f"greedy must be true or false, got {greedy!r}")
+        raise FieldError("greedy", f"greedy must be true or false, got {greedy!r}")
     top_p = body.get("top_p")
-    if top_p is not None and not is_real(top_p):
-        raise ValueError(f"top_p must be a number in (0, 1] or null, got {top_p!r}")
-    seed = optional_int(body, "seed", 0)
+    if top_p is not None and not (is_real(top_p) and 0 < top_p <= 1):
+        raise FieldError(
+            "top_p", f"top-p must be more than 0 and at most 1 (1 keeps every token; empty: no top-p), got {top_p!r}"
+        )
+    try:
+        seed = optional_int(body, "seed", 0)
+    except (ValueError, TypeError) as error:
+        raise FieldError("seed", str(error)) from None
     if not 0 <= seed < 2**63:
-        raise ValueError(f"seed must be an integer in [0, 2**63), got {seed}")
+        raise FieldError("seed", f"the seed must be a whole number from 0 to 2**63 - 1, got {seed}")
     top_k = body.get("top_k")
-    if top_k is not None:
-        check_positive_int(top_k, "top_k")
+    if top_k is not None and not (isinstance(top_k, int) and not isinstance(top_k, bool) and top_k >= 1):
+        raise FieldError("top_k", f"top-k must be a whole number of at least 1 (empty: every token), got {top_k!r}")
     return {"temperature": float(temperature), "top_k": top_k, "top_p": top_p, "greedy": greedy, "seed": seed}
 
 
@@ -198,6 +290,9 @@ ROUTES = {  # path -> (method, Studio method name); "page" is the HTML page
     "/api/attention": ("POST", "attention"),
     "/api/next": ("POST", "next_token"),
     "/api/generate": ("POST", "generate"),
+    "/api/training/start": ("POST", "train_start"),
+    "/api/training/stop": ("POST", "train_stop"),
+    "/api/training/use-latest": ("POST", "use_latest"),
 }
 STATIC = {"/static/studio.css": ("studio.css", "text/css")} | {  # path -> (file of web/, type): nothing else is served
     f"/static/{MODULES}/{name}": (f"{MODULES}/{name}", "text/javascript") for name in module_order()
@@ -285,6 +380,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(200, self.answer(name, body))
         except RequestError as error:
             self.send_json(error.status, {"error": str(error)})
+        except FieldError as error:  # the page shows it by the control at fault
+            self.send_json(400, {"error": str(error), "field": error.field})
         except (ValueError, TypeError) as error:  # a request the study functions refuse
             self.send_json(400, {"error": str(error)})
         except ConnectionError:  # the client hung up before its answer: nothing to answer, nothing to log
@@ -294,8 +391,29 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(500, {"error": f"internal error ({type(error).__name__}); see the server's output"})
 
     def answer(self, name: str, body: dict) -> dict:
-        with self.server.studio.lock:
-            return getattr(self.server.studio, name)(body)
+        """The route's answer under the model's lock; a client that hung up while the request waited for it is
+        dropped before any model call (``ConnectionAbortedError``: nothing to answer)."""
+        studio = self.server.studio
+        while not studio.lock.acquire(timeout=LOCK_POLL):
+            if self.client_gone():
+                break
+        else:
+            try:
+                if not self.client_gone():
+                    return getattr(studio, name)(body)
+            finally:
+                studio.lock.release()
+        studio.dropped += 1
+        raise ConnectionAbortedError("the client hung up before its answer")
+
+    def client_gone(self) -> bool:
+        """Whether the client closed its side: the socket reads as at its end (a request's body is read by now,
+        so anything readable is the end or a reset)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     # ------------------------------------------------------------ checks
 
@@ -327,7 +445,12 @@ class Handler(BaseHTTPRequestHandler):
         if length is None or not length.isdigit():
             raise RequestError(411, "a Content-Length header is required")
         if int(length) > MAX_BODY:
-            raise RequestError(413, f"the body is {int(length):,} bytes; at most {MAX_BODY:,} are read")
+            raise RequestError(
+                413,
+                f"the text is too long to send: the request is {int(length):,} bytes and the studio reads at most "
+                f"{MAX_BODY:,} (the tokenizer view takes {MAX_TOKENIZER_TEXT:,} characters, the other views the "
+                "model's context); shorten it",
+            )
         try:  # the house's JSON reader: "the body: line 1 column 2: Expecting value", "... must hold a JSON object"
             return parse_json(self.rfile.read(int(length)), "the body", expect=dict, max_depth=MAX_DEPTH)
         except ValueError as error:
@@ -337,6 +460,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def send_json(self, status: int, data: dict) -> None:
         body = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+        if len(body) > MAX_ANSWER:
+            message = f"the answer would be {len(body):,} bytes, more than {MAX_ANSWER:,}: ask for fewer heads"
+            return self.send_json(413, {"error": message})
         self.send(status, body, "application/json")
 
     def send(self, status: int, body: bytes, kind: str, headers: dict | None = None) -> None:

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..checks import check_index
 from ..generate import decodable_ids, generate_ids
+from ..model.positions import POSITIONS
 from ..tokenizer.explain import explain
 from ..training.logs import LOSS_CSV, read_loss_csv
 from .attention import attention_weights
@@ -81,15 +82,45 @@ def model_view(model, source: str, has_run: bool) -> dict:
     c = model.config
     return {
         "description": describe_model(model),
+        "architecture": architecture(c),
         "source": source,
         "vocab_size": c.vocab_size,
         "context": c.max_seq_len,
         "layers": c.num_layers,
         "heads": c.num_heads,
+        "kv_heads": c.num_kv_heads,
+        "kv_head_of": kv_head_of(c),
+        "head_dim": c.head_dim,
         "d_model": c.d_model,
+        "norm": c.norm,
+        "position": c.position,
+        "tied": c.tie_weights,
         "attention": c.attention,
         "training": has_run,
     }
+
+
+def kv_head_of(config) -> list[int]:
+    """The key/value head each query head attends with: ``h // G``, ``G = H / H_kv`` (``ops/attention.py``)."""
+    group = config.num_heads // config.num_kv_heads
+    return [h // group for h in range(config.num_heads)]
+
+
+def architecture(config) -> str:
+    """One sentence naming the model's parts: ``"4 query heads of width 8 over 2 key/value heads (query heads
+    0-1 share key/value head 0, 2-3 head 1); rmsnorm; rope positions (q and k rotated by their positions, no
+    parameters); swiglu MLP; untied unembedding (lm_head)"``."""
+    H, H_kv, owner = config.num_heads, config.num_kv_heads, kv_head_of(config)
+    groups = [[h for h in range(H) if owner[h] == g] for g in range(H_kv)]
+    shared = "; ".join(f"query heads {g[0]}-{g[-1]} share key/value head {n}" for n, g in enumerate(groups))
+    heads = (
+        f"{H} heads of width {config.head_dim}, each with its own keys and values"
+        if H == H_kv
+        else f"{H} query heads of width {config.head_dim} over {H_kv} key/value heads ({shared})"
+    )
+    about = POSITIONS[config.position].about.split(": ", 1)[-1]
+    tied = "tied unembedding (the token table)" if config.tie_weights else "untied unembedding (lm_head)"
+    return f"{heads}; {config.norm}; {config.position} positions ({about}); {config.activation} MLP; {tied}"
 
 
 def tokenizer_view(tokenizer, text: str) -> dict:

@@ -4,18 +4,35 @@
 const embedded = document.getElementById("data");
 export const STATIC = embedded ? JSON.parse(embedded.textContent) : null;
 const TOKEN = new URLSearchParams(location.search).get("token") || "";
+export const GONE = "The studio's server is not answering: it has stopped. Start numforge studio again and open " +
+  "the URL it prints; this page asks nothing more until then.";
+let gone = false;
 
-/* route's answer (a promise): a GET without a body, a POST of body as JSON */
-export function api(route, body) {
+/* whether the server stopped answering (a request failed to connect): then no request is sent any more */
+export function serverGone() { return gone; }
+
+/* route's answer (a promise): a GET without a body, a POST of body as JSON; signal (an AbortSignal, or
+   undefined) cancels it. A refusal rejects with the server's message and the field at fault (error.field). */
+export function api(route, body, signal) {
   if (STATIC) return staticAnswer(route, body || {});
-  var init = { method: body ? "POST" : "GET", headers: { "X-Numforge-Token": TOKEN } };
+  if (gone) return Promise.reject(new Error(GONE));
+  var init = { method: body ? "POST" : "GET", headers: { "X-Numforge-Token": TOKEN }, signal: signal };
   if (body) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }
-  return fetch(route, init).then(function (response) {
+  return fetch(route, init).catch(function (error) {
+    if (error.name === "AbortError") throw error;
+    gone = true;
+    document.body.setAttribute("data-server", "gone");
+    throw new Error(GONE);
+  }).then(function (response) {
     return response.json().then(function (data) {
-      if (!response.ok) throw new Error(data.error || "error " + response.status);
+      if (!response.ok) {
+        var refused = new Error(data.error || "error " + response.status);
+        refused.field = data.field || null;
+        throw refused;
+      }
       return data;
     });
   });

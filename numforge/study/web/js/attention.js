@@ -30,7 +30,7 @@ export const attentionView = {
     $("att-note").textContent = "Layer " + d.layer + ", head " + state.head + ": rows are queries, columns keys; the " +
       "masked upper triangle is blank; hover a cell for its weight. The " + d.path + " path's weights" +
       (d.path === "tiled" ? " (rebuilt from its saved log-sum-exp, P = exp(S - L))" : " (kept in its cache)") +
-      ", sent as float16 (about 3 significant digits).";
+      ", sent as float16 (about 3 significant digits). " + sharing(state.model, state.head);
     tokenStrip($("att-tokens"), d.tokens, {
       onHover: function (i) { if (self.grid) self.grid.setMark(i, i); if (i >= 0) self.focus(i, -1); }
     });
@@ -73,16 +73,27 @@ export const attentionView = {
     $("att-focus").textContent = text;
   },
   thumbs: function (scale) {
-    var box = clear($("att-thumbs")), self = this;
+    var box = clear($("att-thumbs")), self = this, m = state.model;
+    this.kvOf = m.kv_head_of && m.kv_heads < m.heads ? m.kv_head_of : null;
     this.heads.forEach(function (headData, h) {
       var fig = el("figure", h === state.head ? "on" : "");
       fig.appendChild(thumbnail(headData, scale, self.answer.T));
-      fig.appendChild(el("figcaption", null, "head " + h));
+      fig.appendChild(el("figcaption", null, "head " + h + (self.kvOf ? " \u00b7 kv " + self.kvOf[h] : "")));
       fig.addEventListener("click", function () { state.head = h; $("att-head").value = String(h); self.draw(); });
       box.appendChild(fig);
     });
   }
 };
+
+/* which key/value head query head h reads, and which query heads share it (grouped-query attention) */
+function sharing(m, h) {
+  if (!m.kv_head_of) return "";
+  if (m.kv_heads === m.heads) return "Every head has its own keys and values (" + m.heads + " heads).";
+  var g = m.kv_head_of[h], mates = [];
+  m.kv_head_of.forEach(function (owner, q) { if (owner === g) mates.push(q); });
+  return "Grouped-query attention: " + m.heads + " query heads share " + m.kv_heads + " key/value heads; head " + h +
+    " reads key/value head " + g + ", with query heads " + mates.join(", ") + ".";
+}
 
 /* the layer and head choices, once: an inspector page holds layers 0..held-1, the others are studio-only */
 function fillChoices(m) {

@@ -3,10 +3,10 @@
 import { fmt } from "./dom.js";
 import { sharp } from "./draw.js";
 
-/* series: [{column, color, name, dots}]; level: {value, name}, a dashed line (or null) */
-export function chart(canvas, rows, series, level) {
+/* series: [{column, color, name, dots}]; level: {value, name}, a dashed line (or null); yName: the y axis */
+export function chart(canvas, rows, series, level, yName) {
   var width = Math.min(900, canvas.parentNode.clientWidth), height = canvas.classList.contains("small") ? 140 : 320;
-  var ctx = sharp(canvas, width, height), pad = { l: 56, r: 12, t: 12, b: 26 };
+  var ctx = sharp(canvas, width, height), pad = { l: 64, r: 12, t: 12, b: 34 };
   ctx.fillStyle = "#fff";
   ctx.fillRect(0, 0, width, height);
   var values = [];
@@ -21,23 +21,43 @@ export function chart(canvas, rows, series, level) {
     X: function (x) { return pad.l + (x - x0) / (x1 - x0) * (width - pad.l - pad.r); },
     Y: function (y) { return height - pad.b - (y - y0) / (y1 - y0) * (height - pad.t - pad.b); }
   };
-  drawAxes(plot, [y0, (y0 + y1) / 2, y1], x0, x1, rows[rows.length - 1][0]);
+  canvas.setAttribute("data-x-ticks", drawAxes(plot, y0, y1, x0, x1, yName).join(","));
   if (level) drawLevel(plot, level);
   series.forEach(function (s, n) { drawSeries(plot, rows, s, n); });
 }
 
-/* the frame, three values up the side, the first and last steps along the bottom */
-function drawAxes(plot, ticks, x0, x1, lastStep) {
-  var ctx = plot.ctx, pad = plot.pad;
+/* round steps (1, 2 or 5 times a power of ten) from lo to hi, about count of them */
+export function niceTicks(lo, hi, count) {
+  var raw = (hi - lo) / count, power = Math.pow(10, Math.floor(Math.log10(raw))), ticks = [];
+  var step = [1, 2, 5, 10].map(function (m) { return m * power; }).filter(function (s) { return s >= raw; })[0];
+  for (var t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) ticks.push(Number(t.toPrecision(12)));
+  return ticks;
+}
+
+/* the frame, round values up the side (named by yName) and round steps along the bottom (returned), with grid
+   lines */
+function drawAxes(plot, y0, y1, x0, x1, yName) {
+  var ctx = plot.ctx, pad = plot.pad, right = plot.width - pad.r, bottom = plot.height - pad.b;
   ctx.strokeStyle = "#999";
-  ctx.strokeRect(pad.l, pad.t, plot.width - pad.l - pad.r, plot.height - pad.t - pad.b);
+  ctx.strokeRect(pad.l, pad.t, right - pad.l, bottom - pad.t);
   ctx.fillStyle = "#333";
   ctx.font = "11px system-ui, sans-serif";
+  ctx.strokeStyle = "#eee";
   ctx.textAlign = "right";
-  ticks.forEach(function (y) { ctx.fillText(fmt(y, 3), pad.l - 4, plot.Y(y) + 4); });
+  niceTicks(y0, y1, plot.height > 200 ? 5 : 2).forEach(function (y) {
+    ctx.fillText(fmt(y, 3), pad.l - 4, plot.Y(y) + 4);
+    ctx.beginPath(); ctx.moveTo(pad.l + 1, plot.Y(y)); ctx.lineTo(right - 1, plot.Y(y)); ctx.stroke();
+  });
   ctx.textAlign = "center";
-  ctx.fillText("step " + x0, plot.X(x0) + 20, plot.height - 8);
-  ctx.fillText("step " + lastStep, plot.X(x1) - 30, plot.height - 8);
+  var steps = niceTicks(x0, x1, Math.max(2, Math.floor((right - pad.l) / 90)));
+  steps.forEach(function (x) { ctx.fillText(String(x), plot.X(x), bottom + 14); });
+  ctx.fillText("step", (pad.l + right) / 2, plot.height - 2);
+  ctx.save();
+  ctx.translate(12, (pad.t + bottom) / 2);
+  ctx.rotate(-Math.PI / 2);
+  ctx.fillText(yName, 0, 0);
+  ctx.restore();
+  return steps;
 }
 
 function drawLevel(plot, level) {

@@ -1,11 +1,11 @@
 /* The Next token view: one position's path from the model to a token, as numforge sample takes it (h, the
    logits, softmax at a temperature, top-k and top-p, the chosen token); "Append and step" and "Generate 10". */
 
-import { api, STATIC } from "./api.js";
-import { ask, fail, working } from "./ask.js";
+import { STATIC } from "./api.js";
+import { ask, superseded } from "./ask.js";
 import { $, cell, clear, el, fmt, head, row, wrapCell } from "./dom.js";
 import { sharp } from "./draw.js";
-import { promptBody, promptBox, state } from "./state.js";
+import { promptBody, state } from "./state.js";
 import { chip, tokenStrip } from "./tokens.js";
 
 /* the sampling settings of the controls, as the server's routes take them */
@@ -37,11 +37,12 @@ export const nextView = {
   draw: function (d) {
     var tokens = d.tokens;
     this.tokens = tokens;
-    if (!state.ids) state.promptLength = tokens.length;
-    else promptBox.value = d.text;  /* the prompt and what was generated, decoded */
+    if (!state.ids) state.promptLength = tokens.length;  /* the prompt box is the learner's: never written */
+    $("next-generated-info").textContent = state.ids ? "Generated so far (after the " + state.promptLength +
+      " tokens of the prompt; typing, or Back to the prompt, returns to the text in the box):" : "Generated so far:";
     tokenStrip($("next-tokens"), tokens, {
       selected: d.position,
-      onClick: function (i) { state.position = i === tokens.length - 1 ? null : i; nextView.load(); },
+      onClick: STATIC ? null : function (i) { state.position = i === tokens.length - 1 ? null : i; nextView.load(); },
       className: function (i) { return i >= state.promptLength ? "new" : ""; }
     });
     var label = function (id) { return d.labels[String(id)]; };
@@ -115,21 +116,24 @@ function continueWith(ids) {
 $("next-step").addEventListener("click", function () {
   var d = nextView.answer;
   if (!d) return;
+  state.promptLength = Math.min(state.promptLength, d.position + 1);
   continueWith(currentIds().slice(0, d.position + 1).concat([d.chosen.id]));
 });
+/* the generation is the Next token view's question: typing or a new setting aborts it, and its tokens go to
+   the generated strip only */
 $("next-generate").addEventListener("click", function () {
   if (!nextView.tokens) return;
-  var room = state.model.context - nextView.tokens.length;
-  working(1);
-  api("/api/generate", Object.assign({ ids: currentIds(), count: Math.min(10, room) }, settings())).then(function (g) {
-    continueWith(currentIds().concat(g.ids));
-  }).catch(fail).then(function () { working(-1); });
+  var ids = currentIds(), room = state.model.context - ids.length;
+  ask("next", "/api/generate", Object.assign({ ids: ids, count: Math.min(10, room) }, settings()), function (g) {
+    continueWith(ids.concat(g.ids));
+  }, $("next-generated"));
 });
 $("next-reset").addEventListener("click", function () { continueWith(null); });
 ["next-temperature", "next-top-k", "next-top-p", "next-seed"].forEach(function (id) {
   var timer = null;
   $(id).addEventListener("input", function () {
     showTemperature();
+    superseded("next");
     clearTimeout(timer);
     timer = setTimeout(function () { nextView.load(); }, 120);
   });

@@ -4,7 +4,7 @@
    navigation: the tabs, the URL's #view, the prompt typed; each view is its own module. */
 
 import { api, STATIC } from "./api.js";
-import { fail } from "./ask.js";
+import { fail, superseded } from "./ask.js";
 import { attentionView } from "./attention.js";
 import { $ } from "./dom.js";
 import { nextView } from "./next.js";
@@ -29,6 +29,7 @@ function show(view) {
 
 let typing = null;
 promptBox.addEventListener("input", function () {
+  (VIEWS[state.view].supersede || function () { superseded(state.view); })();  /* greyed and aborted at once */
   clearTimeout(typing);
   typing = setTimeout(function () {
     state.ids = null;
@@ -59,7 +60,7 @@ function readOnly() {
 
 api("/api/model").then(function (m) {
   state.model = m;
-  $("model").textContent = m.source || m.description;
+  $("model").textContent = (m.source || m.description) + (m.architecture ? ". " + m.architecture : "");
   if (STATIC) readOnly();
   else $("prompt-info").textContent = "up to " + m.context + " tokens (the model's context).";
   var wanted = location.hash.slice(1);

@@ -1,7 +1,7 @@
 /* The Forward and backward view: every stage of the forward pass and every gradient of the backward, read from
    the model's own caches, at a chosen position; the predictions at each position; the logit lens. */
 
-import { ask } from "./ask.js";
+import { ask, superseded } from "./ask.js";
 import { $, cell, clear, el, fmt, head, row } from "./dom.js";
 import { BLUES, drawKey, ramp, redrawOnResize } from "./draw.js";
 import { Grid } from "./grid.js";
@@ -10,6 +10,7 @@ import { hideTip, showTip } from "./tip.js";
 import { tokenStrip } from "./tokens.js";
 
 export const traceView = {
+  supersede: function () { superseded("trace"); superseded("lens", $("trace-lens")); },
   load: function () {
     ask("trace", "/api/trace", promptBody({ position: state.position }), function (d) { traceView.draw(d); });
   },
