@@ -226,8 +226,8 @@ def test_a_finite_difference_backward_is_refused(tmp_path, capsys):
     status, captured = grade(tmp_path, capsys, source, "--only", "layer_norm")
     assert status == 1
     assert (
-        "refused: layer_norm: layer_norm_backward runs the forward layer_norm_forward at a perturbation of an "
-        "array it was given (1 of its 30 entries moved, by up to 1.0e-06): a finite difference" in captured.out
+        "refused: layer_norm: layer_norm_backward holds 'x', an array it was given with 1 of its 30 entries moved "
+        "by up to 1.0e-06 (a difference's step): a finite difference" in captured.out
     )
     again = LAYER_NORM.replace(
         "def layer_norm_backward(dy, cache: LayerNormCache):",
