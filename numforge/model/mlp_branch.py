@@ -41,9 +41,9 @@ def mlp_branch_forward(x, p, config, *, rng=None):
     B, T, C = x.shape
     h, norm_cache = norm_forward(x.reshape(B * T, C), p, PRE_MLP_NORM, config)  # (B,T,C) -> (N,C)
     activation = ACTIVATIONS[config.activation]
-    projected = [linear_layer_forward(h, p, projection(name)) for name in activation.inputs]  # each (N,C) -> (N,F)
+    projected = [linear_layer_forward(h, p, projection(name), rng) for name in activation.inputs]  # each (N,C) -> (N,F)
     act, act_cache = activation.forward(*(y for y, _ in projected), **config.activation_options())  # (N,F)
-    m, down_cache = linear_layer_forward(act, p, DOWN_PROJ)  # (N,F) -> (N,C)
+    m, down_cache = linear_layer_forward(act, p, DOWN_PROJ, rng)  # (N,F) -> (N,C)
     m, drop_cache = dropout_if(m, config, rng)
     projection_caches = tuple(cache for _, cache in projected)
     return m.reshape(B, T, C), MlpBranchCache(norm_cache, projection_caches, act_cache, down_cache, drop_cache)

@@ -41,17 +41,23 @@ class UnembeddingLossCache(NamedTuple):
     h_shape: tuple
 
 
-def unembedding_loss_forward(h, table, targets, ignore_index: int, with_gradients: bool = True):
+def unembedding_loss_forward(
+    h, table, targets, ignore_index: int, with_gradients: bool = True, table_grad: bool = True
+):
     """``(loss, cache)`` for ``h (B,T,C)``, ``table (V,C)``, ``targets (B,T)``.
 
     ``with_gradients`` chooses the fused route; otherwise logits of at most
     ``MATERIALIZED_LOGITS_LIMIT`` elements are materialized and larger ones
-    chunked. Every route has a backward.
+    chunked. Every route has a backward. A frozen table (LoRA: ``table_grad`` False) has no gradient on the
+    fused route: its backward gives ``dtable`` None.
     """
     B, T, C = h.shape
     rows, flat_targets = h.reshape(B * T, C), targets.reshape(B * T)  # (B,T,C) -> (N,C)
     if with_gradients:
-        route, (loss, op_cache) = "fused", tied_cross_entropy_with_grads(rows, table, flat_targets, ignore_index)
+        route, (loss, op_cache) = (
+            "fused",
+            tied_cross_entropy_with_grads(rows, table, flat_targets, ignore_index, table_grad=table_grad),
+        )
     elif B * T * table.shape[0] > MATERIALIZED_LOGITS_LIMIT:
         route, (loss, op_cache) = "chunked", tied_cross_entropy_forward(rows, table, flat_targets, ignore_index)
     else:
