@@ -75,7 +75,7 @@ def _source_options(value) -> bool:
 
 
 STATE_FIELDS = {
-    "": object_with({"step", "sampler", "settings", "data"}, {"world_size", "threads"}),  # the whole file
+    "": object_with({"step", "sampler", "settings", "data"}, {"world_size", "threads", "lora"}),  # the whole file
     "step": integer(0),
     "world_size": integer(1),
     "threads": integer(1),
@@ -96,6 +96,9 @@ STATE_FIELDS = {
         _source_options, f"an object of non-empty strings 'glob', 'text_field' and 'errors' (one of {ERRORS})"
     ),
     "settings": object_with(SETTINGS_FIELDS - {"grad_accum"}, {"grad_accum"}),  # grad_accum: 1 when absent
+    # a LoRA run's adapters (params.npz holds them alone) and the frozen model they adapt
+    "lora": object_with({"rank", "alpha", "dropout", "targets", "base"}),
+    "lora.base": expect(lambda v: isinstance(v, str) and v != "", "the path of the pretrained model"),
 }
 
 
@@ -105,7 +108,7 @@ def check_state(state: dict, path: Path, step_in_name: int | None) -> TrainSetti
         *parents, last = dotted.split(".") if dotted else [""]
         holder = state
         for key in parents:
-            holder = holder[key]
+            holder = holder.get(key, {})  # an optional object absent ("lora"): its fields are not checked
         if not dotted:
             check(state, f"{path}: the file")
         elif last in holder:
