@@ -28,15 +28,14 @@ def common(tmp_path):
     return [*flags, "--no-progress", "--eval-every", "2", "--save-every", "2", "--threads", "2"]
 
 
+def lora_train(base, out, steps: int, common) -> int:
+    return cli.main(["train", "--init-from", str(base), "--out", str(out), "--max-steps", str(steps), *LORA, *common])
+
+
 def test_lora_run_saves_adapters_alone_and_resumes_bit_for_bit(llama_dir, tmp_path, common):
     straight, split = tmp_path / "straight", tmp_path / "split"
-    assert (
-        cli.main(["train", "--init-from", str(llama_dir), "--out", str(straight), "--max-steps", "4", *LORA, *common])
-        == 0
-    )
-    assert (
-        cli.main(["train", "--init-from", str(llama_dir), "--out", str(split), "--max-steps", "2", *LORA, *common]) == 0
-    )
+    assert lora_train(llama_dir, straight, 4, common) == 0
+    assert lora_train(llama_dir, split, 2, common) == 0
     assert cli.main(["train", "--resume", str(split), "--max-steps", "4", "--no-progress"]) == 0
     a, b = checkpoint.load_checkpoint(straight), checkpoint.load_checkpoint(split)
     assert a.params.keys() == b.params.keys() and all(np.array_equal(a.params[n], b.params[n]) for n in a.params)
@@ -57,6 +56,23 @@ def test_lora_run_saves_adapters_alone_and_resumes_bit_for_bit(llama_dir, tmp_pa
     assert all(a.params[n].any() for n in a.params)  # every adapter moved (B from zero too)
     ids = np.arange(12).reshape(1, 12) % base.config.vocab_size
     assert not np.allclose(tuned.logits(ids), base.logits(ids))  # ... and the adapted model differs
+
+
+def test_convert_writes_a_lora_run_merged_or_as_a_peft_adapter(llama_dir, tmp_path, common, capsys):
+    run = tmp_path / "run"
+    assert lora_train(llama_dir, run, 2, common) == 0
+    assert cli.main(["convert", str(run), str(tmp_path / "merged")]) == 0
+    assert cli.main(["convert", str(run), str(tmp_path / "adapter"), "--peft"]) == 0
+    written = sorted(p.name for p in (tmp_path / "adapter").iterdir())
+    assert written == ["adapter_config.json", "adapter_model.safetensors"]
+    adapted, _ = load_model(run, "float64")
+    merged, _ = load_model(tmp_path / "merged", "float64")
+    assert merged.lora is None and adapted.lora is not None
+    ids = np.arange(24).reshape(2, 12) % adapted.config.vocab_size
+    np.testing.assert_allclose(merged.logits(ids), adapted.logits(ids), rtol=0, atol=1e-5)  # float32 files
+    assert cli.main(["convert", str(llama_dir), str(tmp_path / "numforge")]) == 0
+    assert cli.main(["convert", str(tmp_path / "numforge"), str(tmp_path / "x"), "--peft"]) != 0
+    assert "--peft writes a LoRA run's adapters" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -46,7 +46,7 @@ from .blocks import BlockCache, ResidualStep, block_backward_steps, block_forwar
 from .config import GPTConfig
 from .kv_cache import KVCache
 from .layers import LayerParams, dropout_if, dropout_if_backward, norm_backward, norm_forward
-from .lora import LoraConfig, adapter_shapes, adapters, init_adapters
+from .lora import LoraConfig, adapter_shapes, adapters, init_adapters, merged_params
 from .names import (
     FINAL_NORM,
     LM_HEAD,
@@ -214,6 +214,13 @@ class GPT:
         self.layers = [
             LayerParams(self.params, f"layers.{i}.", lora, self.adapters, layout) for i in range(self.config.num_layers)
         ]
+
+    def merged(self) -> GPT:
+        """A new model without adapters whose weights hold them: ``W + (alpha / r) A B`` (``lora.merged_params``)."""
+        if self.lora is None:
+            raise ValueError("this model has no LoRA adapters to merge")
+        params = merged_params(self.params, self.adapters, self.config, self.lora)
+        return GPT(self.config, dtype=self.dtype, params=params)
 
     @property
     def trainable(self) -> dict:

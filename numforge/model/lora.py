@@ -156,3 +156,18 @@ def init_adapters(config, lora: LoraConfig, seed: int) -> dict[str, np.ndarray]:
         else:
             values[name] = np.zeros(shape)
     return values
+
+
+def merged_params(params: dict, adapter_values: dict, config, lora: LoraConfig) -> dict:
+    """The base ``params`` with every adapter folded in, new arrays: ``W[:, start:stop] += (alpha / r) A B``
+    (``A B`` is ``(C_in, stop - start)``, the columns the adapter writes). The merged model computes, without
+    dropout, what the adapted one does: ``x (W + s A B) = x W + s x A B``."""
+    merged = dict(params)
+    for i in range(config.num_layers):
+        for adapter in adapters(config, lora):
+            name, prefix = f"layers.{i}.{adapter.part}.weight", f"layers.{i}.{adapter.name}"
+            weight = merged[name] if merged[name] is not params[name] else params[name].copy()
+            update = adapter_values[f"{prefix}.{A}"] @ adapter_values[f"{prefix}.{B}"]  # (C_in,r) @ (r,cols)
+            weight[:, adapter.start : adapter.stop] += lora.scale * update
+            merged[name] = weight
+    return merged
