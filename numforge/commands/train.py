@@ -28,6 +28,7 @@ GROUPS = {  # the help's sections: RunSpec's and TrainSettings' fields say which
     "run": "run",
     "model": "model (fixed when a run starts)",
     "optimization": "optimization (fixed when a run starts)",
+    "lora": "LoRA adapters (with --init-from; fixed when a run starts)",
 }
 SPEC_FLAGS = [*spec_flags(RunSpec), *spec_flags(TrainSettings)]  # the fields a flag of their name sets
 # how messages name the run's fields: by the flags that set them ("num_heads" -> "--heads")

@@ -67,13 +67,21 @@ class Run:
     world_size: int = 1  # MPI ranks that ran the steps so far (recorded in checkpoints)
     threads: int = 1  # threads per rank that ran them (threads.py; recorded too)
     stopped_by: int | None = None  # the signal that stopped the last ``train`` (SIGINT, SIGTERM), if one did
+    lora_base: str | None = None  # a LoRA run's pretrained model (its path, resolved): the frozen weights
+
+    def _lora_state(self) -> dict:
+        """``{"lora": {rank, alpha, dropout, targets, base}}`` for a LoRA run (its checkpoints hold the adapters
+        alone), else nothing."""
+        if self.model.lora is None:
+            return {}
+        return {"lora": {**self.model.lora.to_dict(), "base": self.lora_base}}
 
     def save(self) -> Path:
         """Checkpoint the run at its current step (atomically), and write the loss log."""
         self.last_checkpoint = save_checkpoint(
             self.run_dir,
             step=self.step,
-            params=self.model.params,
+            params=self.model.trainable,
             optimizer_state=self.optimizer.state_dict(),
             config=self.model.config.to_dict(),
             tokenizer=self.tokenizer.to_dict(),
@@ -84,6 +92,7 @@ class Run:
                 "data": self.data_info,
                 "world_size": self.world_size,
                 "threads": self.threads,
+                **self._lora_state(),
             },
         )
         self.saved_step = self.step
@@ -185,13 +194,15 @@ def new_run(
     tokens=None,
     cache_dir=None,
     model: GPT | None = None,
+    lora_base: str | None = None,
 ) -> Run:
     """A fresh run in ``run_dir`` (which must not hold a checkpoint yet), on ``tokens`` or the text of ``data``.
 
     ``model_options`` are GPTConfig fields besides ``vocab_size`` and
     ``max_seq_len``, which come from the tokenizer and ``settings.seq_len``.
     ``model``, when given, is the model to start from (``--init-from``,
-    ``init_from.start_from``) instead of a fresh one of ``model_options``.
+    ``init_from.start_from``) instead of a fresh one of ``model_options``; with LoRA adapters, ``lora_base``
+    is the path it was read from (a resume reads the frozen weights there again).
     """
     run_dir = check_new_run_dir(run_dir)
     if model is None:
@@ -202,9 +213,9 @@ def new_run(
     train_tokens, val_tokens, info = _open_tokens(tokenizer, settings, data=data, tokens=tokens, cache_dir=cache_dir)
     if model is None:
         model = GPT(config, seed=settings.seed)
-    optimizer = AdamW(model.params, lr=settings.lr, betas=BETAS, weight_decay=settings.weight_decay)
+    optimizer = AdamW(model.trainable, lr=settings.lr, betas=BETAS, weight_decay=settings.weight_decay)
     sampler = BatchSampler(train_tokens, settings.batch_size, settings.seq_len, settings.seed)
-    return Run(run_dir, model, optimizer, tokenizer, sampler, val_tokens, settings, info)
+    return Run(run_dir, model, optimizer, tokenizer, sampler, val_tokens, settings, info, lora_base=lora_base)
 
 
 def resume_run(
@@ -252,6 +263,7 @@ def resume_run(
         saved_step=step,
         world_size=int(state.get("world_size", 1)),
         threads=int(state.get("threads", 1)),
+        lora_base=state["lora"]["base"] if "lora" in state else None,
     )
 
 
@@ -297,7 +309,7 @@ def _restore_model(checkpoint, settings: TrainSettings, trust_pattern: bool) -> 
 
 def _restore_optimizer(checkpoint, model: GPT, settings: TrainSettings) -> AdamW:
     """AdamW over the model's parameters, its moments and step those of ``optimizer.json`` and ``optimizer.npz``."""
-    optimizer = AdamW(model.params, lr=settings.lr, betas=BETAS, weight_decay=settings.weight_decay)
+    optimizer = AdamW(model.trainable, lr=settings.lr, betas=BETAS, weight_decay=settings.weight_decay)
     try:
         optimizer.load_state_dict(checkpoint.optimizer_state)
     except (ValueError, TypeError) as err:

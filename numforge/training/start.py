@@ -78,4 +78,10 @@ def _fine_tune(spec: RunSpec, out, settings: TrainSettings) -> Run:
     flags = {spec.name(field): (field, value) for field, value in spec.model.items()}
     model, tokenizer = start_from(spec.init_from, spec.settings.get("seq_len"), flags, spec.trust_pattern)
     settings = dataclasses.replace(settings, seq_len=min(settings.seq_len, model.config.max_seq_len))
-    return new_run(out, settings, {}, tokenizer, data=spec.source(), cache_dir=spec.cache_dir, model=model)
+    lora = spec.lora_config()
+    if lora is not None:
+        model.add_lora(lora, seed=settings.seed)
+    base = None if lora is None else str(Path(spec.init_from).resolve())
+    return new_run(
+        out, settings, {}, tokenizer, data=spec.source(), cache_dir=spec.cache_dir, model=model, lora_base=base
+    )
