@@ -267,16 +267,8 @@ def tied_cross_entropy_with_grads(
         pick = (xp.arange(t.shape[0]), t)
         z = _logits(h_chunk, table, softcap)  # (n, C) @ (C, V) -> (n, V)
         slope = None if softcap is None else softcap_slope(z, softcap)  # (n, V) 1 - (z / c)^2
-        picked = z[pick]  # z[t], (n,), read before z is overwritten
-        row_max = z.max(axis=1)  # (n,)
-        z -= row_max[:, None]
-        exp_shifted = xp.exp(z, out=z)  # E = exp(z - max) <= 1, in place, (n, V)
-        row_total = row_sums(exp_shifted)  # l = sum of E, (n,)
-        nll = xp.log(row_total)
-        nll += row_max  # logsumexp(z)
-        nll -= picked
-        nll *= counted
-        total += float(nll.sum(dtype="float64"))
+        exp_shifted, row_total, nll_sum = _exp_shifted_and_nll(z, pick, counted, xp)  # z becomes E, (n, V)
+        total += nll_sum
         # dz = E / l - onehot(t) = r (E - l onehot(t)) with r = [counted] / l per row. The row factor r
         # scales the two (n, C) operands of the products instead of the (n, V) array: a pass over
         # (n, V) saved, the same products. Ignored rows get r = 0.
@@ -294,6 +286,21 @@ def tied_cross_entropy_with_grads(
     loss = _loss_array(total, count, h.dtype, xp)
     dtable_of_sum = xp.ascontiguousarray(dtable_transposed.T) if table_grad else None  # (C, V) -> (V, C)
     return loss, TiedCrossEntropyGrads(dh_of_sum, dtable_of_sum, count, tuple(h.shape))
+
+
+def _exp_shifted_and_nll(z, pick, counted, xp):
+    """``(E, l, sum of nll)`` of a chunk's logits ``z (n, V)``, in place: ``E = exp(z - max) <= 1`` overwrites
+    ``z``, ``l`` is its row sums ``(n,)``, and ``nll = logsumexp(z) - z[t]`` is summed over the ``counted`` rows."""
+    picked = z[pick]  # z[t], (n,), read before z is overwritten
+    row_max = z.max(axis=1)  # (n,)
+    z -= row_max[:, None]
+    exp_shifted = xp.exp(z, out=z)  # E = exp(z - max) <= 1, in place, (n, V)
+    row_total = row_sums(exp_shifted)  # l = sum of E, (n,)
+    nll = xp.log(row_total)
+    nll += row_max  # logsumexp(z)
+    nll -= picked
+    nll *= counted
+    return exp_shifted, row_total, float(nll.sum(dtype="float64"))
 
 
 def scale_tied_cross_entropy_grads(dloss, cache: TiedCrossEntropyGrads):
