@@ -38,12 +38,15 @@ from ..data import BatchSampler, Source, as_source, open_prepared, prepared_for
 from ..data.tokenizers import tokenizer_hash
 from ..locks import DirectoryLock
 from ..model import GPT, GPTConfig
+from ..model.lora import LoraConfig
 from ..optim import AdamW
 from ..tokenizer import BPETokenizer
 from .logs import LOSS_CSV, read_loss_csv, write_loss_csv
 from .memory_plan import check_plan_fits
 from .spec import RESUMABLE, TrainSettings
 from .state import check_state
+
+LORA_FIELDS = ("rank", "alpha", "dropout", "targets")  # state.json's 'lora' besides its base
 
 BETAS = (0.9, 0.95)  # AdamW moment decay rates (0.95: the usual choice for transformers)
 
@@ -103,7 +106,7 @@ class Run:
 # ---------------------------------------------------------------- before starting: memory and the state file
 
 
-def check_run_fits(config: GPTConfig, settings: TrainSettings) -> None:
+def check_run_fits(config: GPTConfig, settings: TrainSettings, lora: LoraConfig | None = None) -> None:
     """``ValueError`` with the memory plan's table and the machine's limit when a training step cannot fit in
     memory (``memory_plan.py``), or when ``--recompute`` could not draw a block's dropout masks again: it copies
     the generators (``blocks.rng_copy``), and CuPy's hold a lock and their state on the device (read in CuPy's
@@ -118,6 +121,7 @@ def check_run_fits(config: GPTConfig, settings: TrainSettings) -> None:
         settings,
         f"training this model ({config.num_layers} layers, width {config.d_model}, vocabulary "
         f"{config.vocab_size}) on batches of {settings.batch_size} x {settings.seq_len} tokens",
+        lora,
     )
 
 
@@ -209,7 +213,7 @@ def new_run(
         config = GPTConfig(vocab_size=tokenizer.vocab_size, max_seq_len=settings.seq_len, **model_options)
     else:
         config = model.config
-    check_run_fits(config, settings)
+    check_run_fits(config, settings, None if model is None else model.lora)
     train_tokens, val_tokens, info = _open_tokens(tokenizer, settings, data=data, tokens=tokens, cache_dir=cache_dir)
     if model is None:
         model = GPT(config, seed=settings.seed)
@@ -298,8 +302,10 @@ def _restore_model(checkpoint, settings: TrainSettings, trust_pattern: bool) -> 
             f"{checkpoint.path / 'state.json'}: 'settings.seq_len' is {settings.seq_len}, longer than config.json's "
             f"max_seq_len {config.max_seq_len}"
         )
+    recorded = checkpoint.state.get("lora") if isinstance(checkpoint.state, dict) else None
     try:
-        check_run_fits(config, settings)
+        lora = None if recorded is None else LoraConfig.from_dict({k: recorded[k] for k in LORA_FIELDS})
+        check_run_fits(config, settings, lora)
     except ValueError as err:
         raise ValueError(f"checkpoint {checkpoint.path} (config.json, state.json 'settings'): {err}") from err
     model = restore_model(checkpoint)
