@@ -16,6 +16,7 @@ BENCHMARKS = {  # name -> one-line help; each is numforge/bench/<name>.py
     "prepare": "numforge prepare on 100 MB of stdlib source: MB/s at 1 and N workers, peak memory, vs tiktoken",
     "tokenizer": "BPE training and encoding on stdlib sources vs reference, HF tokenizers, tiktoken",
     "train": "training step (forward, backward, AdamW): tokens/s and MFU vs PyTorch eager",
+    "finetune": "LoRA fine-tuning step of a SmolLM2-135M-shaped model vs PEFT on transformers, and vs full fine-tuning",
     "generate": "greedy decoding with the KV cache at GPT-2 124M's shape: prefill, tokens/s, memory vs transformers",
 }
 
