@@ -55,14 +55,14 @@ def test_row_parts_cover_the_rows_in_order_in_nearly_equal_parts(start, count, t
 
 def test_part_weights_count_each_part_by_its_rows():
     rows = range(0, 10)
-    parts = row_parts(rows, 3)  # 4, 3, 3 rows
-    weights = [part_weight(part, parts, rows) for part in parts]
+    parts = row_parts(rows, 3)  # 4, 3, 3 full rows of 16 targets
+    weights = [part_weight(len(part) * 16, len(rows) * 16, len(parts)) for part in parts]
     assert weights == pytest.approx([1.2, 0.9, 0.9])
     # sum_p w_p mean_p / P is the mean over the 10 rows of any per-row values
     values = np.arange(10.0) ** 2
     means = [values[part.start : part.stop].mean() for part in parts]
     assert sum(w * m for w, m in zip(weights, means)) / len(parts) == pytest.approx(values.mean())
-    assert part_weight(range(0, 4), row_parts(range(0, 8), 2), range(0, 8)) is None  # equal parts: no scaling
+    assert part_weight(4 * 16, 8 * 16, 2) is None  # equal parts: no scaling
 
 
 def test_thread_count_from_the_flag_the_variable_or_the_cores(monkeypatch):

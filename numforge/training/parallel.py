@@ -6,12 +6,14 @@ m = B / (N K) rows (``--grad-accum K``), each cut into P parts for the
 rank's threads (``threads.py``; P = 1 on one thread), and adds up the
 gradients of their mean losses. Each rank divides its sum by its N K P
 parts, and one all-reduce over a single flat buffer holding every gradient
-then gives every rank the gradient of the mean loss over the global batch::
+then gives every rank the gradient of the mean loss over the global batch's
+C counted targets (those not ``IGNORE_INDEX``)::
 
-    g = (1 / (N K P)) * sum over ranks r, micro-batches k, parts p of  grad mean_loss(rows of r, k, p)
+    g = (1 / (N K P)) * sum over ranks r, micro-batches k, parts p of  w_p grad mean_loss(rows of r, k, p)
 
-(each part of equal size holds the same number of targets, so the mean of
-the means is the global mean; unequal parts are weighted, ``threads.py``).
+with ``w_p = N K P c_p / C`` for a part of ``c_p`` counted targets
+(``threads.part_weight``): 1, and skipped, when every part counts alike.
+Every rank holds the whole global batch, so each counts C itself.
 Clipping and AdamW then run identically on every rank, so the
 parameters stay identical; a checksum of them is compared across ranks at the
 start and at every evaluation.
@@ -42,6 +44,7 @@ from .. import interrupts
 from ..backend import array_module, asarray, backend_name, get_xp, is_cupy_array, to_numpy
 from ..blas import numpy_openblas
 from ..checks import check_bool, check_positive_int
+from ..model import IGNORE_INDEX
 from .threads import Threads, part_weight, row_parts
 
 LAUNCHER_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")  # set by mpiexec in every rank
@@ -298,9 +301,10 @@ class DataParallel:
             return loss, model.backward(cache)
 
         self.gradient_sum = self.gradient_sum or GradientSum(model.trainable)
+        weights = self._part_weights(y, micro)
         loss_sum, parts = 0.0, 0
         for rows in micro:
-            for loss, grads in self._on_threads(rows, gradients):
+            for loss, grads in self._on_threads(rows, gradients, weights):
                 loss_sum += loss
                 self.gradient_sum.add(grads, first=parts == 0)
                 parts += 1
@@ -308,39 +312,55 @@ class DataParallel:
         return loss, self.gradient_sum.mean(self.world, parts * self.world.size)
 
     def mean_loss(self, x, y, batch_size: int) -> float:
-        """The mean of the losses of ``x, y (M,T)`` cut in batches of ``batch_size``, evaluated without update.
+        """The mean loss over every counted target of ``x, y (M,T)``, evaluated without update.
 
         Each rank evaluates its ``M / N`` rows in micro-batches of
-        ``batch_size / (N K)``, each cut into parts for the threads; the sums
-        of their losses are all-reduced.
+        ``batch_size / (N K)``, each cut into parts for the threads and
+        weighted as in training (``_part_weights``); the sums of their losses
+        are all-reduced.
         """
 
         def loss(part: range):
             return self.model.forward(asarray(x[_slice(part)]), asarray(y[_slice(part)]), for_backward=False)[0], None
 
+        micro = micro_batches(self.world.rows(len(x)), self.micro_batch_size(batch_size))
+        weights = self._part_weights(y, micro)
         total, count = 0.0, 0
-        for rows in micro_batches(self.world.rows(len(x)), self.micro_batch_size(batch_size)):
-            losses = self._on_threads(rows, loss)
+        for rows in micro:
+            losses = self._on_threads(rows, loss, weights)
             total += sum(part_loss for part_loss, _ in losses) / len(losses)
             count += 1
         total, count = self.world.sum_floats((total, float(count)))
         return total / count
 
-    def _on_threads(self, rows: range, compute: Callable[[range], tuple]) -> list[tuple[float, dict | None]]:
+    def _part_weights(self, y, micro: list[range]) -> Callable[[range], float | None]:
+        """``part -> w_p``, the ``part_weight`` of a thread part of ``micro`` (this rank's micro-batches of the
+        global targets ``y (B,T)``) by its counted targets against those of all of ``y``, over every rank's parts."""
+        parts = self.world.size * len(micro) * len(row_parts(micro[0], self.threads.count))
+        total = counted_targets(y)
+        return lambda part: part_weight(counted_targets(y[_slice(part)]), total, parts)
+
+    def _on_threads(
+        self, rows: range, compute: Callable[[range], tuple], weights: Callable[[range], float | None]
+    ) -> list[tuple[float, dict | None]]:
         """``compute(part) -> (loss, grads or None)`` for each thread part of the micro-batch ``rows``, in order;
-        unequal parts scaled by ``P n_p / m`` in their threads, so that they add up as equal ones."""
-        parts = row_parts(rows, self.threads.count)
+        each scaled by its ``weights(part)`` in its thread (none when None), so that they add up as equal ones."""
 
         def weighted(part: range) -> tuple[float, dict | None]:
             loss, grads = compute(part)
-            weight = part_weight(part, parts, rows)
+            weight = weights(part)
             if weight is None:
                 return float(loss), grads
             for g in (grads or {}).values():
                 g *= weight  # the part's own fresh arrays
             return float(loss) * weight, grads
 
-        return self.threads.map(weighted, parts)
+        return self.threads.map(weighted, row_parts(rows, self.threads.count))
+
+
+def counted_targets(targets) -> int:
+    """How many of ``targets`` count in the loss: those not ``IGNORE_INDEX``."""
+    return int((targets != IGNORE_INDEX).sum())
 
 
 def _slice(rows: range) -> slice:

@@ -13,12 +13,16 @@ NumPy's BLAS threads (``ops/_parallel.py``), then runs on its part's thread.
 The parts' losses and gradients are added in the parts' order, never in the
 order the threads finish: a run at a fixed thread count repeats bit for bit,
 and resumes exactly; against one thread it differs by the order of float
-additions only. Each part's loss is the mean over its ``n_p`` rows, so the
-micro-batch's mean is ``sum_p (n_p / m) loss_p``, and the same weights hold
-for the gradients. Equal parts (16 rows on 2 threads) are added as they are
-and the ``1 / P`` joins the division by the number of micro-batches; unequal
-ones (10 rows on 3 threads: 4, 3, 3) are first scaled by ``P n_p / m`` (1.2,
-0.9, 0.9), in their own threads.
+additions only. Each part's loss is the mean over its ``c_p`` counted targets
+(those not ``IGNORE_INDEX``), so the mean over the ``C`` counted targets of the
+whole batch, cut into ``Q`` parts (ranks x micro-batches x threads), is
+``sum_p (c_p / C) loss_p``, and the same weights hold for the gradients. Parts
+that count alike (16 full rows on 2 threads) are added as they are and the
+``1 / Q`` joins the division by the number of parts; the others (10 rows on 3
+threads: 4, 3, 3; or rows with ignored targets) are first scaled by
+``Q c_p / C`` (1.2, 0.9, 0.9), in their own threads. A part with no counted
+target has loss 0 and zero gradients (``ops/cross_entropy.py``) and weight 0;
+a batch with none at all has loss 0 and zero gradients, as on one thread.
 
 The count: ``--threads N``, else ``$NUMFORGE_THREADS``, else every core this
 process may run on (``os.sched_getaffinity``); one under ``mpiexec`` (the
@@ -85,11 +89,15 @@ def row_parts(rows: range, count: int) -> list[range]:
     return parts
 
 
-def part_weight(part: range, parts: list[range], rows: range) -> float | None:
-    """``P n_p / m``, the factor that makes ``part``'s mean count as its share of ``rows``; None when all are equal."""
-    if len({len(p) for p in parts}) == 1:
+def part_weight(counted: int, total: int, parts: int) -> float | None:
+    """``Q c_p / C``, the factor that makes the mean of a part's ``counted`` targets (``c_p``) count as its share of
+    the ``total`` (``C``) of the batch's ``parts`` (``Q``) parts; None when it is 1 (the part counts ``C / Q``).
+
+    Example: 10 full rows on 3 threads, ``part_weight(4 * T, 10 * T, 3) == 1.2``.
+    """
+    if parts * counted == total:  # also a batch with no counted target: every part 0, loss 0
         return None
-    return len(parts) * len(part) / len(rows)
+    return parts * counted / total  # ints: one rounding, as P n_p / m for full rows
 
 
 class Threads:
