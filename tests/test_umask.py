@@ -47,8 +47,8 @@ def test_every_file_numforge_writes_follows_the_umask(tmp_path, under_umask, cap
     out = tmp_path / "out"
     common = ["--cache-dir", str(tmp_path / "cache"), "--seq-len", "16", "--batch-size", "2", "--no-progress"]
     commands = [
-        ["prepare", "--data", str(corpus), "--out", str(out / "tokens"), "--vocab-size", "300"],
         ["tokenizer", "train", "--data", str(corpus), "--vocab-size", "300", "--out", str(out / "tok.json")],
+        ["prepare", "--data", str(corpus), "--tokenizer", str(out / "tok.json"), "--out", str(out / "tokens")],
         ["train", "--data", str(corpus), "--out", str(out / "run"), "--max-steps", "2", "--eval-every", "1",
          "--save-every", "1", "--vocab-size", "300", "--layers", "1", "--d-model", "16", "--heads", "2", *common],
         ["train", "--init-from", str(hf_dir), "--data", str(corpus), "--out", str(out / "lora"), "--max-steps", "1",

@@ -17,11 +17,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..backend import to_numpy
+from ..backend import get_xp, to_numpy
 from ..model.attention_branch import attention_branch_backward
 from ..model.mlp_branch import mlp_branch_backward
 from ..model.names import TOKEN_EMBEDDING
+from ..ops.activations import swiglu_forward
+from ..ops.linear import linear_backward
 from ..ops.lora import lora_backward
+from ..ops.moe import moe_backward
 from ..ops.rope import rope_forward
 from .check import relative_error
 
@@ -50,8 +53,10 @@ class Found:
     def notes(self, result, inputs) -> list[str]:
         if result.argument != self.mistake.argument or result.analytic is None:
             return []
-        wrong = to_numpy(self.mistake.gradient(*self.context))
-        mine = np.asarray(result.analytic)
+        wrong = self.mistake.gradient(*self.context)
+        if wrong is None:  # a mistake this case cannot show (the renormalisation's, on gates not renormalised)
+            return []
+        wrong, mine = to_numpy(wrong), np.asarray(result.analytic)
         if wrong.shape != mine.shape or relative_error(mine, wrong) > SAME:
             return []
         return [self.mistake.words]
@@ -74,6 +79,113 @@ def _block_without(skips: set[str]):
         return dx_attention if "attention" in skips else dx + dx_attention
 
     return gradient
+
+
+MOE_ARGUMENTS = ("h", "w_router", "w_gate", "w_up", "w_down")  # moe_forward's arrays, moe_backward's order
+
+
+def _moe_experts_over_all_pairs(argument: str, idle_too: bool):
+    """Each expert's weight gradient taken over all N k routed pairs, not over its own run: the sum of every
+    expert's true gradient, given to each expert that received a row (or, ``idle_too``, to every expert: a
+    mistake of its own only where an expert received none)."""
+
+    def gradient(dy, cache, daux=1.0):
+        if idle_too and bool((cache.load > 0).all()):
+            return None
+        true = moe_backward(dy, cache, daux)[MOE_ARGUMENTS.index(argument)]  # (E, ., .)
+        routed = (cache.load > 0) | idle_too  # (E,)
+        return true.sum(axis=0, keepdims=True) * routed.reshape(-1, 1, 1)
+
+    return gradient
+
+
+def _scattered(cache, chosen_values):
+    """(N, k) values on the chosen experts of each row -> (N, E), zero elsewhere."""
+    xp = get_xp(cache.probs)
+    dp = xp.zeros_like(cache.probs)
+    dp[xp.arange(len(dp))[:, None], cache.chosen] = chosen_values
+    return dp
+
+
+def _moe_gate_parts(dy, cache):
+    """``(dg (N, k), S (N, 1), dp (N, E))``: the gates' gradient dg_j = dy . o_j, the chosen probabilities' sum
+    and the true gradient of p from the gates (``demos/derivations/moe.md``, the renormalisation)."""
+    xp = get_xp(cache.probs)
+    n, top_k = cache.chosen.shape
+    out = xp.empty_like(cache.out)
+    out[cache.order] = cache.out  # sorted -> (row, choice) order
+    dgates = (out.reshape(n, top_k, -1) * dy.reshape(n, 1, -1)).sum(axis=2)  # (N, k)
+    total = xp.take_along_axis(cache.probs, cache.chosen, axis=1).sum(axis=1, keepdims=True)  # (N, 1) S
+    dchosen = (dgates - (cache.gates * dgates).sum(axis=1, keepdims=True)) / total if cache.renormalize else dgates
+    return dgates, total, _scattered(cache, dchosen)
+
+
+def _moe_router_with(argument: str, wrong_dp):
+    """The gradient of ``argument`` (h or w_router) when the router receives ``wrong_dp(dy, cache, dg, S)``
+    (N, E) as the gradient of p from the gates, in place of the true one; None where the mistake cannot be made.
+    The softmax's backward is linear in dp, so the difference is ``p * (Δ - sum_e p_e Δ_e)`` through z = h W_r."""
+
+    def gradient(dy, cache, daux=1.0):
+        dgates, total, dp = _moe_gate_parts(dy, cache)
+        wrong = wrong_dp(dy, cache, dgates, total)
+        if wrong is None:
+            return None
+        delta = wrong - dp  # (N, E)
+        ddz = cache.probs * (delta - (cache.probs * delta).sum(axis=1, keepdims=True))  # (N, E)
+        dh, dw_router, _ = linear_backward(ddz, cache.router)  # forward: z = h W_r
+        true = moe_backward(dy, cache, daux)[MOE_ARGUMENTS.index(argument)]
+        return true + (dh.reshape(true.shape) if argument == "h" else dw_router)
+
+    return gradient
+
+
+def _soft_choice(dy, cache, dgates, total):
+    """dp_e = dy . expert_e(h) for every expert, chosen or not: the dense mixture y = sum_e p_e expert_e(h)."""
+    rows, dy = cache.router.x, dy.reshape(len(cache.probs), -1)  # (N, C) each
+    outs = [swiglu_forward(rows @ wg, rows @ wu)[0] @ wd for wg, wu, wd in zip(*cache.experts)]  # E x (N, C)
+    return get_xp(rows).stack([(o * dy).sum(axis=1) for o in outs], axis=1)  # (N, E)
+
+
+def _no_renorm_jacobian(dy, cache, dgates, total):
+    """dp_{c_j} = dg_j: the gates taken as p_{c_j}, though they are p_{c_j} / S."""
+    return _scattered(cache, dgates) if cache.renormalize else None
+
+
+def _constant_total(dy, cache, dgates, total):
+    """dp_{c_j} = dg_j / S: S held constant, though every chosen p is in it."""
+    return _scattered(cache, dgates / total) if cache.renormalize else None
+
+
+MOE_OWN_ROWS = (
+    "yours gives each expert the gradient of all N k routed (row, choice) pairs, every expert's own summed: "
+    "expert e's weights meet only the rows routed to it, so its gradient sums over its own run of the sorted "
+    "pairs (an expert that receives no row gets 0)"
+)
+MOE_SOFT_CHOICE = (
+    "yours lets the top-k choice carry gradient: it is the router gradient of the dense mixture "
+    "y = sum_e p_e expert_e(h), every expert's gate gradient dy . o_e, chosen or not; the choice is piecewise "
+    "constant in the logits, so an expert not chosen has no gate and dp_e = 0"
+)
+MOE_NO_JACOBIAN = (
+    "yours leaves out the renormalisation's Jacobian (dp_{c_j} = dg_j): the gates are g_j = p_{c_j} / S, so "
+    "dp_{c_j} = (dg_j - sum_i g_i dg_i) / S"
+)
+MOE_CONSTANT_S = (
+    "yours holds the renormalisation's sum S constant (dp_{c_j} = dg_j / S): every chosen p is in S = sum_i p_{c_i}, "
+    "so dp_{c_j} = (dg_j - sum_i g_i dg_i) / S"
+)
+MOE_MISTAKES = (
+    *(Mistake(w, MOE_OWN_ROWS, _moe_experts_over_all_pairs(w, idle)) for w in MOE_ARGUMENTS[2:] for idle in (0, 1)),
+    *(
+        Mistake(argument, words, _moe_router_with(argument, wrong))
+        for words, wrong in (
+            (MOE_SOFT_CHOICE, _soft_choice),
+            (MOE_NO_JACOBIAN, _no_renorm_jacobian),
+            (MOE_CONSTANT_S, _constant_total),
+        )
+        for argument in MOE_ARGUMENTS[:2]
+    ),
+)  # each bound to (dy, cache) of a check, and daux where the auxiliary losses are on
 
 
 SKIP = "each residual sum x + f(x) passes dy on unchanged: its gradient is dy plus what f's backward returns"
@@ -112,6 +224,7 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {  # by the backward they are mistake
     ),
     "rope_backward": (Mistake("x", ROPE_FORWARD, lambda dy, c: rope_forward(dy, c.cos, c.sin)[0]),),
     "rms_norm_backward": (Mistake("x", RMS_MEAN, _rms_with_mean),),
+    "moe_backward": MOE_MISTAKES,
     "block_backward": tuple(
         Mistake("x", f"yours leaves out the gradient of {which}: {SKIP}", _block_without(skips))
         for which, skips in (

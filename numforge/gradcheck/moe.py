@@ -21,8 +21,9 @@ from ..ops import B, C, F, T
 from ..ops import normal as _randn
 from ..ops.moe import moe_backward, moe_forward
 from .cases import Case, op_case
-from .check import check_op
+from .check import check_op, upstream
 from .diagnose import diagnosed
+from .mistakes import MOE_MISTAKES
 
 E = 4  # experts of the cases
 
@@ -78,9 +79,16 @@ def _aux_case(name: str, layout: str, options: dict) -> Case:
         reference = None if learner is None else _split_upstream(moe_backward)
         arrays = inputs()
         results = check_op(name, _with_aux_output, _split_upstream(mine), arrays, options, reference=reference)
-        return results if learner is None else [diagnosed(r, arrays) for r in results]
+        return results if learner is None else [diagnosed(r, arrays, _mistakes(arrays, options)) for r in results]
 
     return Case(name, run, moe_backward.__module__, ("moe_backward",), ("moe_forward",), inputs=inputs)
+
+
+def _mistakes(arrays: dict, options: dict) -> tuple:
+    """The known mistakes of ``moe_backward`` bound to an auxiliary check's dy (seed 0, split) and cache."""
+    y, cache = _with_aux_output(*arrays.values(), **options)
+    d = upstream(y, 0)
+    return tuple(m.bound(d[:-1].reshape(cache.shape), cache, float(d[-1])) for m in MOE_MISTAKES)
 
 
 def _case(name: str, layout: str, **options) -> Case:
