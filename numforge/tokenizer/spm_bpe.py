@@ -18,8 +18,11 @@ holds no "▁" (U+2581: it is the space's stand-in, so it comes back as a space)
 
 from __future__ import annotations
 
+import json
 import re
 
+from ..atomic import write_text_atomic
+from . import spm_file
 from ._merge import merge_chunk
 from .bpe import ChunkCache
 from .pipeline import Prompt
@@ -33,7 +36,14 @@ class SentencePieceBPE:
     """A BPE over characters: ``vocab`` (piece -> id), ``merges`` ((left, right) pieces, in rank order), the
     steps of ``spm_pipeline`` (``normalizer``, ``pre_tokenizer``, ``decoder``), ``byte_fallback``,
     ``unk_token`` and ``fuse_unk``, ``ignore_merges`` (a word that is a token is that token), special and
-    added tokens (name -> id, cut out whole), and the ``prompt`` (the post-processor's BOS / EOS)."""
+    added tokens (name -> id, cut out whole), and the ``prompt`` (the post-processor's BOS / EOS).
+
+    What the house asks of a byte-level ``BPETokenizer`` and this one has nothing of: no split ``pattern`` (a
+    long text is encoded whole), no byte-level ``pipeline``, no added token matched after normalization."""
+
+    pattern = None
+    pipeline = None
+    normalized_tokens = frozenset()
 
     def __init__(
         self,
@@ -57,7 +67,7 @@ class SentencePieceBPE:
         self.byte_fallback, self.fuse_unk, self.ignore_merges = bool(byte_fallback), bool(fuse_unk), ignore_merges
         if unk_token is not None and unk_token not in self.vocab:
             raise ValueError(f"{vocab_name}: the unk_token {unk_token!r} is not in the vocabulary")
-        self.unk_id = None if unk_token is None else self.vocab[unk_token]
+        self.unk_token, self.unk_id = unk_token, None if unk_token is None else self.vocab[unk_token]
         self.special_tokens, self.added_tokens = dict(special_tokens or {}), dict(added_tokens or {})
         self.prompt = prompt
         self._merged, self._made = _ranks(self.vocab, self.merges, vocab_name)
@@ -159,6 +169,18 @@ class SentencePieceBPE:
         """The piece id ``token`` stands for, as the vocabulary writes it ("▁the", "<0x0A>", "<s>")."""
         return self._tokens[token]
 
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes token ``token`` stands for in text: a ``<0xNN>`` token its byte, a special or added token its
+        name, any other its piece with "▁" as a space ("▁the" -> b" the")."""
+        piece = self._tokens[token]
+        match = BYTE_TOKEN.fullmatch(piece) if self.byte_fallback and token == self.vocab.get(piece) else None
+        if match is not None:
+            return bytes([int(match.group(1), 16)])
+        if token != self.vocab.get(piece):
+            return piece.encode("utf-8")
+        mark = MARK if self.pre_tokenizer is None else self.pre_tokenizer.replacement
+        return piece.replace(mark, " ").encode("utf-8")
+
     def has_token(self, token) -> bool:
         """Whether id ``token`` stands for a token."""
         return type(token) is int and token in self._tokens
@@ -173,6 +195,15 @@ class SentencePieceBPE:
     @property
     def eos_ids(self) -> tuple[int, ...]:
         return () if self.prompt is None else self.prompt.eos_ids
+
+    def to_dict(self) -> dict:
+        """numforge's tokenizer file, version 4 (``spm_file``): tokenizer.json and the prompt; read back by
+        ``hf_json.sentencepiece_from_dict`` (``load_tokenizer`` reads the saved file)."""
+        return spm_file.to_dict(self)
+
+    def save(self, path) -> None:
+        """Write numforge's tokenizer file atomically."""
+        write_text_atomic(path, json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n")
 
     def __repr__(self) -> str:
         return f"SentencePieceBPE(vocab_size={self.vocab_size}, merges={len(self.merges)})"
