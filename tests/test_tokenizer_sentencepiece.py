@@ -107,6 +107,22 @@ def test_streaming_decode_equals_decode(family):
     assert "\ufffd" not in "".join(parts)  # a character's bytes are given once, whole
 
 
+def test_streaming_decode_equals_decode_on_byte_runs_that_are_not_utf8(family):
+    """A run of byte tokens that is not UTF-8 decodes to one U+FFFD per byte, its valid bytes too: the stream
+    holds the run until it ends, so what it gave is never taken back ("<0x6F>" alone would be "o")."""
+    import random
+
+    name, _, ours = family
+    rng, byte_ids = random.Random(0), [ours.vocab[f"<0x{b:02X}>"] for b in range(256)]
+    runs = [[ours.vocab["<0x6F>"], ours.vocab["<0x90>"], ours.vocab["<0x30>"]]]
+    runs += [[rng.choice(byte_ids) if rng.random() < 0.6 else rng.choice(ours.token_ids()) for _ in range(8)]
+             for _ in range(300)]  # fmt: skip
+    for ids in runs:
+        stream = ours.incremental_decoder()
+        assert "".join(stream.decode([i]) for i in ids) + stream.flush() == ours.decode(ids), (name, ids)
+    assert ours.decode(runs[0]) == "\ufffd" * 3, name
+
+
 def test_transformers_follows_the_file_unless_it_rebuilds_a_llama_tokenizer(tmp_path):
     transformers = pytest.importorskip("transformers")
     FAMILIES["llama2"]().save(str(tmp_path / "tokenizer.json"))

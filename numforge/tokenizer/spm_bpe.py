@@ -212,11 +212,11 @@ class SentencePieceBPE:
 class IncrementalDecoder:
     """Streaming decode: ``decode(ids)`` returns the text the new ids complete; ``flush()`` what is held back.
 
-    The text of the ids so far, less the byte tokens at the end that begin a character not yet whole (up to
-    three: their ``ByteFallback`` text changes when the next byte comes), begins with the text already given,
-    so each call gives what is new. Concatenating every ``decode`` and the ``flush`` equals
-    ``tokenizer.decode(ids)`` when the byte tokens make UTF-8; a run that is not (ids no text encodes to) is
-    one U+FFFD per byte in ``decode``, even for the bytes before the bad one, which were given already.
+    The text of the ids so far, less the run of byte tokens at their end, begins with the text already given, so
+    each call gives what is new; the run is given when a token that is not a byte ends it (or at ``flush``):
+    ``ByteFallback`` makes a run that is not UTF-8 one U+FFFD per byte, every byte of it, so until the run ends
+    no byte of it is known to stand for itself (``<0x6F>`` is "o", but ``<0x6F><0x90>`` is two U+FFFD).
+    Concatenating every ``decode`` and the ``flush`` equals ``tokenizer.decode(ids)``.
     """
 
     def __init__(self, tokenizer: SentencePieceBPE):
@@ -224,16 +224,14 @@ class IncrementalDecoder:
 
     def decode(self, ids) -> str:
         self._ids += ids.tolist() if hasattr(ids, "tolist") else list(ids)
-        run = bytearray()
-        for token in reversed(self._ids):
-            match = (
-                BYTE_TOKEN.fullmatch(self._tokenizer.token_piece(token)) if self._tokenizer.has_token(token) else None
-            )
-            if match is None:
-                break
-            run.insert(0, int(match.group(1), 16))
-        held = next((k for k in range(min(4, len(run) + 1)) if _is_utf8(run[: len(run) - k])), 0)
-        return self._give(self._tokenizer.decode(self._ids[: len(self._ids) - held]))  # a character's bytes held
+        held = 0  # the byte tokens at the end
+        while held < len(self._ids) and self._is_byte(self._ids[-1 - held]):
+            held += 1
+        return self._give(self._tokenizer.decode(self._ids[: len(self._ids) - held]))
+
+    def _is_byte(self, token) -> bool:
+        tok = self._tokenizer
+        return tok.has_token(token) and BYTE_TOKEN.fullmatch(tok.token_piece(token)) is not None
 
     def flush(self) -> str:
         text = self._give(self._tokenizer.decode(self._ids))
@@ -243,14 +241,6 @@ class IncrementalDecoder:
     def _give(self, text: str) -> str:
         new, self._given = text[len(self._given) :], text
         return new
-
-
-def _is_utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 def _safe_cut(vocab: dict[str, int]) -> re.Pattern | None:
