@@ -109,6 +109,8 @@ def test_trace_and_train_init_from_then_sample_the_checkpoint(case, tmp_path, ca
     assert cli.main(["trace", "--checkpoint", str(directory), "--prompt", PROMPT, "--backward", "--lens"]) == 0
     out = capsys.readouterr().out
     assert "predictions at each position" in out and "logit lens" in out and "backward pass" in out, name
+    assert "·quick" in out  # a piece's "▁" shown as the space it stands for (shown_token)
+    assert cli.main(["attention", "--checkpoint", str(directory), "--prompt", PROMPT, "--layer", "1"]) == 0
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(multilingual(800, seed=1), encoding="utf-8")
     args = ["train", "--init-from", str(directory), "--out", str(tmp_path / "tuned"), "--max-steps", "2",
@@ -143,3 +145,11 @@ def test_convert_there_and_back_gives_transformers_the_same_logits_and_tokenizer
     with torch.no_grad():
         assert torch.equal(hf_model(tmp_path / "again")(ids).logits, hf_model(directory)(ids).logits)
     assert after.eos_token_id == before.eos_token_id and after.bos_token_id == before.bos_token_id
+
+
+def test_the_step_by_step_tokenizer_view_names_what_it_does_not_show(case):
+    from numforge.tokenizer.explain import explain
+
+    _, directory = case
+    with pytest.raises(ValueError, match="byte-level BPE only, not a SentencePieceBPE"):
+        explain(load_pretrained(directory)[1], "Hi")

@@ -1,9 +1,9 @@
 """``load_pretrained`` and ``save_pretrained``: a Hugging Face model directory <-> ``(GPT, BPETokenizer)``.
 
 Loading: config.json -> ``GPTConfig`` (``config.py``: GPT-2, Llama, Mistral, Qwen2, Qwen3); the
-tokenizer files -> ``BPETokenizer`` with the file's ids, BOS and end ids; the safetensors headers are
-checked against the config (every name, shape, dtype) and the memory needed against the machine's
-before any data is read; the data is cast to the requested dtype. The model's vocabulary may be
+tokenizer files -> ``BPETokenizer`` (or ``SentencePieceBPE``) with the file's ids, BOS and end ids; the
+safetensors headers are checked against the config (every name, shape, dtype) and the memory needed against
+the machine's before any data is read; the data is cast to the requested dtype. The model's vocabulary may be
 larger than the tokenizer's (nanoGPT pads 50257 to 50304); ``generate`` never samples the extra ids.
 
 Saving writes everything into a temporary directory beside the target and
