@@ -9,7 +9,7 @@ A run directory holds any number of complete checkpoints and one pointer::
         optimizer.npz         AdamW moments, keys "m/<name>" and "v/<name>"
         optimizer.json        AdamW step count and hyperparameters
         config.json           GPTConfig.to_dict()
-        tokenizer.json        BPETokenizer.to_dict()
+        tokenizer.json        the tokenizer's to_dict() (BPETokenizer, or SentencePieceBPE: version 4)
         state.json            training state: step, batch generator state, settings
         checksums.json        the SHA-256 of each file above
 
@@ -70,7 +70,7 @@ from .hf import load_pretrained, pretrained_config
 from .model import GPT, POSITIONS, GPTConfig, parameter_shapes
 from .model.lora import LoraConfig
 from .resources import DISK_FULL, check_fits
-from .tokenizer import BPETokenizer
+from .tokenizer import BPETokenizer, tokenizer_from_dict
 
 LATEST = "LATEST"
 PREFIX = "ckpt-"
@@ -444,7 +444,7 @@ def checkpoint_config(checkpoint: Checkpoint) -> GPTConfig:
 
 def checkpoint_tokenizer(checkpoint: Checkpoint, trust_pattern: bool = False) -> BPETokenizer:
     """The checkpoint's ``tokenizer.json``, validated (its split pattern too: see ``BPETokenizer.from_dict``)."""
-    return BPETokenizer.from_dict(
+    return tokenizer_from_dict(
         checkpoint.tokenizer, source=str(checkpoint.path / "tokenizer.json"), trust_pattern=trust_pattern
     )
 

@@ -107,6 +107,22 @@ def test_streaming_decode_equals_decode(family):
     assert "\ufffd" not in "".join(parts)  # a character's bytes are given once, whole
 
 
+def test_streaming_decode_equals_decode_on_byte_runs_that_are_not_utf8(family):
+    """A run of byte tokens that is not UTF-8 decodes to one U+FFFD per byte, its valid bytes too: the stream
+    holds the run until it ends, so what it gave is never taken back ("<0x6F>" alone would be "o")."""
+    import random
+
+    name, _, ours = family
+    rng, byte_ids = random.Random(0), [ours.vocab[f"<0x{b:02X}>"] for b in range(256)]
+    runs = [[ours.vocab["<0x6F>"], ours.vocab["<0x90>"], ours.vocab["<0x30>"]]]
+    runs += [[rng.choice(byte_ids) if rng.random() < 0.6 else rng.choice(ours.token_ids()) for _ in range(8)]
+             for _ in range(300)]  # fmt: skip
+    for ids in runs:
+        stream = ours.incremental_decoder()
+        assert "".join(stream.decode([i]) for i in ids) + stream.flush() == ours.decode(ids), (name, ids)
+    assert ours.decode(runs[0]) == "\ufffd" * 3, name
+
+
 def test_transformers_follows_the_file_unless_it_rebuilds_a_llama_tokenizer(tmp_path):
     transformers = pytest.importorskip("transformers")
     FAMILIES["llama2"]().save(str(tmp_path / "tokenizer.json"))
@@ -126,3 +142,35 @@ def test_the_tokenizer_command_names_what_it_does_not_show(tmp_path, capsys):
     FAMILIES["llama2"]().save(str(tmp_path / "tokenizer.json"))
     assert main(["tokenizer", "explain", "Hi", "--tokenizer", str(tmp_path)]) != 0
     assert "is SentencePiece-style; `numforge tokenizer` shows byte-level BPE only" in capsys.readouterr().err
+
+
+def test_numforges_file_and_the_written_tokenizer_json_round_trip(family, tmp_path):
+    """``save`` (numforge's file, version 4) reads back to the same tokenizer; the tokenizer.json it holds, which
+    ``convert`` writes, gives `tokenizers` the same ids and text as the file it was read from."""
+    from numforge.tokenizer import BPETokenizer, tokenizer_from_dict
+
+    name, theirs, ours = family
+    ours.save(tmp_path / "tok.json")
+    again = load_tokenizer(tmp_path / "tok.json")
+    assert isinstance(again, SentencePieceBPE) and again.to_dict() == ours.to_dict()
+    assert tokenizer_from_dict(json.loads(json.dumps(ours.to_dict()))).to_dict() == ours.to_dict()
+    written = tokenizers.Tokenizer.from_str(json.dumps(ours.to_dict()["tokenizer_json"]))
+    for text in [*TEXTS, multilingual(2000, seed=11)]:
+        ids = theirs.encode(text).ids
+        assert again.encode_prompt(text) == written.encode(text).ids == ids, (name, text[:60])
+        assert written.decode(ids, skip_special_tokens=False) == again.decode(ids), (name, text[:60])
+    with pytest.raises(ValueError, match="SentencePiece-style tokenizer \\(version 4\\)"):
+        BPETokenizer.load(tmp_path / "tok.json")
+
+
+def test_token_bytes_are_the_text_a_token_stands_for(family):
+    name, _, ours = family
+    assert ours.token_bytes(ours.vocab["<0x0A>"]) == b"\n"
+    assert ours.token_bytes(ours.bos_id) == ours.token_piece(ours.bos_id).encode()
+    assert ours.token_bytes(ours.vocab["▁"]) == b" "
+    for piece, i in ours.vocab.items():  # "▁the" -> b" the", "e▁t" -> b"e t"
+        assert piece.startswith("<0x") or ours.token_bytes(i).decode("utf-8").split(" ") == piece.split("▁"), piece
+    text = multilingual(500, seed=5).replace("▁", "")
+    ids = ours.encode(text)
+    joined = b"".join(ours.token_bytes(i) for i in ids).decode("utf-8")
+    assert joined.removeprefix(" ") == ours.decode(ids).removeprefix(" "), name  # but the Strip of the first space

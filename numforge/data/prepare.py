@@ -33,7 +33,7 @@ from tqdm import tqdm
 from .. import interrupts
 from ..atomic import atomic_directory, remove_directory, remove_stale_temporaries
 from ..checks import check_positive_int
-from ..tokenizer import EOT, BPETokenizer
+from ..tokenizer import EOT, BPETokenizer, tokenizer_from_dict
 from ..tokenizer.pretokenize import last_safe_cut
 from .parallel import default_workers, ordered_map
 from .sources import Piece, ReadStats, Source, as_source, read_pieces, source_files, source_hash, tasks
@@ -72,7 +72,7 @@ class Encoder:
     """In a worker: a task of pieces -> its ids, ``<|endoftext|>`` after each document's last piece."""
 
     def __init__(self, tokenizer_dict: dict, dtype: str):
-        self.tokenizer = BPETokenizer.from_dict(tokenizer_dict)
+        self.tokenizer = tokenizer_from_dict(tokenizer_dict)
         self.end = self.tokenizer.special_tokens.get(EOT)
         self.dtype = dtype
 

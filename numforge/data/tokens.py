@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import interrupts
-from ..tokenizer import BPETokenizer
+from ..tokenizer import BPETokenizer, load_tokenizer
 from .batches import split_tokens
 
 TOKENS_FILE = "tokens.npy"
@@ -97,7 +97,7 @@ class PreparedTokens:
 
     def tokenizer(self) -> BPETokenizer:
         """The tokenizer that made these tokens (saved beside them)."""
-        return BPETokenizer.load(self.directory / TOKENIZER_FILE)
+        return load_tokenizer(self.directory / TOKENIZER_FILE)  # numforge's file, any version
 
     def record(self) -> dict:
         """What a checkpoint keeps to know these tokens again: the directory, the file, its count and hash."""

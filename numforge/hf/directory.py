@@ -1,9 +1,9 @@
 """``load_pretrained`` and ``save_pretrained``: a Hugging Face model directory <-> ``(GPT, BPETokenizer)``.
 
 Loading: config.json -> ``GPTConfig`` (``config.py``: GPT-2, Llama, Mistral, Qwen2, Qwen3); the
-tokenizer files -> ``BPETokenizer`` with the file's ids, BOS and end ids; the safetensors headers are
-checked against the config (every name, shape, dtype) and the memory needed against the machine's
-before any data is read; the data is cast to the requested dtype. The model's vocabulary may be
+tokenizer files -> ``BPETokenizer`` (or ``SentencePieceBPE``) with the file's ids, BOS and end ids; the
+safetensors headers are checked against the config (every name, shape, dtype) and the memory needed against
+the machine's before any data is read; the data is cast to the requested dtype. The model's vocabulary may be
 larger than the tokenizer's (nanoGPT pads 50257 to 50304); ``generate`` never samples the extra ids.
 
 Saving writes everything into a temporary directory beside the target and
@@ -32,6 +32,7 @@ from ..tokenizer import EOT, BPETokenizer
 from ..tokenizer.hf_dir import load_tokenizer as load_tokenizer_path
 from ..tokenizer.hf_json import export_tokenizer_json
 from ..tokenizer.interop import export_gpt2
+from ..tokenizer.spm_bpe import SentencePieceBPE
 from .config import config_from_hf, config_to_hf
 from .llama import as_exported
 from .weights import LM_HEAD, READ_TEMPORARIES, gather, holds, read_header, read_params, write_tensors
@@ -166,9 +167,10 @@ def save_pretrained(model: GPT, tokenizer: BPETokenizer, path) -> None:
     (LayerNorm with rotary positions, GELU with RMSNorm, QK-norm after the rotation,
     scaled embeddings, ...) is a ``ValueError`` naming the options, raised before anything is written.
     """
-    if not isinstance(model, GPT) or not isinstance(tokenizer, BPETokenizer):
+    if not isinstance(model, GPT) or not isinstance(tokenizer, (BPETokenizer, SentencePieceBPE)):
         raise TypeError(
-            f"save_pretrained needs a GPT and a BPETokenizer, got {type(model).__name__}, {type(tokenizer).__name__}"
+            "save_pretrained needs a GPT and a BPETokenizer or SentencePieceBPE, got "
+            f"{type(model).__name__}, {type(tokenizer).__name__}"
         )
     config = model.config
     if tokenizer.vocab_size > config.vocab_size:
@@ -189,7 +191,7 @@ def save_pretrained(model: GPT, tokenizer: BPETokenizer, path) -> None:
         write_tensors(temp / SINGLE_FILE, params, layout)
         if gpt2:
             export_gpt2(tokenizer, temp / "vocab.json", temp / "merges.txt")
-        export_tokenizer_json(tokenizer, temp / "tokenizer.json")
+        export_tokenizer_json(tokenizer, temp / "tokenizer.json")  # a SentencePieceBPE's as read (spm_file)
         for name, data in files.items():
             (temp / name).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 

@@ -5,8 +5,16 @@ the fast core (``bpe``), ``BPETokenizer``: the core with Hugging Face's pipeline
 
 from .bpe import EOT, IncrementalDecoder
 from .bpe_tokenizer import BPETokenizer
-from .hf_dir import load_tokenizer
+from .hf_dir import load_tokenizer, tokenizer_from_dict
 from .pipeline import Prompt
 from .pretokenize import GPT2_SPLIT_PATTERN
 
-__all__ = ["EOT", "BPETokenizer", "IncrementalDecoder", "Prompt", "GPT2_SPLIT_PATTERN", "load_tokenizer"]
+__all__ = [
+    "EOT",
+    "BPETokenizer",
+    "IncrementalDecoder",
+    "Prompt",
+    "GPT2_SPLIT_PATTERN",
+    "load_tokenizer",
+    "tokenizer_from_dict",
+]

@@ -15,7 +15,8 @@ free, and keys ``tokens`` by id: ``{"5": "<base64>", ...}``. Version 3, written
 only for a tokenizer read from a Hugging Face tokenizer.json that asks for more
 (``HF_FIELDS``: a pipeline, ignore_merges, added tokens, a prompt), is version 2
 with those fields; its ``pattern`` is null when a pipeline cuts the text.
-Version 1 and 2 files load as they always did.
+Version 1 and 2 files load as they always did. Version 4 is a SentencePiece-style tokenizer
+(``SentencePieceBPE``: its tokenizer.json and prompt, ``spm_file.py``), which ``load_tokenizer`` reads.
 
 The merges are the model; ``tokens`` stores every token's bytes losslessly for
 other readers and is checked against the merges on load. Other tokenizers'
@@ -35,7 +36,7 @@ from .pipeline import PROMPT_IDS, Pipeline, Prompt
 from .pretokenize import check_pattern_allowed
 
 FORMAT_NAME = "numforge-bpe"
-FORMAT_VERSIONS = (1, 2, 3)
+FORMAT_VERSIONS = (1, 2, 3, 4)  # 4: SentencePiece-style, spm_file.py
 KEYS = ("pattern", "byte_ids", "merges", "special_tokens", "tokens")  # every version's; version 2 adds "merge_ids"
 HF_FIELDS = {  # version 3's fields, each off: what ``BPETokenizer.hf_fields`` gives for numforge's own tokenizers
     "pipeline": None,
@@ -79,6 +80,11 @@ def from_dict(cls, d: dict, source: str, trust_pattern: bool):
         raise ValueError(
             f"{source}: not a numforge tokenizer (format {d.get('format')!r} version {version!r}; "
             f"expected {FORMAT_NAME!r} version {' or '.join(map(str, FORMAT_VERSIONS))})"
+        )
+    if version == 4:
+        raise ValueError(
+            f"{source}: a SentencePiece-style tokenizer (version 4), not a byte-level BPETokenizer; read it with "
+            "numforge.tokenizer.load_tokenizer (or tokenizer_from_dict)"
         )
     keys = KEYS + (("merge_ids",) if version > 1 else ()) + (tuple(HF_FIELDS) if version == 3 else ())
     if missing := [key for key in keys if key not in d]:

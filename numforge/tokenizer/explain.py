@@ -52,6 +52,7 @@ def explain(tokenizer: BPETokenizer, text: str) -> list[Chunk]:
     """Every chunk of ``text`` with its merges, in order; special and added tokens are encoded as their ids."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
+    _check_byte_level(tokenizer)
     ranks = {pair: rank for rank, pair in enumerate(tokenizer.merges)}  # (p, q) -> rank
     chunks = []
     for piece, token in tokenizer.cut(text):
@@ -62,9 +63,18 @@ def explain(tokenizer: BPETokenizer, text: str) -> list[Chunk]:
     return chunks
 
 
+def _check_byte_level(tokenizer) -> None:
+    if not isinstance(tokenizer, BPETokenizer):
+        raise ValueError(
+            f"the step-by-step view shows byte-level BPE only, not a {type(tokenizer).__name__} (a SentencePiece-style "
+            "tokenizer: Llama 2, TinyLlama, Mistral, Gemma)"
+        )
+
+
 def pipeline_steps(tokenizer: BPETokenizer, text: str) -> list[tuple[str, list[str]]]:
     """(step, the pieces after it) for each step of the tokenizer's pipeline, on each text between special tokens;
     one step for a plain split pattern."""
+    _check_byte_level(tokenizer)
     steps = []
     for piece, token in tokenizer.cut(text):
         if token is None:

@@ -34,9 +34,10 @@ from ..files import read_json
 from .bpe import EOT
 from .bpe_file import FORMAT_NAME
 from .bpe_tokenizer import BPETokenizer
-from .hf_json import MAX_TOKENIZER_BYTES, read_tokenizer_json, tokenizer_from_json
+from .hf_json import MAX_TOKENIZER_BYTES, read_tokenizer_json, sentencepiece_from_dict, tokenizer_from_json
 from .interop import load_gpt2
 from .pipeline import Prompt
+from .spm_file import SENTENCEPIECE_VERSION
 from .spm_model import load_sentencepiece_model
 
 NAMED = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
@@ -68,10 +69,18 @@ def load_hf_tokenizer(directory, trust_pattern: bool = False) -> BPETokenizer:
     return _load_file(directory / "tokenizer.json", trust_pattern, directory=directory)
 
 
+def tokenizer_from_dict(d: dict, source: str = "tokenizer dict", trust_pattern: bool = False):
+    """The tokenizer of numforge's own file content ``d`` (``to_dict``): a ``BPETokenizer`` (versions 1 to 3), or
+    a ``SentencePieceBPE`` (version 4); ``trust_pattern``: see ``BPETokenizer.from_dict``."""
+    if isinstance(d, dict) and d.get("format") == FORMAT_NAME and d.get("version") == SENTENCEPIECE_VERSION:
+        return sentencepiece_from_dict(d, source)
+    return BPETokenizer.from_dict(d, source=source, trust_pattern=trust_pattern)
+
+
 def _load_file(path: Path, trust_pattern: bool, directory: Path | None) -> BPETokenizer:
     d = read_json(path, max_bytes=MAX_TOKENIZER_BYTES)
     if isinstance(d, dict) and d.get("format") == FORMAT_NAME:
-        return BPETokenizer.from_dict(d, source=str(path), trust_pattern=trust_pattern)
+        return tokenizer_from_dict(d, source=str(path), trust_pattern=trust_pattern)
     arguments = read_tokenizer_json(path, trust_pattern, d)
     if directory is not None:
         _apply_directory(arguments, directory)

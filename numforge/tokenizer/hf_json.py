@@ -37,9 +37,10 @@ import json
 
 from ..atomic import write_text_atomic
 from ..files import read_json
+from . import spm_file
 from .bpe_tokenizer import BPETokenizer
 from .interop import from_gpt2_strings, gpt2_vocabulary
-from .pipeline import Pipeline, Prompt, sentencepiece_refusal
+from .pipeline import PROMPT_IDS, Pipeline, Prompt, sentencepiece_refusal, template_processing
 from .pretokenize import GPT2_SPLIT_PATTERN, KNOWN_PATTERNS
 from .spm_bpe import SentencePieceBPE
 from .spm_pipeline import read_decoder, read_normalizer, read_pre_tokenizer
@@ -165,6 +166,26 @@ def read_sentencepiece_json(d: dict, path) -> dict:
         "prompt": Prompt(prefix, suffix) if prefix or suffix else None,
         "vocab_name": f"{path} (model.vocab)",
     }
+
+
+def sentencepiece_from_dict(d: dict, source: str) -> SentencePieceBPE:
+    """The ``SentencePieceBPE`` of numforge's tokenizer file version 4 (``spm_file.to_dict``)."""
+    if set(d) != {"format", "version", "tokenizer_json", "prompt"}:
+        raise ValueError(f"{source}: version 4 holds 'tokenizer_json' and 'prompt', got keys {sorted(d)}")
+    prompt = d["prompt"]
+    if prompt is not None and (
+        not isinstance(prompt, dict) or set(prompt) != set(Prompt._fields)
+        or not all(isinstance(prompt[f], list) and all(type(i) is int for i in prompt[f]) for f in PROMPT_IDS)
+        or not isinstance(prompt["split_special_tokens"], bool)
+    ):  # fmt: skip
+        raise ValueError(f"{source}: 'prompt' must be null or an object of {list(Prompt._fields)}, got {prompt!r}")
+    inner = d["tokenizer_json"]
+    if not isinstance(inner, dict) or not isinstance(inner.get("model"), dict) or not sentencepiece_style(inner):
+        raise ValueError(f"{source}: 'tokenizer_json' must be a SentencePiece-style tokenizer.json")
+    arguments = read_sentencepiece_json(inner, f"{source} (tokenizer_json)")
+    if prompt is not None:
+        arguments["prompt"] = Prompt(**{**prompt, **{f: tuple(prompt[f]) for f in PROMPT_IDS}})
+    return tokenizer_from_json(arguments)
 
 
 def _kind(part) -> str:
@@ -339,27 +360,11 @@ def tokenizer_json(tok: BPETokenizer) -> dict:
 def _post_processor(tok: BPETokenizer) -> dict:
     """ByteLevel, then a TemplateProcessing with the prompt's tokens around the text (and a second text) if any."""
     byte_level = {**BYTE_LEVEL, "trim_offsets": False}
-    prompt = tok.prompt or Prompt()
-    if not prompt.prefix and not prompt.suffix:
-        return byte_level
-    names = {i: name for name, i in {**tok.special_tokens, **tok.added_tokens}.items()}
-    labels = [names.get(i, f"<id {i}>") for i in prompt.prefix + prompt.suffix]
-
-    def around(sequence: str, type_id: int) -> list:
-        special = [{"SpecialToken": {"id": label, "type_id": type_id}} for label in labels]
-        return [
-            *special[: len(prompt.prefix)],
-            {"Sequence": {"id": sequence, "type_id": type_id}},
-            *special[len(prompt.prefix) :],
-        ]
-
-    tokens = {
-        label: {"id": label, "ids": [i], "tokens": [label]} for label, i in zip(labels, prompt.prefix + prompt.suffix)
-    }
-    template = {"type": "TemplateProcessing", "single": around("A", 0), "pair": around("A", 0) + around("B", 1)}
-    return {"type": "Sequence", "processors": [byte_level, template | {"special_tokens": tokens}]}
+    template = template_processing(tok.prompt, {**tok.special_tokens, **tok.added_tokens})
+    return byte_level if template is None else {"type": "Sequence", "processors": [byte_level, template]}
 
 
-def export_tokenizer_json(tok: BPETokenizer, path) -> None:
-    """Write Hugging Face's tokenizer.json for `tok`, atomically."""
-    write_text_atomic(path, json.dumps(tokenizer_json(tok), ensure_ascii=False, indent=1) + "\n")
+def export_tokenizer_json(tok: BPETokenizer | SentencePieceBPE, path) -> None:
+    """Write Hugging Face's tokenizer.json for `tok` (a ``SentencePieceBPE``'s: ``spm_file``), atomically."""
+    d = spm_file.tokenizer_json(tok) if isinstance(tok, SentencePieceBPE) else tokenizer_json(tok)
+    write_text_atomic(path, json.dumps(d, ensure_ascii=False, indent=1) + "\n")

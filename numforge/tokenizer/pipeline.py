@@ -258,3 +258,27 @@ _JOIN = {
     "MergedWithNext": _merged_with_next,
     "Contiguous": _contiguous,
 }
+
+
+def template_processing(prompt: Prompt | None, named: dict[str, int]) -> dict | None:
+    """tokenizer.json's TemplateProcessing post-processor with ``prompt``'s tokens around the text (and around a
+    second text), each named as ``named`` (name -> id) names it; None when the prompt adds no token."""
+    prompt = prompt or Prompt()
+    if not prompt.prefix and not prompt.suffix:
+        return None
+    names = {i: name for name, i in named.items()}
+    labels = [names.get(i, f"<id {i}>") for i in prompt.prefix + prompt.suffix]
+
+    def around(sequence: str, type_id: int) -> list:
+        special = [{"SpecialToken": {"id": label, "type_id": type_id}} for label in labels]
+        return [
+            *special[: len(prompt.prefix)],
+            {"Sequence": {"id": sequence, "type_id": type_id}},
+            *special[len(prompt.prefix) :],
+        ]
+
+    tokens = {
+        label: {"id": label, "ids": [i], "tokens": [label]} for label, i in zip(labels, prompt.prefix + prompt.suffix)
+    }
+    return {"type": "TemplateProcessing", "single": around("A", 0), "pair": around("A", 0) + around("B", 1),
+            "special_tokens": tokens}  # fmt: skip

@@ -18,8 +18,11 @@ holds no "▁" (U+2581: it is the space's stand-in, so it comes back as a space)
 
 from __future__ import annotations
 
+import json
 import re
 
+from ..atomic import write_text_atomic
+from . import spm_file
 from ._merge import merge_chunk
 from .bpe import ChunkCache
 from .pipeline import Prompt
@@ -33,7 +36,14 @@ class SentencePieceBPE:
     """A BPE over characters: ``vocab`` (piece -> id), ``merges`` ((left, right) pieces, in rank order), the
     steps of ``spm_pipeline`` (``normalizer``, ``pre_tokenizer``, ``decoder``), ``byte_fallback``,
     ``unk_token`` and ``fuse_unk``, ``ignore_merges`` (a word that is a token is that token), special and
-    added tokens (name -> id, cut out whole), and the ``prompt`` (the post-processor's BOS / EOS)."""
+    added tokens (name -> id, cut out whole), and the ``prompt`` (the post-processor's BOS / EOS).
+
+    What the house asks of a byte-level ``BPETokenizer`` and this one has nothing of: no split ``pattern`` (a
+    long text is encoded whole), no byte-level ``pipeline``, no added token matched after normalization."""
+
+    pattern = None
+    pipeline = None
+    normalized_tokens = frozenset()
 
     def __init__(
         self,
@@ -57,7 +67,7 @@ class SentencePieceBPE:
         self.byte_fallback, self.fuse_unk, self.ignore_merges = bool(byte_fallback), bool(fuse_unk), ignore_merges
         if unk_token is not None and unk_token not in self.vocab:
             raise ValueError(f"{vocab_name}: the unk_token {unk_token!r} is not in the vocabulary")
-        self.unk_id = None if unk_token is None else self.vocab[unk_token]
+        self.unk_token, self.unk_id = unk_token, None if unk_token is None else self.vocab[unk_token]
         self.special_tokens, self.added_tokens = dict(special_tokens or {}), dict(added_tokens or {})
         self.prompt = prompt
         self._merged, self._made = _ranks(self.vocab, self.merges, vocab_name)
@@ -159,6 +169,18 @@ class SentencePieceBPE:
         """The piece id ``token`` stands for, as the vocabulary writes it ("▁the", "<0x0A>", "<s>")."""
         return self._tokens[token]
 
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes token ``token`` stands for in text: a ``<0xNN>`` token its byte, a special or added token its
+        name, any other its piece with "▁" as a space ("▁the" -> b" the")."""
+        piece = self._tokens[token]
+        match = BYTE_TOKEN.fullmatch(piece) if self.byte_fallback and token == self.vocab.get(piece) else None
+        if match is not None:
+            return bytes([int(match.group(1), 16)])
+        if token != self.vocab.get(piece):
+            return piece.encode("utf-8")
+        mark = MARK if self.pre_tokenizer is None else self.pre_tokenizer.replacement
+        return piece.replace(mark, " ").encode("utf-8")
+
     def has_token(self, token) -> bool:
         """Whether id ``token`` stands for a token."""
         return type(token) is int and token in self._tokens
@@ -174,6 +196,15 @@ class SentencePieceBPE:
     def eos_ids(self) -> tuple[int, ...]:
         return () if self.prompt is None else self.prompt.eos_ids
 
+    def to_dict(self) -> dict:
+        """numforge's tokenizer file, version 4 (``spm_file``): tokenizer.json and the prompt; read back by
+        ``hf_json.sentencepiece_from_dict`` (``load_tokenizer`` reads the saved file)."""
+        return spm_file.to_dict(self)
+
+    def save(self, path) -> None:
+        """Write numforge's tokenizer file atomically."""
+        write_text_atomic(path, json.dumps(self.to_dict(), ensure_ascii=False, indent=1) + "\n")
+
     def __repr__(self) -> str:
         return f"SentencePieceBPE(vocab_size={self.vocab_size}, merges={len(self.merges)})"
 
@@ -181,11 +212,11 @@ class SentencePieceBPE:
 class IncrementalDecoder:
     """Streaming decode: ``decode(ids)`` returns the text the new ids complete; ``flush()`` what is held back.
 
-    The text of the ids so far, less the byte tokens at the end that begin a character not yet whole (up to
-    three: their ``ByteFallback`` text changes when the next byte comes), begins with the text already given,
-    so each call gives what is new. Concatenating every ``decode`` and the ``flush`` equals
-    ``tokenizer.decode(ids)`` when the byte tokens make UTF-8; a run that is not (ids no text encodes to) is
-    one U+FFFD per byte in ``decode``, even for the bytes before the bad one, which were given already.
+    The text of the ids so far, less the run of byte tokens at their end, begins with the text already given, so
+    each call gives what is new; the run is given when a token that is not a byte ends it (or at ``flush``):
+    ``ByteFallback`` makes a run that is not UTF-8 one U+FFFD per byte, every byte of it, so until the run ends
+    no byte of it is known to stand for itself (``<0x6F>`` is "o", but ``<0x6F><0x90>`` is two U+FFFD).
+    Concatenating every ``decode`` and the ``flush`` equals ``tokenizer.decode(ids)``.
     """
 
     def __init__(self, tokenizer: SentencePieceBPE):
@@ -193,16 +224,14 @@ class IncrementalDecoder:
 
     def decode(self, ids) -> str:
         self._ids += ids.tolist() if hasattr(ids, "tolist") else list(ids)
-        run = bytearray()
-        for token in reversed(self._ids):
-            match = (
-                BYTE_TOKEN.fullmatch(self._tokenizer.token_piece(token)) if self._tokenizer.has_token(token) else None
-            )
-            if match is None:
-                break
-            run.insert(0, int(match.group(1), 16))
-        held = next((k for k in range(min(4, len(run) + 1)) if _is_utf8(run[: len(run) - k])), 0)
-        return self._give(self._tokenizer.decode(self._ids[: len(self._ids) - held]))  # a character's bytes held
+        held = 0  # the byte tokens at the end
+        while held < len(self._ids) and self._is_byte(self._ids[-1 - held]):
+            held += 1
+        return self._give(self._tokenizer.decode(self._ids[: len(self._ids) - held]))
+
+    def _is_byte(self, token) -> bool:
+        tok = self._tokenizer
+        return tok.has_token(token) and BYTE_TOKEN.fullmatch(tok.token_piece(token)) is not None
 
     def flush(self) -> str:
         text = self._give(self._tokenizer.decode(self._ids))
@@ -212,14 +241,6 @@ class IncrementalDecoder:
     def _give(self, text: str) -> str:
         new, self._given = text[len(self._given) :], text
         return new
-
-
-def _is_utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 def _safe_cut(vocab: dict[str, int]) -> re.Pattern | None:
