@@ -56,7 +56,7 @@ def test_every_file_numforge_writes_follows_the_umask(tmp_path, under_umask, cap
         ["convert", str(hf_dir), str(out / "as-numforge")],
         ["convert", str(out / "as-numforge"), str(out / "back-to-hf")],
         ["convert", str(out / "lora"), str(out / "adapter"), "--peft"],
-        ["inspect", "--checkpoint", str(out / "run"), "--out", str(out / "page.html")],
+        ["inspect", "--checkpoint", str(out / "run"), "--prompt", "the cat", "--out", str(out / "page.html")],
         ["gradcheck", "--write-exercise", "rmsnorm", "--out", str(out / "my_rmsnorm.py")],
     ]  # fmt: skip
     out.mkdir()
