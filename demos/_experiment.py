@@ -5,6 +5,9 @@ tokens (vocabulary 256) need no tokenizer, so a run starts at once; the
 corpus is the first characters of this Python's documentation.
 """
 
+import sys
+import time
+
 import numpy as np
 
 from numforge.backend import asarray
@@ -12,6 +15,7 @@ from numforge.data import BatchSampler, load_documents, split_tokens, windows
 from numforge.model import GPT
 from numforge.optim import AdamW, clip_grad_norm, warmup_cosine_lr
 
+PROGRESS_EVERY = 5.0  # seconds between progress lines (on stderr: the results stay on stdout)
 SEQ_LEN = 32
 BATCH_SIZE = 16
 EVAL_WINDOWS = 64
@@ -33,7 +37,7 @@ def train_tiny(config, steps: int, seed: int = 0, lr: float = 3e-3) -> tuple[GPT
     sampler = BatchSampler(train_part, BATCH_SIZE, config.max_seq_len, seed)
     model = GPT(config, seed=seed)
     optimizer = AdamW(model.params, lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
-    first_loss = None
+    first_loss, last_line = None, time.monotonic()
     for step in range(steps):
         x, y = sampler.next_batch()  # (B,T), (B,T)
         loss, cache = model.forward(asarray(x), asarray(y))
@@ -42,6 +46,9 @@ def train_tiny(config, steps: int, seed: int = 0, lr: float = 3e-3) -> tuple[GPT
         clip_grad_norm(grads, 1.0)
         optimizer.lr = warmup_cosine_lr(step, max_lr=lr, min_lr=lr / 10, warmup_steps=steps // 10, total_steps=steps)
         optimizer.step(grads)
+        if time.monotonic() - last_line >= PROGRESS_EVERY:
+            last_line = time.monotonic()
+            print(f"  ... step {step + 1} of {steps}, loss {float(loss):.3f}", file=sys.stderr, flush=True)
     starts = np.linspace(0, len(val_part) - config.max_seq_len - 1, EVAL_WINDOWS).astype(np.int64)
     x, y = windows(val_part, starts, config.max_seq_len)  # (n,T), (n,T)
     val_loss, _ = model.forward(asarray(x), asarray(y), for_backward=False)
