@@ -20,9 +20,11 @@ longer than ``T + 1`` is truncated to its first ``T + 1`` tokens (what is cut is
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -144,6 +146,39 @@ class ChatRows:
         """``count`` rows, the first ones in order (cycling when there are fewer): the same every evaluation."""
         rows = np.arange(count) % len(self)  # (count,)
         return self.inputs[rows], self.targets[rows]
+
+
+def rows_sha256(*parts: ChatRows) -> str:
+    """The SHA-256 of the parts' inputs and targets, in turn (what a resumed run checks it trains on again)."""
+    digest = hashlib.sha256()
+    for rows in parts:
+        digest.update(rows.inputs.tobytes())
+        digest.update(rows.targets.tobytes())
+    return digest.hexdigest()
+
+
+class ChatSampler:
+    """``B`` rows drawn uniformly (with replacement) from ``ChatRows`` per batch, by a NumPy generator seeded
+    as ``BatchSampler``'s; ``state_dict`` / ``load_state_dict`` as its, so a resumed run draws the same rows."""
+
+    def __init__(self, rows: ChatRows, batch_size: int, seed: int):
+        self.rows = rows
+        self.batch_size = batch_size
+        self.rng = np.random.default_rng(seed)
+        self.batches_drawn = 0
+
+    def next_batch(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(inputs, targets)``, both int64 ``(B, T)``."""
+        picks = self.rng.integers(0, len(self.rows), size=self.batch_size)  # (B,)
+        self.batches_drawn += 1
+        return self.rows.inputs[picks], self.rows.targets[picks]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"bit_generator": self.rng.bit_generator.state, "batches_drawn": self.batches_drawn}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = state["bit_generator"]
+        self.batches_drawn = int(state["batches_drawn"])
 
 
 def chat_rows(path, directory, tokenizer, seq_len: int, val_fraction: float = 0.1) -> tuple[ChatRows, ChatRows]:

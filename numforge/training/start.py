@@ -78,4 +78,6 @@ def _fine_tune(spec: RunSpec, out, settings: TrainSettings) -> Run:
     flags = {spec.name(field): (field, value) for field, value in spec.model.items()}
     model, tokenizer = start_from(spec.init_from, spec.settings.get("seq_len"), flags, spec.trust_pattern)
     settings = dataclasses.replace(settings, seq_len=min(settings.seq_len, model.config.max_seq_len))
+    if spec.chat is not None:
+        return new_run(out, settings, {}, tokenizer, model=model, chat=(spec.chat, spec.init_from))
     return new_run(out, settings, {}, tokenizer, data=spec.source(), cache_dir=spec.cache_dir, model=model)

@@ -1,0 +1,70 @@
+"""``numforge train --init-from DIR --chat FILE.jsonl``: a transformers-saved chat model fine-tuned on conversations,
+the loss on the assistant's tokens only, resumed exactly."""
+
+import json
+
+import numpy as np
+import pytest
+from chat_templates import chat_directory
+
+from numforge import checkpoint, cli
+
+pytest.importorskip("jinja2")
+
+QUESTIONS = ["What colour is the sky?", "Name a fruit.", "2 + 2?", "Say hi.", "A number, please.", "Which day?"]
+ANSWERS = ["Blue.", "An apple.", "4.", "Hi!", "Seven.", "Monday."]
+
+
+def chat_model_directory(directory, family: str = "smollm2"):
+    """A random Llama saved by transformers (``save_pretrained``) beside ``family``'s tokenizer and chat template."""
+    transformers = pytest.importorskip("transformers")
+    directory = chat_directory(directory, family)
+    vocab = json.loads((directory / "tokenizer.json").read_text(encoding="utf-8"))
+    size = max([*vocab["model"]["vocab"].values(), *(t["id"] for t in vocab["added_tokens"])]) + 1
+    config = transformers.LlamaConfig(
+        vocab_size=size, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, eos_token_id=2, bos_token_id=1, tie_word_embeddings=True,
+    )  # fmt: skip
+    transformers.set_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(directory)
+    return directory
+
+
+def write_chat_jsonl(path, count: int = 12):
+    lines = []
+    for i in range(count):
+        messages = [{"role": "user", "content": QUESTIONS[i % 6]}, {"role": "assistant", "content": ANSWERS[i % 6]}]
+        lines.append(json.dumps({"messages": messages}) + "\n")
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
+
+
+def test_a_chat_fine_tune_resumed_equals_the_straight_run(tmp_path):
+    directory, chat = chat_model_directory(tmp_path / "model"), write_chat_jsonl(tmp_path / "chat.jsonl")
+    common = ["--init-from", str(directory), "--chat", str(chat), "--seq-len", "96", "--batch-size", "2"]
+    common += ["--no-progress", "--eval-every", "2", "--save-every", "2", "--lr", "1e-3", "--threads", "1"]
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    assert cli.main(["train", *common, "--out", str(straight), "--max-steps", "4"]) == 0
+    assert cli.main(["train", *common, "--out", str(stopped), "--max-steps", "2"]) == 0
+    assert cli.main(["train", "--resume", str(stopped), "--max-steps", "4", "--no-progress", "--threads", "1"]) == 0
+    a, b = checkpoint.load_checkpoint(straight), checkpoint.load_checkpoint(stopped)
+    assert a.state["step"] == b.state["step"] == 4
+    assert a.params.keys() == b.params.keys() and all(np.array_equal(a.params[n], b.params[n]) for n in a.params)
+    assert a.state["data"]["chat_template_dir"] == str(directory)
+    log = (straight / "loss.csv").read_text(encoding="utf-8")
+    assert log == (stopped / "loss.csv").read_text(encoding="utf-8")
+
+
+def test_chat_needs_a_chat_models_directory(tmp_path, capsys):
+    chat = write_chat_jsonl(tmp_path / "chat.jsonl")
+    assert cli.main(["train", "--chat", str(chat), "--out", str(tmp_path / "o")]) == 2
+    assert "--chat fine-tunes the chat model of --init-from" in capsys.readouterr().err
+
+
+def test_a_bad_chat_line_is_refused_before_training(tmp_path, capsys):
+    directory = chat_model_directory(tmp_path / "model")
+    chat = write_chat_jsonl(tmp_path / "chat.jsonl")
+    chat.write_text(chat.read_text(encoding="utf-8") + '{"messages": "hi"}\n', encoding="utf-8")
+    args = ["train", "--init-from", str(directory), "--chat", str(chat), "--out", str(tmp_path / "o")]
+    assert cli.main([*args, "--seq-len", "96", "--no-progress"]) == 2
+    assert "chat.jsonl:13: messages must be a non-empty list" in capsys.readouterr().err
