@@ -1,42 +1,13 @@
 """``numforge train --init-from DIR --chat FILE.jsonl``: a transformers-saved chat model fine-tuned on conversations,
 the loss on the assistant's tokens only, resumed exactly."""
 
-import json
-
 import numpy as np
 import pytest
-from chat_templates import chat_directory
+from chat_templates import chat_model_directory, write_chat_jsonl
 
 from numforge import checkpoint, cli
 
 pytest.importorskip("jinja2")
-
-QUESTIONS = ["What colour is the sky?", "Name a fruit.", "2 + 2?", "Say hi.", "A number, please.", "Which day?"]
-ANSWERS = ["Blue.", "An apple.", "4.", "Hi!", "Seven.", "Monday."]
-
-
-def chat_model_directory(directory, family: str = "smollm2"):
-    """A random Llama saved by transformers (``save_pretrained``) beside ``family``'s tokenizer and chat template."""
-    transformers = pytest.importorskip("transformers")
-    directory = chat_directory(directory, family)
-    vocab = json.loads((directory / "tokenizer.json").read_text(encoding="utf-8"))
-    size = max([*vocab["model"]["vocab"].values(), *(t["id"] for t in vocab["added_tokens"])]) + 1
-    config = transformers.LlamaConfig(
-        vocab_size=size, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=128, eos_token_id=2, bos_token_id=1, tie_word_embeddings=True,
-    )  # fmt: skip
-    transformers.set_seed(0)
-    transformers.LlamaForCausalLM(config).save_pretrained(directory)
-    return directory
-
-
-def write_chat_jsonl(path, count: int = 12):
-    lines = []
-    for i in range(count):
-        messages = [{"role": "user", "content": QUESTIONS[i % 6]}, {"role": "assistant", "content": ANSWERS[i % 6]}]
-        lines.append(json.dumps({"messages": messages}) + "\n")
-    path.write_text("".join(lines), encoding="utf-8")
-    return path
 
 
 def test_a_chat_fine_tune_resumed_equals_the_straight_run(tmp_path):
