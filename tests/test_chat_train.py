@@ -39,3 +39,23 @@ def test_a_bad_chat_line_is_refused_before_training(tmp_path, capsys):
     args = ["train", "--init-from", str(directory), "--chat", str(chat), "--out", str(tmp_path / "o")]
     assert cli.main([*args, "--seq-len", "96", "--no-progress"]) == 2
     assert "chat.jsonl:13: messages must be a non-empty list" in capsys.readouterr().err
+
+
+def test_the_assistant_only_loss_equals_transformers_loss_with_the_other_labels_masked(tmp_path):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from numforge.backend import asarray
+    from numforge.checkpoint import load_model
+    from numforge.data.chat import chat_rows
+
+    directory, chat = chat_model_directory(tmp_path / "model"), write_chat_jsonl(tmp_path / "chat.jsonl")
+    model, tokenizer = load_model(directory)
+    train, _ = chat_rows(chat, directory, tokenizer, seq_len=96)
+    x, y = train.inputs[:4], train.targets[:4]  # (4,T) each, most targets ignored
+    loss, _ = model.forward(asarray(x), asarray(y), for_backward=False)
+    reference = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float64)
+    logits = reference(torch.from_numpy(x)).logits  # (4,T,V)
+    labels = torch.from_numpy(y).masked_fill(torch.from_numpy(y) == -1, -100)  # PyTorch's ignore index
+    expected = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+    assert 0 < (y != -1).sum() < y.size / 4  # the mask matters: a mean over every target would differ
+    assert float(loss) == pytest.approx(expected.item(), rel=1e-5)
