@@ -85,10 +85,12 @@ def test_chat_rows_hold_out_the_last_conversations(tmp_path):
         {"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}]}
         for i in range(10)
     ]
+    lines[3]["messages"][0]["content"] = "a long question " * 40  # its answer falls past the row: the row is dropped
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     with pytest.raises(ValueError, match="no assistant token of the training conversations fits in --seq-len 8"):
         chat_rows(path, directory, tokenizer, seq_len=8)  # SmolLM2's default system prompt fills the row
     train, val = chat_rows(path, directory, tokenizer, seq_len=128)
-    assert (len(train), len(val)) == (9, 1)
+    assert (len(train), len(val)) == (8, 1)
+    assert ((train.targets != -1).sum(axis=1) > 0).all()
     [(ids, _)] = assistant_examples(template, tokenizer, lines[9]["messages"])
     assert (val.inputs[0, : len(ids) - 1] == ids[:-1]).all()

@@ -15,7 +15,8 @@ assistant turn instead, each rendered up to that turn; one that fails even so is
 
 A row is one example, ``T + 1`` ids: inputs ``ids[:-1]``, targets ``ids[1:]`` with every target that is not
 the assistant's set to the ignore index (-1, ``model.IGNORE_INDEX``), padded with ignored targets; an example
-longer than ``T + 1`` is truncated to its first ``T + 1`` tokens (what is cut is not trained on).
+longer than ``T + 1`` is truncated to its first ``T + 1`` tokens (what is cut is not trained on; a row left
+with no assistant token is dropped).
 """
 
 from __future__ import annotations
@@ -183,7 +184,8 @@ class ChatSampler:
 
 def chat_rows(path, directory, tokenizer, seq_len: int, val_fraction: float = 0.1) -> tuple[ChatRows, ChatRows]:
     """(training rows, validation rows) of the chat file ``path`` with the template of ``directory``: the last
-    ``val_fraction`` of the conversations (at least one) held out; each part must keep a trained target."""
+    ``val_fraction`` of the conversations (at least one) held out. A row left without a trained target by the
+    truncation is dropped; each part must keep one."""
     conversations = read_chat_jsonl(path)
     if len(conversations) < 2:
         raise ValueError(f"{path}: one conversation only; at least 2 are needed (one is held out for validation)")
@@ -193,7 +195,8 @@ def chat_rows(path, directory, tokenizer, seq_len: int, val_fraction: float = 0.
     for name, part in (("training", conversations[:-held]), ("validation", conversations[-held:])):
         examples = [example for messages in part for example in assistant_examples(template, tokenizer, messages)]
         rows = ChatRows.from_examples(examples, seq_len)
-        if not (rows.targets != IGNORED).any():
+        trained = (rows.targets != IGNORED).any(axis=1)  # (N,): a row truncated before its assistant's tokens: none
+        if not trained.any():
             raise ValueError(f"{path}: no assistant token of the {name} conversations fits in --seq-len {seq_len}")
-        parts.append(rows)
+        parts.append(ChatRows(rows.inputs[trained], rows.targets[trained]))
     return parts[0], parts[1]
