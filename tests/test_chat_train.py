@@ -26,10 +26,18 @@ def test_a_chat_fine_tune_resumed_equals_the_straight_run(tmp_path):
     assert log == (stopped / "loss.csv").read_text(encoding="utf-8")
 
 
-def test_chat_needs_a_chat_models_directory(tmp_path, capsys):
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ([], "--chat fine-tunes the chat model of --init-from"),
+        (["--init-from", "m", "--data", "x.txt"], "--chat fine-tunes the chat model of --init-from"),
+        (["--resume", "r"], "--chat cannot change when resuming"),
+    ],
+)
+def test_chat_needs_a_chat_models_directory_and_a_new_run(tmp_path, capsys, flags, message):
     chat = write_chat_jsonl(tmp_path / "chat.jsonl")
-    assert cli.main(["train", "--chat", str(chat), "--out", str(tmp_path / "o")]) == 2
-    assert "--chat fine-tunes the chat model of --init-from" in capsys.readouterr().err
+    assert cli.main(["train", "--chat", str(chat), *flags]) == 2
+    assert message in capsys.readouterr().err
 
 
 def test_a_bad_chat_line_is_refused_before_training(tmp_path, capsys):
