@@ -50,6 +50,7 @@ before it builds a model.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import math
@@ -63,10 +64,11 @@ import numpy as np
 
 from .atomic import atomic_directory, remove_directory, write_text_atomic
 from .backend import asarray, resolve_dtype, to_numpy
-from .checks import check_int_value
+from .checks import check_int_value, describe_error
 from .files import parse_json
 from .hf import load_pretrained, pretrained_config
 from .model import GPT, POSITIONS, GPTConfig, parameter_shapes
+from .model.lora import LoraConfig
 from .resources import DISK_FULL, check_fits
 from .tokenizer import BPETokenizer
 
@@ -464,6 +466,8 @@ def restore_model(checkpoint: Checkpoint, dtype: str = "float32") -> GPT:
     (a config claiming a huge width over small arrays allocates nothing): a
     missing or extra name, or a shape, is a ``ValueError`` naming the files.
     """
+    if isinstance(checkpoint.state, dict) and "lora" in checkpoint.state:  # adapters alone: the base read again
+        return _restore_lora_model(checkpoint, dtype)
     config = checkpoint_config(checkpoint)
     layers = {name.split(".")[1] for name in checkpoint.params if name.startswith("layers.")}
     if config.num_layers != len(layers):  # before listing the config's shapes: num_layers may be 10**20
@@ -489,6 +493,31 @@ def restore_model(checkpoint: Checkpoint, dtype: str = "float32") -> GPT:
         raise CheckpointFileError(
             f"checkpoint {checkpoint.path}: its config.json and params.npz disagree: {err}"
         ) from err
+
+
+def _restore_lora_model(checkpoint: Checkpoint, dtype: str) -> GPT:
+    """A LoRA run's model: the frozen weights read again from ``state.json``'s ``lora.base`` (its config must be
+    the checkpoint's), the adapters those of ``params.npz``."""
+    recorded, state_file = checkpoint.state["lora"], checkpoint.path / "state.json"
+    config = checkpoint_config(checkpoint)
+    try:
+        model, _ = load_model(recorded["base"], dtype)
+        lora = LoraConfig.from_dict({name: recorded[name] for name in ("rank", "alpha", "dropout", "targets")})
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise CheckpointFileError(f"{state_file}: 'lora': {describe_error(err)}") from err
+    base_config = dataclasses.replace(model.config, drop_prob=config.drop_prob, attention=config.attention)
+    if base_config != config:
+        raise CheckpointFileError(
+            f"{state_file}: 'lora.base' {recorded['base']} is not the model this run adapts: its config.json "
+            f"differs from {checkpoint.path / 'config.json'}"
+        )
+    model.config = config
+    try:
+        model.add_lora(lora, values=checkpoint.params)
+    except ValueError as err:
+        message = f"checkpoint {checkpoint.path}: params.npz does not hold this run's adapters: {err}"
+        raise CheckpointFileError(message) from err
+    return model
 
 
 def _difference(expected: dict, stored: dict) -> str:

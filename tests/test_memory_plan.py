@@ -7,6 +7,8 @@ must be within 0.7 to 1.5 of the measured peak, for each kind of block, with and
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -14,8 +16,9 @@ from numforge import cli, resources
 from numforge.bench.memory import planned_peak, step_peak
 from numforge.model import GPT, GPTConfig
 from numforge.model.config import ARCHS
+from numforge.model.lora import LoraConfig, adapter_shapes
 from numforge.training import TrainSettings
-from numforge.training.memory_plan import check_plan_fits, memory_plan, plan_table, run_plans
+from numforge.training.memory_plan import check_plan_fits, chosen_plan, memory_plan, plan_table, run_plans
 
 B, T = 2, 96
 SHAPE = dict(vocab_size=200, max_seq_len=T, d_model=48, num_heads=3)
@@ -94,6 +97,19 @@ def test_the_table_shows_each_way_and_marks_the_chosen_one(monkeypatch):
     assert lines[-1] == "this machine: 1.0 GiB (physical memory)"
     with pytest.raises(ValueError, match="chosen must be one of the plans"):
         plan_table(run_plans(config, TrainSettings(seq_len=T)), "--lora")
+
+
+def test_a_lora_run_plans_gradients_and_moments_for_its_adapters_alone(monkeypatch):
+    monkeypatch.setattr(resources, "memory_limit", lambda: (2**30, "physical memory"))
+    config = GPTConfig(**SHAPE, num_layers=2, position="rope", norm="rmsnorm", activation="swiglu", use_bias=False)
+    lora = LoraConfig(rank=2, alpha=4.0, dropout=0.0, targets=("q", "v"))
+    adapters = sum(math.prod(shape) for shape in adapter_shapes(config, lora).values())  # A and B of each target
+    P = GPT(config).num_params()
+    plans = run_plans(config, TrainSettings(seq_len=T), lora)
+    assert list(plans) == ["plain", "--recompute", "--lora"]
+    assert (plans["--lora"].weights, plans["--lora"].gradients) == (4 * (P + adapters), 4 * adapters)
+    assert plans["--lora"].optimizer == 8 * adapters < plans["plain"].optimizer
+    assert "--lora (this run)" in plan_table(plans, chosen_plan(TrainSettings(seq_len=T), lora))
 
 
 def test_a_run_that_fits_only_with_recompute_is_refused_without_it(monkeypatch):

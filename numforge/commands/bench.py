@@ -17,6 +17,7 @@ BENCHMARKS = {  # name -> one-line help; each is numforge/bench/<name>.py
     "tokenizer": "BPE training and encoding on stdlib sources vs reference, HF tokenizers, tiktoken",
     "train": "training step (forward, backward, AdamW): tokens/s and MFU vs PyTorch eager",
     "memory": "a training step's peak memory (tracemalloc) at 2, 4, 8 layers with and without --recompute, vs the plan",
+    "finetune": "LoRA fine-tuning step of a SmolLM2-135M-shaped model vs PEFT on transformers, and vs full fine-tuning",
     "generate": "greedy decoding with the KV cache at GPT-2 124M's shape: prefill, tokens/s, memory vs transformers",
 }
 

@@ -12,6 +12,11 @@ before the rotation), ``MixtralForCausalLM`` (a mixture of experts), ``Gemma2For
 ``1 + w``, GeGLU, scaled embeddings, the sandwich of norms, soft caps) or ``Gemma3ForCausalLM`` (the same with
 QK-norm and a local RoPE base); any other is refused by name before anything is written.
 DST must not exist; it appears whole or not at all.
+
+A LoRA run (``numforge train --lora``) is written merged, its adapters folded into the weights
+(``W + (alpha / r) A B``: a plain Hugging Face directory), or with ``--peft`` as a PEFT adapter directory
+(``adapter_config.json``, ``adapter_model.safetensors``) that ``peft.PeftModel.from_pretrained`` loads onto
+the base model (``hf/peft.py``).
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ import argparse
 from pathlib import Path
 
 from ..atomic import atomic_directory
-from ..checkpoint import latest_checkpoint_dir, load_model, save_checkpoint
+from ..checkpoint import latest_checkpoint_dir, load_checkpoint, load_model, save_checkpoint
 from ..hf import save_pretrained
+from ..hf.peft import save_peft_adapter
 from ..optim import AdamW
 
 HELP = (
@@ -33,6 +39,11 @@ HELP = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("src", metavar="SRC", help="a numforge run or ckpt-* directory, or a Hugging Face directory")
     parser.add_argument("dst", metavar="DST", help="the directory to write (must not exist)")
+    parser.add_argument(
+        "--peft",
+        action="store_true",
+        help="a LoRA run: write its adapters as a PEFT adapter directory (default: merged into the weights)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,7 +51,11 @@ def run(args: argparse.Namespace) -> int:
     if dst.exists():
         raise ValueError(f"{dst} already exists; choose a new directory")
     model, tokenizer = load_model(src)
-    if latest_checkpoint_dir(src) is None:  # load_model read a Hugging Face directory
+    if args.peft and model.lora is None:
+        raise ValueError(f"--peft writes a LoRA run's adapters; {src} has none (it was not trained with --lora)")
+    if model.lora is not None:
+        _write_lora(model, tokenizer, src, dst, args.peft)
+    elif latest_checkpoint_dir(src) is None:  # load_model read a Hugging Face directory
         with atomic_directory(dst) as temp:
             save_checkpoint(
                 temp,
@@ -56,3 +71,16 @@ def run(args: argparse.Namespace) -> int:
         save_pretrained(model, tokenizer, dst)
         print(f"{src} (numforge) -> {dst} (Hugging Face; transformers: AutoModelForCausalLM.from_pretrained(DST))")
     return 0
+
+
+def _write_lora(model, tokenizer, src: Path, dst: Path, peft: bool) -> None:
+    """A LoRA run as a PEFT adapter directory (``peft``) or merged into a Hugging Face directory."""
+    base = load_checkpoint(src).state["lora"]["base"]
+    if peft:
+        save_peft_adapter(model, dst, base=base)
+        print(
+            f"{src} (numforge LoRA) -> {dst} (PEFT adapter; peft: PeftModel.from_pretrained(base model of {base}, DST))"
+        )
+    else:
+        save_pretrained(model.merged(), tokenizer, dst)
+        print(f"{src} (numforge LoRA, merged) -> {dst} (Hugging Face; AutoModelForCausalLM.from_pretrained(DST))")

@@ -28,6 +28,7 @@ GROUPS = {  # the help's sections: RunSpec's and TrainSettings' fields say which
     "run": "run",
     "model": "model (fixed when a run starts)",
     "optimization": "optimization (fixed when a run starts)",
+    "lora": "LoRA adapters (with --init-from; fixed when a run starts)",
 }
 SPEC_FLAGS = [*spec_flags(RunSpec), *spec_flags(TrainSettings)]  # the fields a flag of their name sets
 # how messages name the run's fields: by the flags that set them ("num_heads" -> "--heads")
@@ -114,7 +115,8 @@ def _train(args: argparse.Namespace, session, world, threads: int, say, report, 
         + (f" in {settings.grad_accum} micro-batches" if settings.grad_accum > 1 else "")
         + (f", {threads} threads" + (" per rank" if world.size > 1 else "") if threads > 1 else "")
     )
-    report(plan_table(run_plans(model.config, settings), chosen_plan(settings)))  # checked when the run started
+    plans = run_plans(model.config, settings, model.lora)
+    report(plan_table(plans, chosen_plan(settings, model.lora)))  # checked when the run started
     first_step = session.step
     try:
         outcome = train(session, progress=not args.no_progress, say=say, world=world, threads=threads)

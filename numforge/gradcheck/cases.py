@@ -25,7 +25,7 @@ from .check import GradResult, check_op, upstream
 from .diagnose import diagnosed
 from .mistakes import MISTAKES
 
-SUITES: tuple[str, ...] = ("ops", "attention", "block", "model")  # modules in numforge.gradcheck, in run order
+SUITES: tuple[str, ...] = ("ops", "attention", "block", "model", "lora")  # modules in numforge.gradcheck, in run order
 EXERCISE_SUITES: tuple[str, ...] = ("tiling", "tokenizer", "adamw")  # graded only: numforge against itself says little
 
 

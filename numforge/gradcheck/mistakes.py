@@ -21,6 +21,7 @@ from ..backend import to_numpy
 from ..model.attention_branch import attention_branch_backward
 from ..model.mlp_branch import mlp_branch_backward
 from ..model.names import TOKEN_EMBEDDING
+from ..ops.lora import lora_backward
 from ..ops.rope import rope_forward
 from .check import relative_error
 
@@ -84,7 +85,31 @@ RMS_MEAN = (
     "yours has LayerNorm's mean term (- mean(g)): RMSNorm subtracts no mean from x, so its dx has only the term "
     "through rstd, - xhat mean(g xhat)"
 )
+
+
+def _lora_unscaled(index: int):
+    """LoRA's gradient ``index`` (dx, dA, dB) with the scale alpha / r left out of the chain rule."""
+    return lambda dy, c: lora_backward(dy, c._replace(scale=1.0, scaled_u=c.scaled_u / c.scale))[index]
+
+
+def _lora_unmasked_dx(dy, cache):
+    """LoRA's dx without the dropout's backward: du A^T as it is, the mask and 1 / (1 - p) not applied."""
+    return lora_backward(dy, cache._replace(dropout=cache.dropout._replace(keep=None)))[0]
+
+
+LORA_SCALE = (
+    "yours leaves out the scale s = alpha / r: the forward multiplies the update by s, so every gradient of it "
+    "carries s"
+)
+LORA_MASK = (
+    "yours skips the dropout's backward: the forward drops the adapter's input, so dx is du A^T times the same "
+    "mask and 1 / (1 - p)"
+)
 MISTAKES: dict[str, tuple[Mistake, ...]] = {  # by the backward they are mistakes of
+    "lora_backward": (
+        *(Mistake(arg, LORA_SCALE, _lora_unscaled(i)) for i, arg in enumerate(("x", "lora_a", "lora_b"))),
+        Mistake("x", LORA_MASK, _lora_unmasked_dx),
+    ),
     "rope_backward": (Mistake("x", ROPE_FORWARD, lambda dy, c: rope_forward(dy, c.cos, c.sin)[0]),),
     "rms_norm_backward": (Mistake("x", RMS_MEAN, _rms_with_mean),),
     "block_backward": tuple(

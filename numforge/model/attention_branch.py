@@ -83,7 +83,7 @@ def attention_seeds(config, rng, batch: int) -> list[int] | None:
     ``rng.random((B, 1))`` gives each row one uniform from that row's own stream in training
     (``training/dropout.py``), so a row's attention masks do not depend on how the batch is split.
     """
-    if rng is None or not config.attention_dropout:
+    if rng is None or not config.attention_dropout or config.drop_prob == 0:  # (LoRA's dropout alone: rng, p = 0)
         return None
     uniforms = to_numpy(rng.random((batch, 1), dtype="float64")).ravel()  # (B,)
     return [int(u * 2**53) for u in uniforms]  # 53 random bits each
@@ -241,7 +241,7 @@ def attention_branch_forward(
     H, H_kv, D = config.num_heads, config.num_kv_heads, config.head_dim
     start = 0 if kv_cache is None else kv_cache.length
     h, norm_cache = norm_forward(x.reshape(B * T, C), p, PRE_ATTN_NORM, config)  # (B,T,C) -> (N,C)
-    qkv, qkv_cache = linear_layer_forward(h, p, QKV_PROJ)  # (N,C) -> (N,(H + 2 H_kv) D)
+    qkv, qkv_cache = linear_layer_forward(h, p, QKV_PROJ, rng)  # (N,C) -> (N,(H + 2 H_kv) D)
     q, k, v = split_heads(qkv.reshape(B, T, -1), H, H_kv)  # -> (B,H,T,D), 2 x (B,H_kv,T,D)
     q, k, qk_cache = qk_forward(q, k, p, config, tables, start, layer)
     if kv_cache is not None:
@@ -249,7 +249,7 @@ def attention_branch_forward(
     seeds = attention_seeds(config, rng, B)
     o, attention_cache = attend(q, k, v, config, layer=layer, for_backward=for_backward, dropout_seed=seeds)
     merged = merge_heads(o).reshape(B * T, H * D)  # (B,H,T,D) -> (N,H D)
-    a, out_cache = linear_layer_forward(merged, p, OUT_PROJ)  # (N,H D) -> (N,C)
+    a, out_cache = linear_layer_forward(merged, p, OUT_PROJ, rng)  # (N,H D) -> (N,C)
     post_cache = None
     if config.post_norms:
         a, post_cache = norm_forward(a, p, POST_ATTN_NORM, config)  # (N,C): Gemma's norm after the branch

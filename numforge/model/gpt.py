@@ -56,6 +56,7 @@ from .blocks import (
 from .config import GPTConfig
 from .kv_cache import KVCache
 from .layers import LayerParams, dropout_if, dropout_if_backward, norm_backward, norm_forward
+from .lora import LoraConfig, adapter_shapes, adapters, init_adapters, merged_params
 from .names import (
     FINAL_NORM,
     LM_HEAD,
@@ -201,7 +202,40 @@ class GPT:
         self.positions = POSITIONS[config.position]
         tables = self.positions.tables(config, self.dtype)  # fixed, not parameters: built once, for every length
         self.position_tables = {name: xp.asarray(table) for name, table in tables.items()}
+        self.lora: LoraConfig | None = None
+        self.adapters: dict = {}
         self.layers = [LayerParams(self.params, f"layers.{i}.") for i in range(config.num_layers)]
+
+    def add_lora(self, lora: LoraConfig, seed: int = 0, values: dict | None = None) -> None:
+        """Freeze every parameter and add LoRA adapters (``lora.py``): ``values`` (name -> array, every name and
+        shape of ``lora.adapter_shapes``), else PEFT's init drawn from ``seed``. ``trainable`` is then the adapters:
+        ``backward`` gives their gradients alone and computes no gradient of a frozen matrix."""
+        if not isinstance(lora, LoraConfig):
+            raise TypeError(f"lora must be a LoraConfig, got {type(lora).__name__}")
+        layout = adapters(self.config, lora)  # a ValueError for a target the model has not
+        shapes = adapter_shapes(self.config, lora)
+        xp = array_module()
+        values = init_adapters(self.config, lora, seed) if values is None else values
+        if not isinstance(values, dict):
+            raise TypeError(f"values must be a dict of name -> array, got {type(values).__name__}")
+        values = {name: xp.asarray(value, dtype=self.dtype) for name, value in values.items()}
+        check_params(values, {name: (shape, self.dtype) for name, shape in shapes.items()})
+        self.lora, self.adapters = lora, values
+        self.layers = [
+            LayerParams(self.params, f"layers.{i}.", lora, self.adapters, layout) for i in range(self.config.num_layers)
+        ]
+
+    def merged(self) -> GPT:
+        """A new model without adapters whose weights hold them: ``W + (alpha / r) A B`` (``lora.merged_params``)."""
+        if self.lora is None:
+            raise ValueError("this model has no LoRA adapters to merge")
+        params = merged_params(self.params, self.adapters, self.config, self.lora)
+        return GPT(self.config, dtype=self.dtype, params=params)
+
+    @property
+    def trainable(self) -> dict:
+        """The parameters training updates: ``params``, or with LoRA the adapters alone (the base frozen)."""
+        return self.params if self.lora is None else self.adapters
 
     def num_params(self) -> int:
         """Number of trainable scalars (a tied table counts once)."""
@@ -240,7 +274,8 @@ class GPT:
                 "and keep_caches=False"
             )
         keep_caches = keep_caches or for_backward
-        rng = rng if self.config.drop_prob > 0 else None
+        lora_dropout = self.lora is not None and self.lora.dropout > 0
+        rng = rng if self.config.drop_prob > 0 or lora_dropout else None
         x, embedding_cache = self._embed(token_ids, start=0)  # (B,T) -> (B,T,C)
         x, embedding_dropout = dropout_if(x, self.config, rng)
         x, blocks, aux_loss = self._blocks(
@@ -258,6 +293,7 @@ class GPT:
             IGNORE_INDEX,
             with_gradients=for_backward,
             softcap=self.config.logit_softcap,
+            table_grad=self.lora is None,
         )  # (B,T,C) -> ()
         cache = ModelCache(
             tuple(token_ids.shape), embedding_cache, embedding_dropout, blocks, final_norm_cache, loss_cache
@@ -267,7 +303,7 @@ class GPT:
     # ----------------------------------------------------------------- backward
 
     def backward(self, cache: ModelCache) -> dict:
-        """Gradients of the loss for every parameter: same names, shapes and dtype as ``params``.
+        """Gradients of the loss for every parameter: same names, shapes and dtype as ``params`` (``trainable``).
 
         The chain rule is ``backward_steps``; this keeps each step's parameter gradients and drops the
         rest of the step before the next one runs (as a plain walk would free them).
@@ -276,7 +312,7 @@ class GPT:
         for step in self.backward_steps(cache):
             grads.update(step.grads)
             del step  # not alive while the next step runs
-        return {name: grads[name] for name in self.params}  # params' order
+        return {name: grads[name] for name in self.trainable}  # params' order
 
     def backward_steps(self, cache: ModelCache):
         """The backward, one step at a time, in the order it runs: ``HeadBackward`` (the loss, the final norm),
@@ -302,6 +338,8 @@ class GPT:
                 yield LayerBackward(i, step, {f"layers.{i}.{name}": g for name, g in step.grads.items()})
                 del step  # not alive while the next branch runs
             del block  # a recomputed cache is not alive while the next block is recomputed
+        if self.lora is not None:  # the tables are frozen: no scatter-add, no gradient
+            return
         # forward: x = Drop(x)
         dx = dropout_if_backward(dx, cache.embedding_dropout)
         # forward: x = token_embedding[ids] * scale + positions[:T]

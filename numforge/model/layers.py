@@ -6,14 +6,19 @@
 ``use_bias=False``, a norm without weight) reads as None and is passed as
 None. Each backward returns ``(dx, grads)``, ``grads`` keyed ``name.weight``,
 ``name.bias`` for the parameters the layer has.
+
+With LoRA (``lora.py``, ``p.lora`` set) every base parameter is frozen: a linear layer's backward is
+``linear_input_backward`` (``dx = dy W^T``, no ``dW``), and its gradients are its adapters' ``dA, dB``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from ..ops.dropout import dropout_backward, dropout_forward
-from ..ops.linear import linear_backward, linear_forward
+from ..ops.linear import linear_backward, linear_forward, linear_input_backward
+from ..ops.lora import lora_backward, lora_forward
 from ..ops.norms import NORMS
 
 
@@ -30,15 +35,42 @@ def norm_backward(dy, cache, name: str, config):
     return dx, {f"{name}.{param}": g for param, g in zip(norm.parameters, dparams) if g is not None}
 
 
-def linear_layer_forward(x, p, name: str):
-    """``y = x W + b`` with ``W = p[name.weight]`` and ``b = p[name.bias]`` (absent: no bias)."""
-    return linear_forward(x, p[f"{name}.weight"], p.get(f"{name}.bias"))
+class AdaptedLinearCache(NamedTuple):
+    base: object  # the frozen layer's LinearCache
+    adapters: tuple  # (Adapter, LoraCache) per adapter of the layer
+
+
+def linear_layer_forward(x, p, name: str, rng=None):
+    """``y = x W + b`` with ``W = p[name.weight]`` and ``b = p[name.bias]`` (absent: no bias); with LoRA, each
+    adapter of the layer adds ``(alpha / r) Drop(x) A B`` to its columns (the dropout drawn from ``rng``)."""
+    y, cache = linear_forward(x, p[f"{name}.weight"], p.get(f"{name}.bias"))  # (N,C_in) -> (N,C_out)
+    if getattr(p, "lora", None) is None:  # no LoRA (or a plain dict of parameters)
+        return y, cache
+    adapted = []
+    for adapter in p.adapters_of(name):
+        update, lora_cache = lora_forward(
+            x, p[f"{adapter.name}.a"], p[f"{adapter.name}.b"], scale=p.lora.scale, dropout_p=p.lora.dropout, rng=rng
+        )  # (N,C_in) -> (N,stop - start)
+        y[:, adapter.start : adapter.stop] += update
+        adapted.append((adapter, lora_cache))
+    return y, AdaptedLinearCache(cache, tuple(adapted))
 
 
 def linear_layer_backward(dy, cache, name: str):
-    """``(dx, {name.weight: dW, name.bias: db})``: ``dx = dy W^T``, ``dW = x^T dy``, ``db`` the column sums."""
-    dx, dweight, dbias = linear_backward(dy, cache)
-    return dx, {f"{name}.weight": dweight, **({} if dbias is None else {f"{name}.bias": dbias})}
+    """``(dx, {name.weight: dW, name.bias: db})``: ``dx = dy W^T``, ``dW = x^T dy``, ``db`` the column sums; a
+    frozen layer (LoRA) ``(dx, {adapter.a: dA, adapter.b: dB, ...})``, ``dx`` the sum of every path's."""
+    if not isinstance(cache, AdaptedLinearCache):
+        dx, dweight, dbias = linear_backward(dy, cache)
+        return dx, {f"{name}.weight": dweight, **({} if dbias is None else {f"{name}.bias": dbias})}
+    dx = linear_input_backward(dy, cache.base)  # forward: y = x W + b, W and b frozen: no dW, no db
+    grads = {}
+    for adapter, lora_cache in cache.adapters:
+        # forward: y[:, start:stop] += update
+        dx_path, grads[f"{adapter.name}.a"], grads[f"{adapter.name}.b"] = lora_backward(
+            dy[:, adapter.start : adapter.stop], lora_cache
+        )
+        dx += dx_path  # x feeds the frozen layer and every adapter: the paths add
+    return dx, grads
 
 
 def dropout_if(x, config, rng):
@@ -60,10 +92,18 @@ class LayerParams(Mapping):
     ``use_bias=False``) reads as ``None`` through ``.get``.
     """
 
-    def __init__(self, params: dict, prefix: str):
+    def __init__(self, params: dict, prefix: str, lora=None, adapters: dict | None = None, layout: tuple = ()):
         self._params, self._prefix = params, prefix
+        self.lora, self._adapters, self._layout = lora, adapters or {}, layout  # LoRA: its config, values, Adapters
+        self._adapter_names = {f"{adapter.name}.{ab}" for adapter in layout for ab in "ab"}
+
+    def adapters_of(self, name: str) -> tuple:
+        """The ``lora.Adapter``s on the linear part ``name`` (none without LoRA)."""
+        return tuple(adapter for adapter in self._layout if adapter.part == name)
 
     def __getitem__(self, name: str):
+        if name in self._adapter_names:
+            return self._adapters[self._prefix + name]
         return self._params[self._prefix + name]
 
     def __iter__(self):

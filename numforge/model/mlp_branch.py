@@ -43,9 +43,9 @@ def mlp_branch_forward(x, p, config, *, rng=None):
     B, T, C = x.shape
     h, norm_cache = norm_forward(x.reshape(B * T, C), p, PRE_MLP_NORM, config)  # (B,T,C) -> (N,C)
     activation = ACTIVATIONS[config.activation]
-    projected = [linear_layer_forward(h, p, projection(name)) for name in activation.inputs]  # each (N,C) -> (N,F)
+    projected = [linear_layer_forward(h, p, projection(name), rng) for name in activation.inputs]  # each (N,C) -> (N,F)
     act, act_cache = activation.forward(*(y for y, _ in projected), **config.activation_options())  # (N,F)
-    m, down_cache = linear_layer_forward(act, p, DOWN_PROJ)  # (N,F) -> (N,C)
+    m, down_cache = linear_layer_forward(act, p, DOWN_PROJ, rng)  # (N,F) -> (N,C)
     post_cache = None
     if config.post_norms:
         m, post_cache = norm_forward(m, p, POST_MLP_NORM, config)  # (N,C): Gemma's norm after the branch

@@ -45,14 +45,22 @@ class UnembeddingLossCache(NamedTuple):
 
 
 def unembedding_loss_forward(
-    h, table, targets, ignore_index: int, with_gradients: bool = True, softcap: float | None = None
+    h,
+    table,
+    targets,
+    ignore_index: int,
+    with_gradients: bool = True,
+    softcap: float | None = None,
+    table_grad: bool = True,
 ):
     """``(loss, cache)`` for ``h (B,T,C)``, ``table (V,C)``, ``targets (B,T)``; with ``softcap`` c the logits are
-    ``c tanh(h table^T / c)`` (Gemma 2's final-logit soft-capping, ``ops/softcap.py``) on every route.
+    ``c tanh(h table^T / c)`` (Gemma 2's final-logit soft-capping, ``ops/softcap.py``) on every route. A frozen
+    table (LoRA: ``table_grad`` False) gets no gradient.
 
     ``with_gradients`` chooses the fused route; otherwise logits of at most
     ``MATERIALIZED_LOGITS_LIMIT`` elements are materialized and larger ones
-    chunked. Every route has a backward.
+    chunked. Every route has a backward. A frozen table (LoRA: ``table_grad`` False) has no gradient on the
+    fused route: its backward gives ``dtable`` None.
     """
     B, T, C = h.shape
     rows, flat_targets = h.reshape(B * T, C), targets.reshape(B * T)  # (B,T,C) -> (N,C)
@@ -60,7 +68,9 @@ def unembedding_loss_forward(
     cap_cache = None
     if with_gradients:
         route = "fused"
-        loss, op_cache = tied_cross_entropy_with_grads(rows, table, flat_targets, ignore_index, **capped)
+        loss, op_cache = tied_cross_entropy_with_grads(
+            rows, table, flat_targets, ignore_index, table_grad=table_grad, **capped
+        )
     elif B * T * table.shape[0] > MATERIALIZED_LOGITS_LIMIT:
         route = "chunked"
         loss, op_cache = tied_cross_entropy_forward(rows, table, flat_targets, ignore_index, **capped)

@@ -57,7 +57,7 @@ class TiedCrossEntropyGrads(NamedTuple):
     """The gradients of the summed (not yet averaged) loss, computed by the forward; the backward scales them."""
 
     dh_of_sum: object  # (N, C) d(sum of counted nll) / dh
-    dtable_of_sum: object  # (V, C) d(sum of counted nll) / dtable
+    dtable_of_sum: object  # (V, C) d(sum of counted nll) / dtable; None for a frozen table (table_grad False)
     count: int
     h_shape: tuple[int, ...]
 
@@ -229,7 +229,13 @@ def tied_cross_entropy_backward(dloss, cache: TiedCrossEntropyCache):
 
 
 def tied_cross_entropy_with_grads(
-    h, table, targets, ignore_index: int = -1, chunk_rows: int = FUSED_CHUNK_ROWS, softcap: float | None = None
+    h,
+    table,
+    targets,
+    ignore_index: int = -1,
+    chunk_rows: int = FUSED_CHUNK_ROWS,
+    softcap: float | None = None,
+    table_grad: bool = True,
 ):
     """The tied cross-entropy and its gradients in one pass over chunks of rows, for training.
 
@@ -242,6 +248,8 @@ def tied_cross_entropy_with_grads(
     gradients of the summed nll; the backward scales them by dloss / count,
     exact because they are linear in dloss. Same loss and gradients as
     ``tied_cross_entropy_forward`` / ``_backward`` (``softcap`` likewise: dz times the slope ``1 - (z / c)^2``).
+    A frozen table (LoRA: ``table_grad`` False) gets no gradient: the dtable product is skipped and
+    ``dtable_of_sum`` is None.
     """
     h_rows, targets, valid, count = _check_tied_inputs(h, table, targets, ignore_index, chunk_rows)
     softcap = None if softcap is None else check_cap(softcap, "softcap")
@@ -249,8 +257,9 @@ def tied_cross_entropy_with_grads(
     dh_of_sum = xp.empty_like(h_rows)  # (N, C)
     # dtable^T = sum over chunks of h^T dz, accumulated as (C, V) and transposed once (the faster
     # product order, ops/WHY_FAST.md)
-    dtable_transposed = xp.zeros((table.shape[1], table.shape[0]), dtype=table.dtype)  # (C, V)
-    chunk_part = xp.empty_like(dtable_transposed)  # (C, V) one chunk's share, reused
+    if table_grad:
+        dtable_transposed = xp.zeros((table.shape[1], table.shape[0]), dtype=table.dtype)  # (C, V)
+        chunk_part = xp.empty_like(dtable_transposed)  # (C, V) one chunk's share, reused
     total = 0.0
     for start, stop in tiles(h_rows.shape[0], chunk_rows):
         rows = slice(start, stop)
@@ -258,16 +267,8 @@ def tied_cross_entropy_with_grads(
         pick = (xp.arange(t.shape[0]), t)
         z = _logits(h_chunk, table, softcap)  # (n, C) @ (C, V) -> (n, V)
         slope = None if softcap is None else softcap_slope(z, softcap)  # (n, V) 1 - (z / c)^2
-        picked = z[pick]  # z[t], (n,), read before z is overwritten
-        row_max = z.max(axis=1)  # (n,)
-        z -= row_max[:, None]
-        exp_shifted = xp.exp(z, out=z)  # E = exp(z - max) <= 1, in place, (n, V)
-        row_total = row_sums(exp_shifted)  # l = sum of E, (n,)
-        nll = xp.log(row_total)
-        nll += row_max  # logsumexp(z)
-        nll -= picked
-        nll *= counted
-        total += float(nll.sum(dtype="float64"))
+        exp_shifted, row_total, nll_sum = _exp_shifted_and_nll(z, pick, counted, xp)  # z becomes E, (n, V)
+        total += nll_sum
         # dz = E / l - onehot(t) = r (E - l onehot(t)) with r = [counted] / l per row. The row factor r
         # scales the two (n, C) operands of the products instead of the (n, V) array: a pass over
         # (n, V) saved, the same products. Ignored rows get r = 0.
@@ -277,19 +278,36 @@ def tied_cross_entropy_with_grads(
         r = counted / row_total  # (n,)
         xp.matmul(exp_shifted, table, out=dh_of_sum[rows])  # forward: z = h table^T, so dh = dz table;
         dh_of_sum[rows] *= r[:, None]  # ... (n, V) @ (V, C) -> (n, C), times r
-        xp.matmul(
-            (h_chunk * r[:, None]).T, exp_shifted, out=chunk_part
-        )  # ... and dtable^T = h^T dz = (r h)^T (E - l onehot)
-        dtable_transposed += chunk_part  # (C, n) @ (n, V) -> (C, V)
+        if table_grad:
+            xp.matmul(
+                (h_chunk * r[:, None]).T, exp_shifted, out=chunk_part
+            )  # ... and dtable^T = h^T dz = (r h)^T (E - l onehot)
+            dtable_transposed += chunk_part  # (C, n) @ (n, V) -> (C, V)
     loss = _loss_array(total, count, h.dtype, xp)
-    dtable_of_sum = xp.ascontiguousarray(dtable_transposed.T)  # (C, V) -> (V, C)
+    dtable_of_sum = xp.ascontiguousarray(dtable_transposed.T) if table_grad else None  # (C, V) -> (V, C)
     return loss, TiedCrossEntropyGrads(dh_of_sum, dtable_of_sum, count, tuple(h.shape))
+
+
+def _exp_shifted_and_nll(z, pick, counted, xp):
+    """``(E, l, sum of nll)`` of a chunk's logits ``z (n, V)``, in place: ``E = exp(z - max) <= 1`` overwrites
+    ``z``, ``l`` is its row sums ``(n,)``, and ``nll = logsumexp(z) - z[t]`` is summed over the ``counted`` rows."""
+    picked = z[pick]  # z[t], (n,), read before z is overwritten
+    row_max = z.max(axis=1)  # (n,)
+    z -= row_max[:, None]
+    exp_shifted = xp.exp(z, out=z)  # E = exp(z - max) <= 1, in place, (n, V)
+    row_total = row_sums(exp_shifted)  # l = sum of E, (n,)
+    nll = xp.log(row_total)
+    nll += row_max  # logsumexp(z)
+    nll -= picked
+    nll *= counted
+    return exp_shifted, row_total, float(nll.sum(dtype="float64"))
 
 
 def scale_tied_cross_entropy_grads(dloss, cache: TiedCrossEntropyGrads):
     """(dh, dtable) = (dh_of_sum, dtable_of_sum) * dloss / count: new arrays, the cache is left as it is."""
     coef = _coef(dloss, cache.count)  # forward: loss = (sum of counted rows' losses) / count
-    return (cache.dh_of_sum * coef).reshape(cache.h_shape), cache.dtable_of_sum * coef  # (N, C) -> (B, T, C)
+    dtable = None if cache.dtable_of_sum is None else cache.dtable_of_sum * coef
+    return (cache.dh_of_sum * coef).reshape(cache.h_shape), dtable  # (N, C) -> (B, T, C)
 
 
 def _check_tied_inputs(h, table, targets, ignore_index: int, chunk_rows: int):

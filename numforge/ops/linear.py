@@ -40,6 +40,11 @@ def linear_forward(x, weight, bias=None):
     return y, LinearCache(x, weight, bias is not None)
 
 
+def linear_input_backward(dy, cache: LinearCache):
+    """dx = dy W^T alone: the backward of a frozen layer (LoRA's base, ``ops/lora.py``), which makes no dweight."""
+    return get_xp(dy, cache.weight).matmul(dy, cache.weight.T)  # forward: y = x W; (..., C_out) -> (..., C_in)
+
+
 def linear_backward(dy, cache: LinearCache):
     """dx = dy W^T,  dweight = x^T dy (summed over every leading axis),  dbias = sum of dy over rows.
 

@@ -43,12 +43,13 @@ class RowStreams:
         return get_xp(draws[0]).concatenate(draws).reshape(shape)  # (count*per_row,) -> shape
 
 
-def dropout_rng(config: GPTConfig, seed: int, step: int, rows: range) -> RowStreams | None:
-    """The generator of the dropout masks of ``rows`` of ``step``'s batch, or None when ``config.drop_prob`` is 0.
+def dropout_rng(config: GPTConfig, seed: int, step: int, rows: range, lora=None) -> RowStreams | None:
+    """The generator of the dropout masks of ``rows`` of ``step``'s batch, or None when ``config.drop_prob`` is 0
+    and no LoRA adapter (``lora``, a ``LoraConfig``) drops its input.
 
     A fresh generator per row (about 30 us each on NumPy), a function of the
     seed, the step and the row's index in the global batch alone.
     """
-    if config.drop_prob == 0:
+    if config.drop_prob == 0 and (lora is None or lora.dropout == 0):
         return None
     return RowStreams(seed, step, rows)

@@ -114,8 +114,8 @@ def train_step(run: Run, parallel: DataParallel) -> tuple[float, float]:
     """One update; returns (loss, lr). Raises ``TrainingDiverged`` before applying a bad update."""
     lr = run.settings.lr_at(run.step)
     x, y = run.sampler.next_batch()  # (B,T), (B,T): the global batch, the same on every rank
-    step, config = run.step, run.model.config
-    loss, grads = parallel.loss_and_gradients(x, y, lambda rows: dropout_rng(config, run.settings.seed, step, rows))
+    step, config, lora, seed = run.step, run.model.config, run.model.lora, run.settings.seed
+    loss, grads = parallel.loss_and_gradients(x, y, lambda rows: dropout_rng(config, seed, step, rows, lora))
     norm = clip_grad_norm(grads, run.settings.grad_clip)
     if not (math.isfinite(loss) and math.isfinite(norm)):
         where = run.last_checkpoint or "none was written yet"
@@ -179,7 +179,7 @@ def _take_part(run: Run, world, threads: int, say) -> DataParallel:
             f"{world.size} x {threads} (same batches and masks; the sums round differently)"
         )
     run.world_size, run.threads = world.size, threads
-    world.check_same_params(run.model.params, run.step)
+    world.check_same_params(run.model.trainable, run.step)
     return parallel
 
 
@@ -207,7 +207,7 @@ def _logged_step(run: Run, parallel: DataParallel, world, say) -> tuple[float, f
     last = run.step == settings.max_steps
     if run.step % settings.eval_every == 0 or last:
         val_loss = evaluate(run.model, run.val_tokens, settings, parallel)
-        world.check_same_params(run.model.params, run.step)
+        world.check_same_params(run.model.trainable, run.step)
         row["val_loss"] = f"{val_loss:.6f}"
         load = expert_load(run.model, run.val_tokens, settings)
         if load is not None:

@@ -33,6 +33,7 @@ from typing import NamedTuple
 from .. import resources
 from ..model import GPTConfig, parameter_shapes
 from ..model.attention_branch import KEEP_PROBS_LIMIT, KERNELS
+from ..model.lora import LoraConfig, adapter_parameter_count
 from ..model.positions import POSITIONS
 from ..ops.activations import ACTIVATIONS
 from ..resources import format_bytes
@@ -153,21 +154,28 @@ def plan_table(plans: dict[str, MemoryPlan], chosen: str) -> str:
     )
 
 
-def run_plans(config: GPTConfig, settings) -> dict[str, MemoryPlan]:
-    """The plans ``numforge train`` shows: without and with recomputation."""
-    return {
+def run_plans(config: GPTConfig, settings, lora: LoraConfig | None = None) -> dict[str, MemoryPlan]:
+    """The plans ``numforge train`` shows: without and with recomputation, and with ``lora``'s adapters (the base
+    frozen: gradients and AdamW's moments for the adapters alone; recomputed as the run asks)."""
+    plans = {
         "plain": memory_plan(config, settings),
         "--recompute": memory_plan(config, settings, recompute=True),
     }
+    if lora is not None:
+        adapters = adapter_parameter_count(config, lora)
+        held = count_params(config) + adapters
+        recompute = settings.recompute
+        plans["--lora"] = memory_plan(config, settings, recompute=recompute, parameters=held, trainable=adapters)
+    return plans
 
 
-def chosen_plan(settings) -> str:
-    return "--recompute" if settings.recompute else "plain"
+def chosen_plan(settings, lora: LoraConfig | None = None) -> str:
+    return "--lora" if lora is not None else "--recompute" if settings.recompute else "plain"
 
 
-def check_plan_fits(config: GPTConfig, settings, what: str) -> str:
+def check_plan_fits(config: GPTConfig, settings, what: str, lora: LoraConfig | None = None) -> str:
     """The plan's table, or a ``ValueError`` with it when the chosen plan's total exceeds the machine's memory."""
-    plans, chosen = run_plans(config, settings), chosen_plan(settings)
+    plans, chosen = run_plans(config, settings, lora), chosen_plan(settings, lora)
     table = plan_table(plans, chosen)
     limit, source = resources.memory_limit()
     needed = plans[chosen].total

@@ -297,7 +297,7 @@ class DataParallel:
             )
             return loss, model.backward(cache)
 
-        self.gradient_sum = self.gradient_sum or GradientSum(model.params)
+        self.gradient_sum = self.gradient_sum or GradientSum(model.trainable)
         loss_sum, parts = 0.0, 0
         for rows in micro:
             for loss, grads in self._on_threads(rows, gradients):

@@ -39,12 +39,15 @@ from ..data.chat import ChatRows, ChatSampler, chat_rows, rows_sha256
 from ..data.tokenizers import tokenizer_hash
 from ..locks import DirectoryLock
 from ..model import GPT, GPTConfig
+from ..model.lora import LoraConfig
 from ..optim import AdamW
 from ..tokenizer import BPETokenizer
 from .logs import LOSS_CSV, read_loss_csv, write_loss_csv
 from .memory_plan import check_plan_fits
 from .spec import RESUMABLE, TrainSettings
 from .state import check_state
+
+LORA_FIELDS = ("rank", "alpha", "dropout", "targets")  # state.json's 'lora' besides its base
 
 BETAS = (0.9, 0.95)  # AdamW moment decay rates (0.95: the usual choice for transformers)
 
@@ -68,13 +71,21 @@ class Run:
     world_size: int = 1  # MPI ranks that ran the steps so far (recorded in checkpoints)
     threads: int = 1  # threads per rank that ran them (threads.py; recorded too)
     stopped_by: int | None = None  # the signal that stopped the last ``train`` (SIGINT, SIGTERM), if one did
+    lora_base: str | None = None  # a LoRA run's pretrained model (its path, resolved): the frozen weights
+
+    def _lora_state(self) -> dict:
+        """``{"lora": {rank, alpha, dropout, targets, base}}`` for a LoRA run (its checkpoints hold the adapters
+        alone), else nothing."""
+        if self.model.lora is None:
+            return {}
+        return {"lora": {**self.model.lora.to_dict(), "base": self.lora_base}}
 
     def save(self) -> Path:
         """Checkpoint the run at its current step (atomically), and write the loss log."""
         self.last_checkpoint = save_checkpoint(
             self.run_dir,
             step=self.step,
-            params=self.model.params,
+            params=self.model.trainable,
             optimizer_state=self.optimizer.state_dict(),
             config=self.model.config.to_dict(),
             tokenizer=self.tokenizer.to_dict(),
@@ -85,6 +96,7 @@ class Run:
                 "data": self.data_info,
                 "world_size": self.world_size,
                 "threads": self.threads,
+                **self._lora_state(),
             },
         )
         self.saved_step = self.step
@@ -95,7 +107,7 @@ class Run:
 # ---------------------------------------------------------------- before starting: memory and the state file
 
 
-def check_run_fits(config: GPTConfig, settings: TrainSettings) -> None:
+def check_run_fits(config: GPTConfig, settings: TrainSettings, lora: LoraConfig | None = None) -> None:
     """``ValueError`` with the memory plan's table and the machine's limit when a training step cannot fit in
     memory (``memory_plan.py``), or when ``--recompute`` could not draw a block's dropout masks again: it copies
     the generators (``blocks.rng_copy``), and CuPy's hold a lock and their state on the device (read in CuPy's
@@ -110,6 +122,7 @@ def check_run_fits(config: GPTConfig, settings: TrainSettings) -> None:
         settings,
         f"training this model ({config.num_layers} layers, width {config.d_model}, vocabulary "
         f"{config.vocab_size}) on batches of {settings.batch_size} x {settings.seq_len} tokens",
+        lora,
     )
 
 
@@ -202,6 +215,7 @@ def new_run(
     tokens=None,
     cache_dir=None,
     model: GPT | None = None,
+    lora_base: str | None = None,
     chat: tuple | None = None,
 ) -> Run:
     """A fresh run in ``run_dir`` (which must not hold a checkpoint yet), on ``tokens`` or the text of ``data``.
@@ -209,22 +223,23 @@ def new_run(
     ``model_options`` are GPTConfig fields besides ``vocab_size`` and
     ``max_seq_len``, which come from the tokenizer and ``settings.seq_len``.
     ``model``, when given, is the model to start from (``--init-from``,
-    ``init_from.start_from``) instead of a fresh one of ``model_options``. ``chat``: (a chat JSONL file, its
-    template's directory) to train on instead (``data/chat.py``).
+    ``init_from.start_from``) instead of a fresh one of ``model_options``; with LoRA adapters, ``lora_base``
+    is the path it was read from (a resume reads the frozen weights there again). ``chat``: (a chat JSONL file,
+    its template's directory) to train on instead (``data/chat.py``).
     """
     run_dir = check_new_run_dir(run_dir)
     if model is None:
         config = GPTConfig(vocab_size=tokenizer.vocab_size, max_seq_len=settings.seq_len, **model_options)
     else:
         config = model.config
-    check_run_fits(config, settings)
+    check_run_fits(config, settings, None if model is None else model.lora)
     opened = _open_tokens(tokenizer, settings, data=data, tokens=tokens, cache_dir=cache_dir, chat=chat)
     train_tokens, val_tokens, info = opened
     if model is None:
         model = GPT(config, seed=settings.seed)
-    optimizer = AdamW(model.params, lr=settings.lr, betas=BETAS, weight_decay=settings.weight_decay)
+    optimizer = AdamW(model.trainable, lr=settings.lr, betas=BETAS, weight_decay=settings.weight_decay)
     sampler = _new_sampler(train_tokens, settings)
-    return Run(run_dir, model, optimizer, tokenizer, sampler, val_tokens, settings, info)
+    return Run(run_dir, model, optimizer, tokenizer, sampler, val_tokens, settings, info, lora_base=lora_base)
 
 
 def resume_run(
@@ -272,6 +287,7 @@ def resume_run(
         saved_step=step,
         world_size=int(state.get("world_size", 1)),
         threads=int(state.get("threads", 1)),
+        lora_base=state["lora"]["base"] if "lora" in state else None,
     )
 
 
@@ -306,8 +322,10 @@ def _restore_model(checkpoint, settings: TrainSettings, trust_pattern: bool) -> 
             f"{checkpoint.path / 'state.json'}: 'settings.seq_len' is {settings.seq_len}, longer than config.json's "
             f"max_seq_len {config.max_seq_len}"
         )
+    recorded = checkpoint.state.get("lora") if isinstance(checkpoint.state, dict) else None
     try:
-        check_run_fits(config, settings)
+        lora = None if recorded is None else LoraConfig.from_dict({k: recorded[k] for k in LORA_FIELDS})
+        check_run_fits(config, settings, lora)
     except ValueError as err:
         raise ValueError(f"checkpoint {checkpoint.path} (config.json, state.json 'settings'): {err}") from err
     model = restore_model(checkpoint)
@@ -317,7 +335,7 @@ def _restore_model(checkpoint, settings: TrainSettings, trust_pattern: bool) -> 
 
 def _restore_optimizer(checkpoint, model: GPT, settings: TrainSettings) -> AdamW:
     """AdamW over the model's parameters, its moments and step those of ``optimizer.json`` and ``optimizer.npz``."""
-    optimizer = AdamW(model.params, lr=settings.lr, betas=BETAS, weight_decay=settings.weight_decay)
+    optimizer = AdamW(model.trainable, lr=settings.lr, betas=BETAS, weight_decay=settings.weight_decay)
     try:
         optimizer.load_state_dict(checkpoint.optimizer_state)
     except (ValueError, TypeError) as err:

@@ -28,6 +28,7 @@ from ..data import DEFAULT_VOCAB_SIZE, Source, as_source
 from ..data.sources import DEFAULT_GLOB, DEFAULT_TEXT_FIELD
 from ..model import GPTConfig
 from ..model.config import ARCHS
+from ..model.lora import TARGETS, LoraConfig
 from ..optim import warmup_cosine_lr
 from .threads import THREADS_VARIABLE
 
@@ -220,6 +221,27 @@ class RunSpec:
         "run",
         type=int_at_least(1),
     )
+    lora: str | None = flag(
+        f"with --init-from: freeze the pretrained weights and train LoRA adapters on these linear layers, "
+        f"comma-separated among {','.join(TARGETS)} (PEFT's target_modules for the Llama family, without "
+        "_proj; q, k, v: their columns of numforge's fused projection); checkpoints hold the adapters alone",
+        "lora",
+        metavar="TARGETS",
+    )
+    lora_rank: int | None = flag(
+        f"the adapters' rank r (default {LoraConfig.rank})", "lora", type=int_at_least(1), metavar="R"
+    )
+    lora_alpha: float | None = flag(
+        f"the adapters' alpha: the update is scaled by alpha / r (default {LoraConfig.alpha:g})",
+        "lora",
+        type=float_between(0, low_open=True),
+    )
+    lora_dropout: float | None = flag(
+        f"dropout on each adapter's input (default {LoraConfig.dropout:g})",
+        "lora",
+        type=float_between(0, 1, high_open=True),
+        metavar="P",
+    )
     glob: str = DEFAULT_GLOB  # how --data is read (commands/_data_flags.py: flags shared with prepare)
     text_field: str = DEFAULT_TEXT_FIELD
     errors: str = "strict"
@@ -234,10 +256,29 @@ class RunSpec:
             with self.naming():  # the new run's settings and model, checked before any file is read
                 self.new_config(self.vocab)
 
+    def lora_config(self) -> LoraConfig | None:
+        """The adapters ``lora`` and its options ask for (None: no LoRA, every weight trains)."""
+        if self.lora is None:
+            return None
+        given = {"rank": self.lora_rank, "alpha": self.lora_alpha, "dropout": self.lora_dropout}
+        targets = tuple(t.strip() for t in self.lora.split(","))
+        return LoraConfig(targets=targets, **{name: value for name, value in given.items() if value is not None})
+
+    def _check_lora(self) -> None:
+        """LoRA adapts a pretrained model: ``lora`` needs ``init_from``, its options need ``lora``."""
+        n = self.name
+        options = [n(f) for f in ("lora_rank", "lora_alpha", "lora_dropout") if getattr(self, f) is not None]
+        if self.lora is None and options:
+            raise ValueError(f"{', '.join(options)} set LoRA adapters' options: give {n('lora')} too")
+        if self.lora is not None and self.init_from is None:
+            raise ValueError(f"{n('lora')} adapts a pretrained model: give it with {n('init_from')}")
+        self.lora_config()  # a ValueError for a bad target or option
+
     def _check_combination(self) -> None:
         """What cannot go together: ``resume`` with what it would change, ``tokens`` or ``init_from`` with what
         they bring themselves."""
         n = self.name
+        self._check_lora()
         if self.resume is not None:
             if self.init_from is not None:
                 raise ValueError(f"{n('init_from')} starts a new run; it cannot be combined with {n('resume')}")

@@ -78,6 +78,13 @@ def _fine_tune(spec: RunSpec, out, settings: TrainSettings) -> Run:
     flags = {spec.name(field): (field, value) for field, value in spec.model.items()}
     model, tokenizer = start_from(spec.init_from, spec.settings.get("seq_len"), flags, spec.trust_pattern)
     settings = dataclasses.replace(settings, seq_len=min(settings.seq_len, model.config.max_seq_len))
+    lora = spec.lora_config()
+    if lora is not None:
+        model.add_lora(lora, seed=settings.seed)
+    base = None if lora is None else str(Path(spec.init_from).resolve())
     if spec.chat is not None:
-        return new_run(out, settings, {}, tokenizer, model=model, chat=(spec.chat, spec.init_from))
-    return new_run(out, settings, {}, tokenizer, data=spec.source(), cache_dir=spec.cache_dir, model=model)
+        chat = (spec.chat, spec.init_from)
+        return new_run(out, settings, {}, tokenizer, model=model, lora_base=base, chat=chat)
+    return new_run(
+        out, settings, {}, tokenizer, data=spec.source(), cache_dir=spec.cache_dir, model=model, lora_base=base
+    )

@@ -76,7 +76,7 @@ def _source_options(value) -> bool:
 
 
 STATE_FIELDS = {
-    "": object_with({"step", "sampler", "settings", "data"}, {"world_size", "threads"}),  # the whole file
+    "": object_with({"step", "sampler", "settings", "data"}, {"world_size", "threads", "lora"}),  # the whole file
     "step": integer(0),
     "world_size": integer(1),
     "threads": integer(1),
@@ -99,6 +99,9 @@ STATE_FIELDS = {
     ),
     # grad_accum: 1 when absent, recompute: off (checkpoints written before they existed)
     "settings": object_with(SETTINGS_FIELDS - {"grad_accum", "recompute"}, {"grad_accum", "recompute"}),
+    # a LoRA run's adapters (params.npz holds them alone) and the frozen model they adapt
+    "lora": object_with({"rank", "alpha", "dropout", "targets", "base"}),
+    "lora.base": expect(lambda v: isinstance(v, str) and v != "", "the path of the pretrained model"),
 }
 
 
@@ -108,7 +111,7 @@ def check_state(state: dict, path: Path, step_in_name: int | None) -> TrainSetti
         *parents, last = dotted.split(".") if dotted else [""]
         holder = state
         for key in parents:
-            holder = holder[key]
+            holder = holder.get(key, {})  # an optional object absent ("lora"): its fields are not checked
         if not dotted:
             check(state, f"{path}: the file")
         elif last in holder:
