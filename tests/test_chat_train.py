@@ -10,9 +10,10 @@ from numforge import checkpoint, cli
 pytest.importorskip("jinja2")
 
 
-def test_a_chat_fine_tune_resumed_equals_the_straight_run(tmp_path):
+@pytest.mark.parametrize("adapters", [[], ["--lora", "q,v"]], ids=["full", "lora"])
+def test_a_chat_fine_tune_resumed_equals_the_straight_run(tmp_path, adapters):
     directory, chat = chat_model_directory(tmp_path / "model"), write_chat_jsonl(tmp_path / "chat.jsonl")
-    common = ["--init-from", str(directory), "--chat", str(chat), "--seq-len", "96", "--batch-size", "2"]
+    common = ["--init-from", str(directory), "--chat", str(chat), "--seq-len", "96", "--batch-size", "2", *adapters]
     common += ["--no-progress", "--eval-every", "2", "--save-every", "2", "--lr", "1e-3", "--threads", "1"]
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     assert cli.main(["train", *common, "--out", str(straight), "--max-steps", "4"]) == 0
@@ -21,6 +22,7 @@ def test_a_chat_fine_tune_resumed_equals_the_straight_run(tmp_path):
     a, b = checkpoint.load_checkpoint(straight), checkpoint.load_checkpoint(stopped)
     assert a.state["step"] == b.state["step"] == 4
     assert a.params.keys() == b.params.keys() and all(np.array_equal(a.params[n], b.params[n]) for n in a.params)
+    assert all(".lora_" in n for n in a.params) == bool(adapters)  # a LoRA run checkpoints its adapters alone
     assert a.state["data"]["chat_template_dir"] == str(directory)
     log = (straight / "loss.csv").read_text(encoding="utf-8")
     assert log == (stopped / "loss.csv").read_text(encoding="utf-8")
