@@ -9,6 +9,7 @@ family's tokens and template, and generation_config.json the ids generation stop
 
 import json
 
+import pytest
 from hf_tokenizers import llama3, qwen2, smollm2
 
 # HuggingFaceTB/SmolLM2-135M-Instruct, tokenizer_config.json "chat_template"
@@ -222,3 +223,32 @@ def chat_directory(directory, family: str, jinja_file: bool = False):
     generation = {"eos_token_id": ends} | ({"bos_token_id": ends[0]} if family == "smollm2" else {})
     (directory / "generation_config.json").write_text(json.dumps(generation), encoding="utf-8")
     return directory
+
+
+QUESTIONS = ["What colour is the sky?", "Name a fruit.", "2 + 2?", "Say hi.", "A number, please.", "Which day?"]
+ANSWERS = ["Blue.", "An apple.", "4.", "Hi!", "Seven.", "Monday."]
+
+
+def chat_model_directory(directory, family: str = "smollm2"):
+    """A random Llama saved by transformers (``save_pretrained``) beside ``family``'s tokenizer and chat template."""
+    transformers = pytest.importorskip("transformers")
+    directory = chat_directory(directory, family)
+    vocab = json.loads((directory / "tokenizer.json").read_text(encoding="utf-8"))
+    size = max([*vocab["model"]["vocab"].values(), *(t["id"] for t in vocab["added_tokens"])]) + 1
+    config = transformers.LlamaConfig(
+        vocab_size=size, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, eos_token_id=2, bos_token_id=1, tie_word_embeddings=True,
+    )  # fmt: skip
+    transformers.set_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(directory)
+    return directory
+
+
+def write_chat_jsonl(path, count: int = 12):
+    """``count`` one-question conversations in the chat JSONL format (``{"messages": [...]}`` a line)."""
+    lines = []
+    for i in range(count):
+        messages = [{"role": "user", "content": QUESTIONS[i % 6]}, {"role": "assistant", "content": ANSWERS[i % 6]}]
+        lines.append(json.dumps({"messages": messages}) + "\n")
+    path.write_text("".join(lines), encoding="utf-8")
+    return path

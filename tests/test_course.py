@@ -21,9 +21,11 @@ The documents are ``demos/course.md`` and ``demos/derivations/*.md``. In them:
   without it runs, so no command goes unchecked by accident.
   ``given="corpus/ my.txt"``: what the block reads, written first: a name
   ending in ``/`` a directory of two text files, any other name a text file
-  (pieces of Python's docs, 60 KB in all). ``hf=gpt2`` or ``hf=llama``: ``$DIR``
+  (pieces of Python's docs, 60 KB in all; a ``.jsonl`` name: 12 chat conversations).
+  ``hf=gpt2``, ``hf=llama`` or ``hf=chat``: ``$DIR``
   is a tiny Hugging Face directory of that family (``tests/hf_dirs.py``: random
-  weights, context 256; 4 layers for Llama), and the block's ``DIR=...`` line,
+  weights, context 256; 4 layers for Llama; ``chat``: a transformers-saved Llama
+  with SmolLM2's tokenizer and chat template, ``tests/chat_templates.py``), and the block's ``DIR=...`` line,
   which says where a real one lies, is not run. ``max_steps=N``: every
   ``--max-steps`` of the block runs as ``--max-steps N`` (a fine-tune of a real
   model takes hundreds of steps, the test's few).
@@ -235,7 +237,7 @@ def test_every_derivation_and_the_course_exist():
 
 def write_given(names: list[str], where: pathlib.Path) -> None:
     """The files a block reads (its ``given=`` mark): a name ending in ``/`` a directory of two text files, any other
-    name a text file; pieces of Python's own docs, 60 KB."""
+    name a text file; pieces of Python's own docs, 60 KB; a ``.jsonl`` name: 12 short chat conversations."""
     from pydoc_data.topics import topics
 
     text = "".join(topics[key] for key in sorted(topics))[:60_000]
@@ -245,6 +247,11 @@ def write_given(names: list[str], where: pathlib.Path) -> None:
             path.mkdir(parents=True, exist_ok=True)
             (path / "a.txt").write_text(text[:30_000], encoding="utf-8")
             (path / "b.txt").write_text(text[30_000:], encoding="utf-8")
+        elif name.endswith(".jsonl"):
+            from chat_templates import write_chat_jsonl
+
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_chat_jsonl(path)
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
@@ -270,7 +277,13 @@ def _tiny_llama(path):
     write_llama_dir(path, llama_fields("llama", num_hidden_layers=4, max_position_embeddings=256))
 
 
-TINY_HF = {"gpt2": _tiny_gpt2, "llama": _tiny_llama}
+def _tiny_chat(path):
+    from chat_templates import chat_model_directory
+
+    chat_model_directory(path)
+
+
+TINY_HF = {"gpt2": _tiny_gpt2, "llama": _tiny_llama, "chat": _tiny_chat}
 
 
 def run_document(text: str, name: str, commands: Commands, env: dict, cwd: pathlib.Path) -> tuple[int, int]:

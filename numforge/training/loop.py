@@ -53,6 +53,7 @@ from .. import interrupts
 from ..backend import asarray, to_numpy
 from ..blas import one_blas_thread
 from ..data import windows
+from ..data.chat import ChatRows
 from ..optim import clip_grad_norm
 from .dropout import dropout_rng
 from .logs import LOAD_FIELD, LOSS_CSV, LOSS_PNG, plot_losses, write_loss_csv
@@ -68,8 +69,11 @@ class TrainingDiverged(RuntimeError):
 # ---------------------------------------------------------------- evaluation
 
 
-def evaluation_windows(tokens: np.ndarray, seq_len: int, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """``count`` windows at evenly spaced starts over ``tokens``: the same every evaluation."""
+def evaluation_windows(tokens: np.ndarray | ChatRows, seq_len: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """``count`` windows at evenly spaced starts over ``tokens`` (chat rows: its first ``count`` rows): the same
+    every evaluation."""
+    if isinstance(tokens, ChatRows):
+        return tokens.evaluation_rows(count)
     starts = np.linspace(0, len(tokens) - seq_len - 1, num=count).astype(np.int64)  # (count,)
     return windows(tokens, starts, seq_len)  # (count,T), (count,T)
 

@@ -35,6 +35,7 @@ from ..checkpoint import (
 )
 from ..checks import describe_error
 from ..data import BatchSampler, Source, as_source, open_prepared, prepared_for
+from ..data.chat import ChatRows, ChatSampler, chat_rows, rows_sha256
 from ..data.tokenizers import tokenizer_hash
 from ..locks import DirectoryLock
 from ..model import GPT, GPTConfig
@@ -59,8 +60,8 @@ class Run:
     model: GPT
     optimizer: AdamW
     tokenizer: BPETokenizer
-    sampler: BatchSampler
-    val_tokens: np.ndarray
+    sampler: BatchSampler | ChatSampler
+    val_tokens: np.ndarray | ChatRows  # chat rows for a --chat run
     settings: TrainSettings
     data_info: dict
     step: int = 0
@@ -128,13 +129,29 @@ def check_run_fits(config: GPTConfig, settings: TrainSettings, lora: LoraConfig 
 # ---------------------------------------------------------------- starting and resuming
 
 
-def _open_tokens(tokenizer, settings: TrainSettings, *, data=None, tokens=None, cache_dir=None):
+def _open_chat(tokenizer, settings: TrainSettings, chat: tuple):
+    """(train rows, validation rows, data info) of ``chat``: (a chat JSONL file, the directory of its template)."""
+    path, directory = chat
+    train_rows, val_rows = chat_rows(path, directory, tokenizer, settings.seq_len)
+    info = {
+        "source": str(path),
+        "num_tokens": train_rows.inputs.size + val_rows.inputs.size,
+        "tokens_sha256": rows_sha256(train_rows, val_rows),
+        "chat_template_dir": str(directory),
+    }
+    return train_rows, val_rows, info
+
+
+def _open_tokens(tokenizer, settings: TrainSettings, *, data=None, tokens=None, cache_dir=None, chat=None):
     """(train tokens, validation tokens, data info): memory-mapped views of prepared tokens.
 
+    ``chat`` (a chat JSONL file, its template's directory): the rows of ``data/chat.py`` instead.
     ``tokens`` is a prepared directory (``numforge prepare``); otherwise ``data``
     (a path, a list of documents, None for the embedded corpus) is prepared into the
     cache first, once. The info is what a checkpoint records to know the tokens again.
     """
+    if chat is not None:
+        return _open_chat(tokenizer, settings, chat)
     if tokens is not None:
         prepared = open_prepared(tokens, tokenizer.vocab_size)
         if prepared.index["tokenizer_sha256"] != tokenizer_hash(tokenizer):
@@ -199,6 +216,7 @@ def new_run(
     cache_dir=None,
     model: GPT | None = None,
     lora_base: str | None = None,
+    chat: tuple | None = None,
 ) -> Run:
     """A fresh run in ``run_dir`` (which must not hold a checkpoint yet), on ``tokens`` or the text of ``data``.
 
@@ -206,7 +224,8 @@ def new_run(
     ``max_seq_len``, which come from the tokenizer and ``settings.seq_len``.
     ``model``, when given, is the model to start from (``--init-from``,
     ``init_from.start_from``) instead of a fresh one of ``model_options``; with LoRA adapters, ``lora_base``
-    is the path it was read from (a resume reads the frozen weights there again).
+    is the path it was read from (a resume reads the frozen weights there again). ``chat``: (a chat JSONL file,
+    its template's directory) to train on instead (``data/chat.py``).
     """
     run_dir = check_new_run_dir(run_dir)
     if model is None:
@@ -214,11 +233,12 @@ def new_run(
     else:
         config = model.config
     check_run_fits(config, settings, None if model is None else model.lora)
-    train_tokens, val_tokens, info = _open_tokens(tokenizer, settings, data=data, tokens=tokens, cache_dir=cache_dir)
+    opened = _open_tokens(tokenizer, settings, data=data, tokens=tokens, cache_dir=cache_dir, chat=chat)
+    train_tokens, val_tokens, info = opened
     if model is None:
         model = GPT(config, seed=settings.seed)
     optimizer = AdamW(model.trainable, lr=settings.lr, betas=BETAS, weight_decay=settings.weight_decay)
-    sampler = BatchSampler(train_tokens, settings.batch_size, settings.seq_len, settings.seed)
+    sampler = _new_sampler(train_tokens, settings)
     return Run(run_dir, model, optimizer, tokenizer, sampler, val_tokens, settings, info, lora_base=lora_base)
 
 
@@ -327,13 +347,18 @@ def _reopen_tokens(checkpoint, tokenizer, settings: TrainSettings, *, data, toke
     """``_open_tokens`` of the tokens the checkpoint records (or of ``data`` / ``tokens`` when given), which must
     be the very tokens the run trained on: their count and SHA-256 are compared with the record."""
     recorded, state_file = checkpoint.state["data"], checkpoint.path / "state.json"
-    if tokens is None and data is None and recorded.get("tokens_dir"):
+    chat = None
+    if recorded.get("chat_template_dir"):  # a --chat run: its file, rendered by its template's directory
+        if data is not None or tokens is not None:
+            raise ValueError(f"{state_file}: a --chat run resumes on the chat file it records, {recorded['source']}")
+        chat = (recorded["source"], recorded["chat_template_dir"])
+    elif tokens is None and data is None and recorded.get("tokens_dir"):
         tokens = recorded["tokens_dir"]
     elif tokens is None and data is None:
         data = as_source(recorded["source"], **recorded.get("source_options", {}))
     try:
         train_tokens, val_tokens, info = _open_tokens(
-            tokenizer, settings, data=data, tokens=tokens, cache_dir=cache_dir
+            tokenizer, settings, data=data, tokens=tokens, cache_dir=cache_dir, chat=chat
         )
     except (OSError, ValueError) as err:
         raise ValueError(
@@ -350,9 +375,16 @@ def _reopen_tokens(checkpoint, tokenizer, settings: TrainSettings, *, data, toke
     return train_tokens, val_tokens, {**info, "source": recorded["source"]}
 
 
-def _restore_sampler(checkpoint, train_tokens, settings: TrainSettings) -> BatchSampler:
+def _new_sampler(train_tokens, settings: TrainSettings) -> BatchSampler | ChatSampler:
+    """The seeded sampler of a run's batches: random windows of tokens, or random rows of chat rows."""
+    if isinstance(train_tokens, ChatRows):
+        return ChatSampler(train_tokens, settings.batch_size, settings.seed)
+    return BatchSampler(train_tokens, settings.batch_size, settings.seq_len, settings.seed)
+
+
+def _restore_sampler(checkpoint, train_tokens, settings: TrainSettings) -> BatchSampler | ChatSampler:
     """The batch sampler where the run left it: its generator's state and the count of batches drawn."""
-    sampler = BatchSampler(train_tokens, settings.batch_size, settings.seq_len, settings.seed)
+    sampler = _new_sampler(train_tokens, settings)
     try:
         sampler.load_state_dict(checkpoint.state["sampler"])
     except (ValueError, TypeError, KeyError, OverflowError) as err:

@@ -172,6 +172,14 @@ class RunSpec:
         metavar="DIR",
         type=path_flag,
     )
+    chat: str | None = flag(
+        "with --init-from a chat model's directory: fine-tune on a JSONL of conversations, one a line, "
+        '{"messages": [{"role": ..., "content": ...}, ...]}, rendered with the directory\'s chat template; the '
+        "loss on the assistant's tokens only, one conversation a row (longer ones truncated to --seq-len)",
+        "data",
+        metavar="FILE",
+        type=path_flag,
+    )
     tokenizer: str | None = flag(
         "a saved numforge tokenizer JSON (default: train a BPE)", "data", metavar="FILE", type=path_flag
     )
@@ -276,13 +284,18 @@ class RunSpec:
                 raise ValueError(f"{n('init_from')} starts a new run; it cannot be combined with {n('resume')}")
             fixed = ["arch"] if self.arch is not None else []
             fixed += [*self.model, *(s for s in self.settings if s not in RESUMABLE)]
-            fixed += [name for name in ("vocab_size", "tokenizer", "out") if getattr(self, name) is not None]
+            fixed += [name for name in ("vocab_size", "tokenizer", "out", "chat") if getattr(self, name) is not None]
             if fixed:
                 may = [n(name) for name in (*RESUMABLE, "data", "tokens")]
                 raise ValueError(
                     f"{', '.join(map(n, fixed))} cannot change when resuming: a resumed run keeps the settings in "
                     f"its checkpoint (only {', '.join(may[:-1])} and {may[-1]} may be given)"
                 )
+        elif self.chat is not None and (self.init_from is None or self.data is not None or self.tokens is not None):
+            raise ValueError(
+                f"{n('chat')} fine-tunes the chat model of {n('init_from')} (its template renders the conversations); "
+                f"give {n('init_from')} DIR and leave out {n('data')} and {n('tokens')}"
+            )
         elif self.tokens is not None:
             clashing = [n(f) for f in ("data", "tokenizer", "vocab_size", "init_from") if getattr(self, f) is not None]
             if clashing:

@@ -82,6 +82,9 @@ def _fine_tune(spec: RunSpec, out, settings: TrainSettings) -> Run:
     if lora is not None:
         model.add_lora(lora, seed=settings.seed)
     base = None if lora is None else str(Path(spec.init_from).resolve())
+    if spec.chat is not None:
+        chat = (spec.chat, spec.init_from)
+        return new_run(out, settings, {}, tokenizer, model=model, lora_base=base, chat=chat)
     return new_run(
         out, settings, {}, tokenizer, data=spec.source(), cache_dir=spec.cache_dir, model=model, lora_base=base
     )

@@ -27,6 +27,7 @@ from .spec import TrainSettings
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 DATA_FIELDS = {"source", "num_tokens", "tokens_sha256"}  # what a checkpoint records of its tokens
 DATA_FIELDS_SINCE_PREPARE = {"tokens_dir", "files", "source_options"}  # and where they are read (absent before)
+CHAT_FIELDS = {"chat_template_dir"}  # a --chat run's: the directory whose template rendered its chat file
 SETTINGS_FIELDS = {f.name for f in dataclasses.fields(TrainSettings)}
 SOURCE_OPTIONS = {"glob", "text_field", "errors"}
 
@@ -84,13 +85,14 @@ STATE_FIELDS = {
     "sampler.bit_generator": expect(lambda value: isinstance(value, dict), "an object (the generator's state)"),
     "data": object_with(
         DATA_FIELDS,
-        DATA_FIELDS_SINCE_PREPARE,
+        DATA_FIELDS_SINCE_PREPARE | CHAT_FIELDS,
         "an object with 'source', 'num_tokens' and 'tokens_sha256' (and where they are read)",
     ),
     "data.source": expect(_name_or_null, "a path or null (the default corpus)"),
     "data.num_tokens": integer(1),
     "data.tokens_sha256": expect(lambda v: isinstance(v, str) and _SHA256.fullmatch(v), "64 lowercase hex digits"),
     "data.tokens_dir": expect(_name_or_null, "a directory or null (the cache)"),
+    "data.chat_template_dir": expect(_name_or_null, "a directory (the model directory of the chat template)"),
     "data.files": expect(lambda value: value == [TOKENS_FILE], f"[{TOKENS_FILE!r}]"),
     "data.source_options": expect(
         _source_options, f"an object of non-empty strings 'glob', 'text_field' and 'errors' (one of {ERRORS})"

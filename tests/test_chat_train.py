@@ -1,0 +1,71 @@
+"""``numforge train --init-from DIR --chat FILE.jsonl``: a transformers-saved chat model fine-tuned on conversations,
+the loss on the assistant's tokens only, resumed exactly."""
+
+import numpy as np
+import pytest
+from chat_templates import chat_model_directory, write_chat_jsonl
+
+from numforge import checkpoint, cli
+
+pytest.importorskip("jinja2")
+
+
+@pytest.mark.parametrize("adapters", [[], ["--lora", "q,v"]], ids=["full", "lora"])
+def test_a_chat_fine_tune_resumed_equals_the_straight_run(tmp_path, adapters):
+    directory, chat = chat_model_directory(tmp_path / "model"), write_chat_jsonl(tmp_path / "chat.jsonl")
+    common = ["--init-from", str(directory), "--chat", str(chat), "--seq-len", "96", "--batch-size", "2", *adapters]
+    common += ["--no-progress", "--eval-every", "2", "--save-every", "2", "--lr", "1e-3", "--threads", "1"]
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    assert cli.main(["train", *common, "--out", str(straight), "--max-steps", "4"]) == 0
+    assert cli.main(["train", *common, "--out", str(stopped), "--max-steps", "2"]) == 0
+    assert cli.main(["train", "--resume", str(stopped), "--max-steps", "4", "--no-progress", "--threads", "1"]) == 0
+    a, b = checkpoint.load_checkpoint(straight), checkpoint.load_checkpoint(stopped)
+    assert a.state["step"] == b.state["step"] == 4
+    assert a.params.keys() == b.params.keys() and all(np.array_equal(a.params[n], b.params[n]) for n in a.params)
+    assert all(".lora_" in n for n in a.params) == bool(adapters)  # a LoRA run checkpoints its adapters alone
+    assert a.state["data"]["chat_template_dir"] == str(directory)
+    log = (straight / "loss.csv").read_text(encoding="utf-8")
+    assert log == (stopped / "loss.csv").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ([], "--chat fine-tunes the chat model of --init-from"),
+        (["--init-from", "m", "--data", "x.txt"], "--chat fine-tunes the chat model of --init-from"),
+        (["--resume", "r"], "--chat cannot change when resuming"),
+    ],
+)
+def test_chat_needs_a_chat_models_directory_and_a_new_run(tmp_path, capsys, flags, message):
+    chat = write_chat_jsonl(tmp_path / "chat.jsonl")
+    assert cli.main(["train", "--chat", str(chat), *flags]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_bad_chat_line_is_refused_before_training(tmp_path, capsys):
+    directory = chat_model_directory(tmp_path / "model")
+    chat = write_chat_jsonl(tmp_path / "chat.jsonl")
+    chat.write_text(chat.read_text(encoding="utf-8") + '{"messages": "hi"}\n', encoding="utf-8")
+    args = ["train", "--init-from", str(directory), "--chat", str(chat), "--out", str(tmp_path / "o")]
+    assert cli.main([*args, "--seq-len", "96", "--no-progress"]) == 2
+    assert "chat.jsonl:13: messages must be a non-empty list" in capsys.readouterr().err
+
+
+def test_the_assistant_only_loss_equals_transformers_loss_with_the_other_labels_masked(tmp_path):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from numforge.backend import asarray
+    from numforge.checkpoint import load_model
+    from numforge.data.chat import chat_rows
+
+    directory, chat = chat_model_directory(tmp_path / "model"), write_chat_jsonl(tmp_path / "chat.jsonl")
+    model, tokenizer = load_model(directory)
+    train, _ = chat_rows(chat, directory, tokenizer, seq_len=96)
+    x, y = train.inputs[:4], train.targets[:4]  # (4,T) each, most targets ignored
+    loss, _ = model.forward(asarray(x), asarray(y), for_backward=False)
+    reference = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float64)
+    logits = reference(torch.from_numpy(x)).logits  # (4,T,V)
+    labels = torch.from_numpy(y).masked_fill(torch.from_numpy(y) == -1, -100)  # PyTorch's ignore index
+    expected = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+    assert 0 < (y != -1).sum() < y.size / 4  # the mask matters: a mean over every target would differ
+    assert float(loss) == pytest.approx(expected.item(), rel=1e-5)
