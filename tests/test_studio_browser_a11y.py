@@ -22,7 +22,7 @@ from selenium.webdriver.common.keys import Keys  # noqa: E402
 if CHROMIUM is None or DRIVER is None:
     pytest.skip(MISSING, allow_module_level=True)
 
-VIEWS = ["tokenizer", "next", "attention", "trace", "training"]
+VIEWS = ["tokenizer", "next", "walkthrough", "attention", "trace", "training"]
 WCAG_AA = {"runOnly": {"type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]}}
 
 
@@ -77,9 +77,9 @@ def test_the_tabs_follow_the_aria_tabs_pattern(browser, server):
         assert panel.get_attribute("role") == "tabpanel"
         assert panel.get_attribute("aria-labelledby") == tab.get_attribute("id")
     tabs[1].send_keys(Keys.ARROW_RIGHT)
-    assert focused(browser).get_attribute("data-view") == "attention"
+    assert focused(browser).get_attribute("data-view") == "walkthrough"
     assert tabs[2].get_attribute("aria-selected") == "true" and tabs[1].get_attribute("aria-selected") == "false"
-    assert browser.find_element(By.ID, "view-attention").is_displayed()
+    assert browser.find_element(By.ID, "view-walkthrough").is_displayed()
     focused(browser).send_keys(Keys.END)
     assert focused(browser).get_attribute("data-view") == "training"
     focused(browser).send_keys(Keys.ARROW_RIGHT)  # wraps round to the first

@@ -10,7 +10,7 @@ import { promptBody, state } from "./state.js";
 import { chip, tokenStrip } from "./tokens.js";
 
 /* the sampling settings of the controls, as the server's routes take them */
-function settings() {
+export function settings() {
   var k = $("next-top-k").value, p = $("next-top-p").value;
   return {
     temperature: Number($("next-temperature").value),

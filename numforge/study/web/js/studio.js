@@ -13,8 +13,12 @@ import { hideTip } from "./tip.js";
 import { tokenizerView } from "./tokenizer.js";
 import { traceView } from "./trace.js";
 import { trainingView } from "./training.js";
+import { walkthroughView } from "./walkthrough.js";
 
-const VIEWS = { tokenizer: tokenizerView, next: nextView, attention: attentionView, trace: traceView, training: trainingView };
+const VIEWS = {
+  tokenizer: tokenizerView, next: nextView, walkthrough: walkthroughView, attention: attentionView, trace: traceView,
+  training: trainingView
+};
 
 function show(view) {
   state.view = view;
@@ -69,7 +73,7 @@ function readOnly() {
   promptBox.value = STATIC.prompt;
   promptBox.readOnly = true;
   $("prompt-info").textContent = "(numforge inspect wrote this page for this prompt; numforge studio takes any)";
-  document.querySelector('#tabs [data-view="training"]').disabled = true;
+  ["training", "walkthrough"].forEach(function (v) { document.querySelector('#tabs [data-view="' + v + '"]').disabled = true; });
   ["next-temperature", "next-top-k", "next-top-p", "next-seed"].forEach(function (id) { $(id).disabled = true; });
   document.querySelectorAll('input[name="next-choice"]').forEach(function (r) { r.disabled = true; });
 }
@@ -80,5 +84,5 @@ api("/api/model").then(function (m) {
   if (STATIC) readOnly();
   else $("prompt-info").textContent = "up to " + m.context + " tokens (the model's context).";
   var wanted = location.hash.slice(1);
-  show(VIEWS[wanted] && !(STATIC && wanted === "training") ? wanted : STATIC ? "trace" : "next");
+  show(VIEWS[wanted] && !(STATIC && ["training", "walkthrough"].includes(wanted)) ? wanted : STATIC ? "trace" : "next");
 }).catch(fail);
