@@ -9,8 +9,9 @@ The slow model is a gate on the model's ``forward`` and ``logits``: each call wa
 import threading
 
 import pytest
-from helpers import STUDY_TEXT, tiny_model
+from helpers import STUDY_TEXT, make_tiny_run, tiny_model
 
+from numforge.checkpoint import checkpoint_step, latest_checkpoint_dir, load_model
 from numforge.study.prompt import shown_token
 from numforge.study.studio import Studio, StudioServer
 from numforge.tokenizer import BPETokenizer
@@ -283,3 +284,41 @@ def test_a_stopped_server_is_said_plainly_and_the_page_stops_asking(browser, tok
     WebDriverWait(browser, 30).until(lambda _: attribute(browser, "body", "data-busy") == "0")
     assert "server is not answering" in status.text
     assert browser.execute_script("return performance.getEntriesByType('resource').length") == before  # not asked
+
+
+def test_the_training_view_starts_stops_and_resumes_a_run_and_every_view_can_show_its_checkpoint(browser, tmp_path):
+    run = make_tiny_run(tmp_path)
+    model, tokenizer = load_model(run)
+    trained = serve(Studio(model, tokenizer, "the model of step 4", run_dir=run))
+    try:
+        open_view(browser, trained, "training")
+        assert attribute(browser, "train-state", "data-state") == "idle"
+        for _ in range(2):  # started, then resumed
+            rows = int(attribute(browser, "train-loss", "data-rows"))
+            browser.find_element(By.ID, "train-start").click()
+            WebDriverWait(browser, 60).until(
+                lambda d, before=rows: int(attribute(d, "train-loss", "data-rows")) > before,
+                message=lambda: browser.find_element(By.ID, "train-state").text,
+            )
+            assert attribute(browser, "train-state", "data-state") == "running"
+            browser.find_element(By.ID, "train-stop").click()
+            WebDriverWait(browser, 120).until(lambda d: attribute(d, "train-state", "data-state") == "stopped")
+            assert "by Stop, after its checkpoint" in browser.find_element(By.ID, "train-state").text
+        step = checkpoint_step(latest_checkpoint_dir(run))
+        assert step > 4
+        browser.find_element(By.ID, "train-use").click()
+        line = browser.find_element(By.ID, "model")
+        WebDriverWait(browser, 60).until(lambda _: f"checkpoint of step {step}" in line.text)
+        assert (
+            f"The other views show run run, checkpoint of step {step}" in browser.find_element(By.ID, "train-info").text
+        )
+        browser.find_element(By.CSS_SELECTOR, '#tabs [data-view="next"]').click()
+        type_prompt(browser, "the cat", "next")  # the checkpoint's model answers (its context is 8 tokens)
+        assert chips(browser, "next-tokens") == expected_chips(tokenizer, "the cat")
+        scripts = [e for e in console_errors(browser) if e["source"] != "network"]  # the page's default prompt
+        assert scripts == []  # is past this context: the 400s it was refused with are the only errors
+    finally:
+        if trained.studio.trainer.running():
+            trained.studio.trainer.process.kill()
+        trained.shutdown()
+        trained.server_close()

@@ -194,12 +194,15 @@ class Studio:
 
     def run_sample(self) -> dict | None:
         """``numforge train``'s closing sample (``RUN_SAMPLE``) from the run's latest checkpoint, made once for
-        each checkpoint."""
+        each checkpoint (the last one made while a running trainer removes the checkpoint being read)."""
         latest = latest_checkpoint_dir(self.run_dir)
         if latest is None:
             return None
         if self._sample is None or self._sample[0] != latest:
-            model, tokenizer = load_model(latest)
+            try:
+                model, tokenizer = load_model(latest)
+            except FileNotFoundError:  # removed while read: a trainer keeps only its latest checkpoints
+                return None if self._sample is None else self._sample[1]
             text = generate(model, tokenizer, **RUN_SAMPLE).text
             V = model.config.vocab_size
             found = {"step": checkpoint_step(latest), "vocab_size": V, "ln_vocab": math.log(V), "text": text}

@@ -16,7 +16,8 @@ const FIELDS = {
   top_k: ["next-sampling-error", "next-top-k"],
   top_p: ["next-sampling-error", "next-top-p"],
   seed: ["next-choice-error", "next-seed"],
-  count: ["next-choice-error", "next-generate"]
+  count: ["next-choice-error", "next-generate"],
+  max_steps: ["train-steps-error", "train-steps"]
 };
 
 export function working(delta) {
@@ -49,6 +50,9 @@ function ok() {
 }
 
 const asked = {}, lastAnswer = {}, inFlight = {};
+
+/* every answer kept is forgotten (the server's model changed) */
+export function forget() { for (var view in lastAnswer) delete lastAnswer[view]; }
 
 /* the view's result is about to be superseded (the learner typed, moved a slider): its request in flight is
    aborted and the result greyed at once, before the next question is asked */
