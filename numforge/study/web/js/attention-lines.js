@@ -1,5 +1,6 @@
 /* The attention view's other drawing: each query joined to its keys by lines as strong as their weights. */
 
+import { arrowKeys } from "./alt.js";
 import { clear, el } from "./dom.js";
 import { fit, sharp } from "./draw.js";
 
@@ -24,6 +25,12 @@ export function attentionLines(box, labels, value, focus) {
     draw();
   };
   box.onpointerleave = function (e) { if (e.pointerType !== "touch") { selected = -1; draw(); } };
+  arrowKeys(box, T, 1, function (i) {
+    selected = i;
+    box.scrollTop = Math.max(0, Math.min(box.scrollTop, i * ROW), (i + 1) * ROW - box.clientHeight);
+    focus(i, -1);
+    draw();
+  });
   draw();
 }
 

@@ -2,6 +2,7 @@
    lines; hover a cell for its weight and the model's top predictions after the query. */
 
 import { STATIC } from "./api.js";
+import { describe } from "./alt.js";
 import { ask } from "./ask.js";
 import { attentionLines } from "./attention-lines.js";
 import { $, clear, el, fmt } from "./dom.js";
@@ -40,6 +41,9 @@ export const attentionView = {
     drawKey($("att-key"), VIRIDIS, key[0], key[1]);
     var box = $("att-main"), size = Number($("att-cell").value);
     var fitSize = Math.max(1, Math.min(32, Math.floor((box.parentNode.clientWidth - 100) / T)));
+    describe(box, "Layer " + d.layer + ", head " + state.head + ": the attention weights, rows queries, columns keys. " +
+      "The arrow keys move between the cells; the table lists each query's three strongest keys.",
+      ["query", "its strongest keys: position token weight"], strongest(headData, labels));
     if ($("att-draw").value === "lines") {
       this.grid = null;
       return attentionLines(box, labels, value, function (i, j) { self.focus(i, j); });
@@ -76,14 +80,40 @@ export const attentionView = {
     var box = clear($("att-thumbs")), self = this, m = state.model;
     this.kvOf = m.kv_head_of && m.kv_heads < m.heads ? m.kv_head_of : null;
     this.heads.forEach(function (headData, h) {
-      var fig = el("figure", h === state.head ? "on" : "");
-      fig.appendChild(thumbnail(headData, scale, self.answer.T));
-      fig.appendChild(el("figcaption", null, "head " + h + (self.kvOf ? " \u00b7 kv " + self.kvOf[h] : "")));
-      fig.addEventListener("click", function () { state.head = h; $("att-head").value = String(h); self.draw(); });
+      var fig = el("figure", h === state.head ? "on" : ""), name = "head " + h + (self.kvOf ? " \u00b7 kv " + self.kvOf[h] : "");
+      fig.appendChild(thumbnail(headData, scale, self.answer.T)).setAttribute("aria-hidden", "true");
+      fig.appendChild(el("figcaption", null, name));
+      pressable(fig, "show " + name, h === state.head, function () {
+        state.head = h; $("att-head").value = String(h); self.draw();
+      });
       box.appendChild(fig);
     });
   }
 };
+
+/* each query's three strongest keys, as text: [query, "key token weight, ..."] */
+function strongest(headData, labels) {
+  var out = [];
+  for (var i = 0; i < labels.length; i++) {
+    var keys = [];
+    for (var j = 0; j <= i; j++) keys.push([j, headData.w(i, j)]);
+    keys.sort(function (a, b) { return b[1] - a[1]; });
+    out.push([i + " " + labels[i], keys.slice(0, 3).map(function (k) {
+      return k[0] + " " + labels[k[0]] + " " + k[1].toPrecision(3);
+    }).join(", ")]);
+  }
+  return out;
+}
+
+/* node a button by the keyboard too: a tab stop, Enter or Space runs act */
+function pressable(node, name, pressed, act) {
+  node.tabIndex = 0;
+  node.setAttribute("role", "button");
+  node.setAttribute("aria-label", name);
+  node.setAttribute("aria-pressed", String(pressed));
+  node.addEventListener("click", act);
+  node.addEventListener("keydown", function (e) { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); act(); } });
+}
 
 /* which key/value head query head h reads, and which query heads share it (grouped-query attention) */
 function sharing(m, h) {

@@ -1,5 +1,6 @@
 /* A line chart of rows' columns against their step (column 0): the training view's loss and learning rate. */
 
+import { describe } from "./alt.js";
 import { fmt } from "./dom.js";
 import { sharp } from "./draw.js";
 
@@ -24,6 +25,17 @@ export function chart(canvas, rows, series, level, yName) {
   canvas.setAttribute("data-x-ticks", drawAxes(plot, y0, y1, x0, x1, yName).join(","));
   if (level) drawLevel(plot, level);
   series.forEach(function (s, n) { drawSeries(plot, rows, s, n); });
+  describeChart(canvas, rows, series, yName);
+}
+
+/* the chart in words and, for at most 40 of its steps spread evenly, its numbers */
+function describeChart(canvas, rows, series, yName) {
+  var every = Math.max(1, Math.ceil(rows.length / 40)), picked = rows.filter(function (r, k) {
+    return k % every === 0 || k === rows.length - 1;
+  });
+  describe(canvas, yName + " against the step, from step " + rows[0][0] + " to " + rows[rows.length - 1][0] + ": " +
+    series.map(function (s) { return s.name; }).join(" and "), ["step"].concat(series.map(function (s) { return s.name; })),
+    picked.map(function (r) { return [r[0]].concat(series.map(function (s) { return r[s.column] === null ? "" : fmt(r[s.column]); })); }));
 }
 
 /* round steps (1, 2 or 5 times a power of ten) from lo to hi, about count of them */

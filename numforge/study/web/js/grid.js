@@ -1,5 +1,6 @@
 /* A grid drawn only where it is seen: the attention heatmap and the logit lens. */
 
+import { arrowKeys } from "./alt.js";
 import { clear, el } from "./dom.js";
 import { fit, sharp } from "./draw.js";
 
@@ -42,8 +43,18 @@ export function Grid(box, o) {
     if (o.onHover && e.pointerType !== "touch") o.onHover(-1, -1, e);
   };
   box.onscroll = grid.draw;
+  arrowKeys(box, o.rows, o.cols, function (i, j) { keyTo(box, o, i, j); });
   draw();
   return grid;
+}
+
+/* the keyboard's cell (i, j): scrolled into the box and shown as a pointer on it would be */
+function keyTo(box, o, i, j) {
+  box.scrollLeft = Math.max(0, Math.min(box.scrollLeft, j * o.cellW), (j + 1) * o.cellW + o.left - box.clientWidth);
+  box.scrollTop = Math.max(0, Math.min(box.scrollTop, i * o.cellH), (i + 1) * o.cellH + o.top - box.clientHeight);
+  var rect = box.getBoundingClientRect();
+  var x = rect.left + o.left + (j + 0.5) * o.cellW - box.scrollLeft, y = rect.top + o.top + (i + 0.5) * o.cellH - box.scrollTop;
+  if (o.onHover) o.onHover(i, j, { clientX: x, clientY: y, keyboard: true });
 }
 
 /* what the box shows: its size W x H, its scroll (sx, sy), the rows i0..i1-1 and the columns j0..j1-1 */

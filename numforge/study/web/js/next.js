@@ -2,6 +2,7 @@
    logits, softmax at a temperature, top-k and top-p, the chosen token); "Append and step" and "Generate 10". */
 
 import { STATIC } from "./api.js";
+import { describe } from "./alt.js";
 import { ask, superseded } from "./ask.js";
 import { $, cell, clear, el, fmt, head, row, wrapCell } from "./dom.js";
 import { sharp } from "./draw.js";
@@ -9,7 +10,7 @@ import { promptBody, state } from "./state.js";
 import { chip, tokenStrip } from "./tokens.js";
 
 /* the sampling settings of the controls, as the server's routes take them */
-function settings() {
+export function settings() {
   var k = $("next-top-k").value, p = $("next-top-p").value;
   return {
     temperature: Number($("next-temperature").value),
@@ -48,6 +49,8 @@ export const nextView = {
     var label = function (id) { return d.labels[String(id)]; };
     $("next-h-eq").textContent = "h = the final norm's output at position " + d.position + ", read from " + d.hidden.source;
     drawHidden($("next-hidden"), d.hidden.first);
+    describe($("next-hidden"), "The first " + d.hidden.first.length + " values of h as bars, up for positive, down for negative",
+      ["component", "value"], d.hidden.first.map(function (v, k) { return [k, fmt(v)]; }));
     $("next-h-info").textContent = "\u2016h\u2016 = " + fmt(d.hidden.norm) + "; " + d.hidden.size + " values, the first " +
       d.hidden.first.length + " drawn (up: positive, down: negative)";
     $("next-z-info").textContent = d.vocab_size + " logits, from " + fmt(d.logits.min) + " to " + fmt(d.logits.max) +

@@ -13,13 +13,19 @@ import { hideTip } from "./tip.js";
 import { tokenizerView } from "./tokenizer.js";
 import { traceView } from "./trace.js";
 import { trainingView } from "./training.js";
+import { walkthroughView } from "./walkthrough.js";
 
-const VIEWS = { tokenizer: tokenizerView, next: nextView, attention: attentionView, trace: traceView, training: trainingView };
+const VIEWS = {
+  tokenizer: tokenizerView, next: nextView, walkthrough: walkthroughView, attention: attentionView, trace: traceView,
+  training: trainingView
+};
 
 function show(view) {
   state.view = view;
   document.querySelectorAll("#tabs button").forEach(function (b) {
-    b.setAttribute("aria-selected", String(b.getAttribute("data-view") === view));
+    var on = b.getAttribute("data-view") === view;
+    b.setAttribute("aria-selected", String(on));
+    b.tabIndex = on ? 0 : -1;  /* one tab stop: the arrows move between the tabs */
   });
   document.querySelectorAll(".view").forEach(function (s) { s.hidden = s.id !== "view-" + view; });
   if (!STATIC) history.replaceState(null, "", location.pathname + location.search + "#" + view);
@@ -41,6 +47,20 @@ promptBox.addEventListener("input", function () {
 document.querySelectorAll("#tabs button").forEach(function (b) {
   b.addEventListener("click", function () { show(b.getAttribute("data-view")); });
 });
+/* the ARIA tabs pattern: Left/Right move to the previous/next tab (wrapping), Home/End to the first/last */
+$("tabs").addEventListener("keydown", function (e) {
+  var tabs = Array.from(document.querySelectorAll("#tabs button:not(:disabled)")), at = tabs.indexOf(document.activeElement);
+  var to = { ArrowRight: at + 1, ArrowLeft: at - 1, Home: 0, End: tabs.length - 1 }[e.key];
+  if (at < 0 || to === undefined) return;
+  e.preventDefault();
+  var tab = tabs[(to + tabs.length) % tabs.length];
+  tab.focus();
+  show(tab.getAttribute("data-view"));
+});
+/* a region that scrolls takes the focus, so the arrow keys scroll it */
+new MutationObserver(function () {
+  document.querySelectorAll(".scroll, .grid-box, .tokens").forEach(function (box) { if (box.tabIndex < 0) box.tabIndex = 0; });
+}).observe(document.body, { childList: true, subtree: true });
 document.addEventListener("scroll", hideTip, true);
 window.addEventListener("hashchange", function () {
   var wanted = location.hash.slice(1);
@@ -53,7 +73,7 @@ function readOnly() {
   promptBox.value = STATIC.prompt;
   promptBox.readOnly = true;
   $("prompt-info").textContent = "(numforge inspect wrote this page for this prompt; numforge studio takes any)";
-  document.querySelector('#tabs [data-view="training"]').disabled = true;
+  ["training", "walkthrough"].forEach(function (v) { document.querySelector('#tabs [data-view="' + v + '"]').disabled = true; });
   ["next-temperature", "next-top-k", "next-top-p", "next-seed"].forEach(function (id) { $(id).disabled = true; });
   document.querySelectorAll('input[name="next-choice"]').forEach(function (r) { r.disabled = true; });
 }
@@ -64,5 +84,5 @@ api("/api/model").then(function (m) {
   if (STATIC) readOnly();
   else $("prompt-info").textContent = "up to " + m.context + " tokens (the model's context).";
   var wanted = location.hash.slice(1);
-  show(VIEWS[wanted] && !(STATIC && wanted === "training") ? wanted : STATIC ? "trace" : "next");
+  show(VIEWS[wanted] && !(STATIC && ["training", "walkthrough"].includes(wanted)) ? wanted : STATIC ? "trace" : "next");
 }).catch(fail);

@@ -1,11 +1,13 @@
 /* The tooltip: lines of text beside the pointer, kept inside the window. */
 
+import { say } from "./alt.js";
 import { $ } from "./dom.js";
 
 const tip = $("tip");
 
 export function showTip(lines, x, y) {
   tip.textContent = lines.join("\n");
+  say(lines.join("; "));
   tip.hidden = false;
   var w = tip.offsetWidth, h = tip.offsetHeight;
   var left = x + 14 + w > innerWidth - 4 ? Math.max(4, x - 14 - w) : x + 14;

@@ -14,6 +14,7 @@ export function chip(shown, id, className) {
 export function tokenStrip(container, tokens, opts) {
   clear(container);
   opts = opts || {};
+  if (opts.onClick) container.removeAttribute("role"); else container.setAttribute("role", "list");
   tokens.forEach(function (t, i) {
     var extra = (opts.className ? opts.className(i) : "") + (i === opts.selected ? " on" : "") + (opts.onClick ? " click" : "");
     var c = chip(t.shown, t.id, extra.trim());
@@ -27,7 +28,27 @@ export function tokenStrip(container, tokens, opts) {
       hideTip();
       if (opts.onHover) opts.onHover(-1);
     });
-    if (opts.onClick) c.addEventListener("click", function () { opts.onClick(i); });
+    keyboard(c, i, t, opts);
     container.appendChild(c);
   });
+}
+
+/* each chip a tab stop named by its position, id and text; a clickable one is a button (Enter or Space) */
+function keyboard(c, i, t, opts) {
+  c.tabIndex = 0;
+  c.setAttribute("role", opts.onClick ? "button" : "listitem");
+  c.setAttribute("aria-label", "position " + i + ", id " + t.id + ", text " + JSON.stringify(t.shown));
+  if (opts.onClick) {
+    if (i === opts.selected) c.setAttribute("aria-pressed", "true");
+    c.addEventListener("click", function () { opts.onClick(i); });
+    c.addEventListener("keydown", function (e) {
+      if (e.key === "Enter" || e.key === " ") { e.preventDefault(); opts.onClick(i); }
+    });
+  }
+  c.addEventListener("focus", function () {
+    var r = c.getBoundingClientRect();
+    showTip(["position " + i + "   id " + t.id, "text  " + t.shown, "bytes " + (t.bytes || "(none)")], r.left, r.bottom);
+    if (opts.onHover) opts.onHover(i);
+  });
+  c.addEventListener("blur", function () { hideTip(); if (opts.onHover) opts.onHover(-1); });
 }

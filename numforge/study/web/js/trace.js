@@ -1,9 +1,10 @@
 /* The Forward and backward view: every stage of the forward pass and every gradient of the backward, read from
    the model's own caches, at a chosen position; the predictions at each position; the logit lens. */
 
+import { describe } from "./alt.js";
 import { ask, superseded } from "./ask.js";
 import { $, cell, clear, el, fmt, head, row } from "./dom.js";
-import { BLUES, drawKey, ramp, redrawOnResize } from "./draw.js";
+import { BLUES, drawKey, inkOn, ramp, redrawOnResize } from "./draw.js";
 import { Grid } from "./grid.js";
 import { promptBody, state } from "./state.js";
 import { hideTip, showTip } from "./tip.js";
@@ -76,8 +77,7 @@ function drawLens(d, lens) {
     rowLabel: function (i) { return streams[i].name; },
     colLabel: function (j) { return j + " " + d.tokens[j].shown; },
     cellText: function (i, j) {
-      var p = top[i][j][0][1];
-      return { text: label(top[i][j][0][0]), color: p > 0.55 ? "#fff" : "#111" };
+      return { text: label(top[i][j][0][0]), color: inkOn(ramp(BLUES, 0.85 * top[i][j][0][1])) };
     },
     mark: { row: -1, col: d.position },
     onHover: function (i, j, e) {
@@ -86,6 +86,11 @@ function drawLens(d, lens) {
         top[i][j].map(function (q) { return "  " + label(q[0]) + "  " + fmt(q[1], 3); })), e.clientX, e.clientY);
     }
   });
+  describe($("trace-lens"), "The logit lens: rows the residual streams by depth, columns the positions, each cell the " +
+    "token that stream would predict and its probability. The arrow keys move between the cells.",
+    ["stream"].concat(d.tokens.map(function (t, j) { return j + " " + t.shown; })), streams.map(function (s, i) {
+      return [s.name].concat(top[i].map(function (q) { return label(q[0][0]) + " " + fmt(q[0][1], 3); }));
+    }));
   drawKey($("trace-lens-key"), BLUES, "p(top-1) 0", "1");
   redrawOnResize("lens", grid.draw);
 }
