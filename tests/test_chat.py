@@ -154,3 +154,19 @@ def test_a_directory_without_a_chat_template_is_refused_by_name(tmp_path, monkey
     status, out, err = chat(directory, monkeypatch, capsys, "Hi\n")
     assert status == 2 and "numforge chat needs the model's chat template" in err
     assert "chat_template" in err and "tokenizer_config.json" in err
+
+
+class Interrupting(io.StringIO):
+    """A stdin whose second line is Ctrl-C."""
+
+    def readline(self, *args):
+        if self.tell():
+            raise KeyboardInterrupt
+        return super().readline(*args)
+
+
+def test_ctrl_c_ends_the_chat_with_status_0(chat_dir, monkeypatch, capsys):
+    monkeypatch.setattr("sys.stdin", Interrupting("/help\nHi\n"))
+    assert cli.main(["chat", "--checkpoint", str(chat_dir)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("numforge chat") and out.endswith("> \n") and "> Hi" not in out
