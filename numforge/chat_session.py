@@ -84,6 +84,7 @@ class ChatSession:
         if not isinstance(text, str):
             raise TypeError(f"a message must be a string, got {text!r}")
         self.messages.append({"role": "user", "content": text})
+        self.stop_reason = None
         try:
             logits = self._feed_prompt()
         except ValueError:
@@ -100,7 +101,8 @@ class ChatSession:
         finally:
             content = self.tokenizer.decode(reply_ids)  # as the next turn's rendering will hold it
             self.messages.append({"role": "assistant", "content": content})
-            self.cached_text += content + self.tokenizer.decode(self.pending)
+            end = self.pending if self.stop_reason == "end" else []  # at a full context: the reply's last id
+            self.cached_text += content + self.tokenizer.decode(end)
 
     def _feed_prompt(self):
         """Feed what the cache lacks of the rendered conversation (trimmed to fit); the last position's logits."""

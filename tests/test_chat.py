@@ -119,6 +119,18 @@ def test_the_history_is_trimmed_by_whole_turns_the_system_message_kept_and_the_c
     assert session.messages[-1]["role"] == "assistant"  # the refused message left the history as it was
 
 
+def test_a_reply_stops_when_the_context_is_full_and_the_next_turn_starts_afresh(loaded):
+    session, feeds, notices = spied_session(loaded, temperature=0, max_new_tokens=100, context=48)
+    reply = "".join(session.send("Hi"))
+    assert session.stop_reason == "context" and len(session.ids) == 48 == session.cache.length
+    assert session.messages[-1] == {"role": "assistant", "content": reply}
+    assert session.cached_text.endswith(reply)  # the reply's last id, never fed, is in the text once
+    np.testing.assert_allclose(feeds[-1][2], fresh_logits(session, session.ids), rtol=1e-4, atol=1e-5)
+    list(session.send("Hi"))
+    assert notices and session.cache.length == len(session.ids) <= 48
+    np.testing.assert_allclose(feeds[-1][2], fresh_logits(session, session.ids[: feeds[-1][0]]), rtol=1e-4, atol=1e-5)
+
+
 def chat(chat_dir, monkeypatch, capsys, lines: str, *flags: str):
     monkeypatch.setattr("sys.stdin", io.StringIO(lines))
     status = cli.main(["chat", "--checkpoint", str(chat_dir), "--max-new-tokens", "5", *flags])
