@@ -152,17 +152,20 @@ class ChatSession:
         return allowed_logits(to_numpy(logits).reshape(-1), self.allowed)  # (1,V) -> (V,)
 
     def _sample(self, logits) -> Iterator[int]:
-        """The reply's ids (the end-of-turn id excluded, kept in ``pending``), each fed back into the cache."""
+        """The reply's ids, each fed into the cache before it is yielded (a caller that stops early leaves the
+        cache holding the reply it saw); the end-of-turn id, or the last id at a full context, kept in
+        ``pending`` for the next turn."""
         for _ in range(self.max_new_tokens):
             token = sample_next(logits, self.rng, self.temperature, self.top_k, self.top_p)
             if token in self.end_ids:
                 self.pending, self.stop_reason = [token], "end"
                 return
-            yield token
             if len(self.ids) >= self.context:
                 self.pending, self.stop_reason = [token], "context"
+                yield token
                 return
             logits = self._feed([token])
+            yield token
         self.stop_reason = "length"
 
     def _notice(self, text: str) -> None:

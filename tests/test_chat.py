@@ -131,6 +131,19 @@ def test_a_reply_stops_when_the_context_is_full_and_the_next_turn_starts_afresh(
     np.testing.assert_allclose(feeds[-1][2], fresh_logits(session, session.ids[: feeds[-1][0]]), rtol=1e-4, atol=1e-5)
 
 
+def test_a_reply_stopped_early_by_its_reader_is_what_the_cache_holds(loaded):
+    session, feeds, notices = spied_session(loaded, temperature=0, max_new_tokens=20)
+    reply = session.send("Hi")
+    next(reply)
+    reply.close()  # a studio's stop button
+    content = session.messages[-1]["content"]
+    assert session.messages[-1]["role"] == "assistant" and content
+    assert session.tokenizer.decode(session.ids[feeds[0][0] :]) == content  # the cache holds what was shown
+    list(session.send("Go on"))
+    assert notices == [] and session.cache.length == len(session.ids)
+    np.testing.assert_allclose(feeds[-1][2], fresh_logits(session, session.ids[: feeds[-1][0]]), rtol=1e-4, atol=1e-5)
+
+
 def chat(chat_dir, monkeypatch, capsys, lines: str, *flags: str):
     monkeypatch.setattr("sys.stdin", io.StringIO(lines))
     status = cli.main(["chat", "--checkpoint", str(chat_dir), "--max-new-tokens", "5", *flags])
