@@ -34,6 +34,7 @@ COMMANDS = (
     "prepare",
     "train",
     "sample",
+    "chat",
     "tokenizer",
     "trace",
     "convert",

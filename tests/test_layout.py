@@ -25,7 +25,7 @@ FLOORS = {
     "data": 6, "hf": 6,
     "checkpoint": 7,
     "training": 8, "generate": 8,
-    "study": 9, "gradcheck": 9,
+    "study": 9, "gradcheck": 9, "chat_session": 9,
     "bench": 10,
     "commands": 11, "cli": 12, "__main__": 13, "__init__": 13,
 }  # fmt: skip

@@ -16,6 +16,12 @@ HELP = "generate text from a checkpoint (greedy at --temperature 0; top-k, top-p
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_sampling_arguments(parser)
+    parser.add_argument("--no-kv-cache", action="store_true", help="recompute the whole context for every token")
+
+
+def add_sampling_arguments(parser: argparse.ArgumentParser, prompt: bool = True) -> None:
+    """The flags ``sample`` and ``chat`` share: the checkpoint, the sampling, the seed (and ``--prompt``)."""
     parser.add_argument(
         "--checkpoint",
         metavar="DIR",
@@ -24,7 +30,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a run directory written by numforge train (or one of its ckpt-* directories), or a Hugging Face "
         "directory of GPT-2, Llama, Mistral, Qwen2, Qwen3 (config.json, model.safetensors, tokenizer files)",
     )
-    parser.add_argument("--prompt", type=text_flag, default="", help="text to continue (default: start a new document)")
+    if prompt:
+        parser.add_argument(
+            "--prompt", type=text_flag, default="", help="text to continue (default: start a new document)"
+        )
     parser.add_argument(
         "--max-new-tokens", type=int_at_least(1), default=200, help="stop after this many tokens (default 200)"
     )
@@ -43,7 +52,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="use the tokenizer's split pattern even if numforge does not know it (a pattern is code)",
     )
-    parser.add_argument("--no-kv-cache", action="store_true", help="recompute the whole context for every token")
 
 
 def run(args: argparse.Namespace) -> int:
