@@ -495,14 +495,26 @@ def restore_model(checkpoint: Checkpoint, dtype: str = "float32") -> GPT:
         ) from err
 
 
+def checkpoint_lora(checkpoint: Checkpoint) -> LoraConfig | None:
+    """The adapters ``state.json``'s ``lora`` records (None: not a LoRA run); a bad field is a
+    ``CheckpointFileError`` naming the file."""
+    recorded = checkpoint.state.get("lora") if isinstance(checkpoint.state, dict) else None
+    if recorded is None:
+        return None
+    try:
+        return LoraConfig.from_dict({name: recorded[name] for name in ("rank", "alpha", "dropout", "targets")})
+    except (ValueError, KeyError, TypeError) as err:
+        raise CheckpointFileError(f"{checkpoint.path / 'state.json'}: 'lora': {describe_error(err)}") from err
+
+
 def _restore_lora_model(checkpoint: Checkpoint, dtype: str) -> GPT:
     """A LoRA run's model: the frozen weights read again from ``state.json``'s ``lora.base`` (its config must be
     the checkpoint's), the adapters those of ``params.npz``."""
     recorded, state_file = checkpoint.state["lora"], checkpoint.path / "state.json"
     config = checkpoint_config(checkpoint)
+    lora = checkpoint_lora(checkpoint)
     try:
         model, _ = load_model(recorded["base"], dtype)
-        lora = LoraConfig.from_dict({name: recorded[name] for name in ("rank", "alpha", "dropout", "targets")})
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise CheckpointFileError(f"{state_file}: 'lora': {describe_error(err)}") from err
     base_config = dataclasses.replace(model.config, drop_prob=config.drop_prob, attention=config.attention)

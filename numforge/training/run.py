@@ -26,6 +26,7 @@ from ..backend import backend_name
 from ..checkpoint import (
     check_tokenizer_fits,
     checkpoint_config,
+    checkpoint_lora,
     checkpoint_step,
     checkpoint_tokenizer,
     latest_checkpoint_dir,
@@ -46,8 +47,6 @@ from .logs import LOSS_CSV, read_loss_csv, write_loss_csv
 from .memory_plan import check_plan_fits
 from .spec import RESUMABLE, TrainSettings
 from .state import check_state
-
-LORA_FIELDS = ("rank", "alpha", "dropout", "targets")  # state.json's 'lora' besides its base
 
 BETAS = (0.9, 0.95)  # AdamW moment decay rates (0.95: the usual choice for transformers)
 
@@ -322,10 +321,8 @@ def _restore_model(checkpoint, settings: TrainSettings, trust_pattern: bool) -> 
             f"{checkpoint.path / 'state.json'}: 'settings.seq_len' is {settings.seq_len}, longer than config.json's "
             f"max_seq_len {config.max_seq_len}"
         )
-    recorded = checkpoint.state.get("lora") if isinstance(checkpoint.state, dict) else None
     try:
-        lora = None if recorded is None else LoraConfig.from_dict({k: recorded[k] for k in LORA_FIELDS})
-        check_run_fits(config, settings, lora)
+        check_run_fits(config, settings, checkpoint_lora(checkpoint))
     except ValueError as err:
         raise ValueError(f"checkpoint {checkpoint.path} (config.json, state.json 'settings'): {err}") from err
     model = restore_model(checkpoint)
