@@ -1,4 +1,4 @@
-"""Gemma 2 and Gemma 3 config.json files read without transformers: the class defaults, the older Gemma 3 fields
+"""Gemma, Gemma 2 and Gemma 3 config.json files read without transformers: the class defaults, the older Gemma 3 fields
 (``rope_theta`` + ``rope_scaling`` for the global layers, ``rope_local_base_freq``, ``sliding_window_pattern``),
 what is refused by name, and a config written and read back unchanged."""
 
@@ -13,6 +13,30 @@ SHAPE = dict(vocab_size=50, hidden_size=16, intermediate_size=24, num_hidden_lay
 
 def read(d: dict):
     return config_from_hf({**SHAPE, **d}, "config.json")[0]
+
+
+def test_gemmas_defaults_are_its_classes_and_its_legacy_gelu_is_the_tanh_form():
+    config = read({"model_type": "gemma", "hidden_act": "gelu"})  # the first releases' field, as transformers reads it
+    assert (config.activation, config.gelu_approximate) == ("geglu", "tanh")
+    assert config.norm == "rmsnorm_offset" and config.scale_embeddings and config.tie_weights
+    assert not config.post_norms and not config.qk_norm and config.window_layers is None
+    assert (config.sliding_window, config.attn_softcap, config.logit_softcap, config.query_pre_attn_scalar) == (
+        (None,) * 4
+    )
+    assert read({"model_type": "gemma", "query_pre_attn_scalar": 24}).query_pre_attn_scalar is None  # unread by it
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [("sliding_window", 8), ("attn_softcap", 2.0), ("logit_softcap", 3.0), ("qk_norm", True),
+     ("query_pre_attn_scalar", 24.0)],
+)  # fmt: skip
+def test_a_gemma_2_or_3_option_without_post_norms_is_refused_by_name(option, value):
+    import dataclasses
+
+    config = dataclasses.replace(read({"model_type": "gemma"}), **{option: value})
+    with pytest.raises(ValueError, match=f"Gemma cannot express {option}={value!r} without post_norms"):
+        config_to_hf(config, {})
 
 
 def test_gemma2s_defaults_are_its_classes():
@@ -54,7 +78,9 @@ def test_what_numforge_cannot_run_is_refused_by_name(change, message):
         read({"model_type": "gemma3_text", **change})
 
 
-@pytest.mark.parametrize("d", [{"model_type": "gemma2"}, {"model_type": "gemma3_text", "rope_local_base_freq": 5e3}])
+@pytest.mark.parametrize(
+    "d", [{"model_type": "gemma"}, {"model_type": "gemma2"}, {"model_type": "gemma3_text", "rope_local_base_freq": 5e3}]
+)
 def test_a_config_written_reads_back_the_same(d):
     config = read(d)
     written, layout = config_to_hf(config, {})

@@ -1,7 +1,8 @@
-"""numforge against transformers on tiny random Gemma 2 and Gemma 3 (text) directories (skipped without torch,
-transformers and tokenizers).
+"""numforge against transformers on tiny random Gemma, Gemma 2 and Gemma 3 (text) directories (skipped without
+torch, transformers and tokenizers).
 
-Each directory is saved by transformers itself (``Gemma2ForCausalLM`` / ``Gemma3ForCausalLM``) beside a byte-level
+Each directory is saved by transformers itself (``GemmaForCausalLM``, ``Gemma2ForCausalLM``,
+``Gemma3ForCausalLM``) beside a byte-level
 tokenizer trained here (``hf_tokenizers.llama3``: Gemma's own is SentencePiece-style, read by the tokenizer side;
 the model half is what these directories test). Every parameter is drawn at random, the norms' zero-centred
 weights too (``N(0, 0.2)``: ``1 + w`` away from 1), and the soft caps are set near the scores' and logits' scales so
@@ -33,12 +34,14 @@ pytest.importorskip("safetensors")
 from hf_tokenizers import llama3  # noqa: E402
 
 SIZES = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
-             head_dim=16, rms_norm_eps=1e-5, max_position_embeddings=64, sliding_window=8)  # fmt: skip
+             head_dim=16, rms_norm_eps=1e-5, max_position_embeddings=64)  # fmt: skip
 LOCAL_GLOBAL_LOCAL = ["sliding_attention", "full_attention", "sliding_attention"]
 GEMMA3_ROPE = {"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 100000.0},
                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}  # fmt: skip
 TEXT = "The cat sat on the mat. 12345 東京は日本の首都です。 café"
+WINDOWED = {"layer_types": LOCAL_GLOBAL_LOCAL, "sliding_window": 8}  # Gemma 2 and 3 only
 CASES = {  # name -> (config class, fields)
+    "gemma (multi-query 4/1, tied, no window)": ("GemmaConfig", dict(num_key_value_heads=1)),
     "gemma2 (soft caps 2 and 3, query_pre_attn_scalar 24, untied, local/global/local)": (
         "Gemma2Config",
         dict(attn_logit_softcapping=2.0, final_logit_softcapping=3.0, query_pre_attn_scalar=24,
@@ -70,8 +73,9 @@ def case(request, tmp_path_factory):
     config_class, fields = CASES[request.param]
     directory, _ = llama3(tmp_path_factory.mktemp("case") / "model")
     tokenizer = load_tokenizer(directory)
+    windowed = WINDOWED if config_class != "GemmaConfig" else {}
     config = getattr(transformers, config_class)(
-        **{"layer_types": LOCAL_GLOBAL_LOCAL, **SIZES, **fields}, vocab_size=tokenizer.vocab_size,
+        **{**windowed, **SIZES, **fields}, vocab_size=tokenizer.vocab_size,
         bos_token_id=tokenizer.bos_id, eos_token_id=list(tokenizer.eos_ids), pad_token_id=None,
     )  # fmt: skip
     torch.manual_seed(0)
@@ -112,24 +116,25 @@ def float64_reference(model):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.weight)
 
     norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
-    per_layer = 6 if config.model_type == "gemma3_text" else 4  # the sandwich (and Gemma 3's q_norm, k_norm)
+    per_layer = {"gemma": 2, "gemma2": 4, "gemma3_text": 6}[config.model_type]  # (the sandwich, Gemma 3's qk)
     assert len(norms) == per_layer * config.num_hidden_layers + 1
     for module in norms:
         module.forward = types.MethodType(rms_norm, module)
     rotary = model.model.rotary_emb
     per_type = isinstance(config.rope_parameters.get("full_attention"), dict)
+    layer_types = getattr(config, "layer_types", None) or ["full_attention"]  # Gemma: every layer global
     inv_freq = {kind: inv_freq_float64(config.rope_parameters[kind] if per_type else config.rope_parameters,
-                                       config.head_dim) for kind in set(config.layer_types)}  # fmt: skip
+                                       config.head_dim) for kind in set(layer_types)}  # fmt: skip
     for kind, freq in inv_freq.items():  # the same formula as transformers' float32 one
         theirs = getattr(rotary, f"{kind}_inv_freq") if per_type else rotary.inv_freq
         torch.testing.assert_close(freq.float(), theirs.float(), rtol=1e-6, atol=0)
 
     def rotation(self, x, position_ids, layer_type=None):
-        angles = position_ids[..., None].to(torch.float64) * inv_freq[layer_type or config.layer_types[-1]]
+        angles = position_ids[..., None].to(torch.float64) * inv_freq[layer_type or layer_types[-1]]
         angles = torch.cat((angles, angles), dim=-1)  # (B,T,D)
         return angles.cos().to(x.dtype), angles.sin().to(x.dtype)
 
-    if not per_type:  # Gemma 2: one table for every layer
+    if not per_type:  # Gemma, Gemma 2: one table for every layer
         assert len({tuple(f.tolist()) for f in inv_freq.values()}) == 1
     rotary.forward = types.MethodType(rotation, rotary)
     with torch.no_grad():
@@ -151,10 +156,15 @@ def worst(ours, theirs) -> float:
 def test_the_config_reads_every_gemma_option(case):
     name, directory = case
     config = load_pretrained(directory, dtype="float64")[0].config
-    assert (config.norm, config.activation, config.scale_embeddings, config.post_norms) == (
-        "rmsnorm_offset", "geglu", True, True,
-    )  # fmt: skip
-    assert config.sliding_window == 8 and config.head_dim == 16 and config.num_kv_heads == 2
+    assert (config.norm, config.activation, config.scale_embeddings) == ("rmsnorm_offset", "geglu", True)
+    if name.startswith("gemma "):  # Llama's two norms, no window, no caps, the scores scaled by head_dim^-1/2
+        assert not config.post_norms and config.num_kv_heads == 1 and config.tie_weights
+        assert (config.sliding_window, config.attn_softcap, config.logit_softcap, config.qk_norm) == (None,) * 3 + (
+            False,
+        )
+        assert config.query_pre_attn_scalar is None and config.rope_theta == 10000.0
+        return
+    assert config.post_norms and config.sliding_window == 8 and config.head_dim == 16 and config.num_kv_heads == 2
     if "gemma2" in name:
         assert (config.attn_softcap, config.logit_softcap, config.query_pre_attn_scalar) == (2.0, 3.0, 24.0)
         assert config.window_layers == (0, 2) and config.rope_local_theta is None and not config.tie_weights
@@ -191,7 +201,8 @@ def test_float32_logits_equal_transformers_unpatched(case):
 
 
 def hf_grads_by_numforge_name(model) -> dict[str, np.ndarray]:
-    """Each parameter's ``.grad`` under numforge's name, written out here (Gemma's four norms per layer)."""
+    """Each parameter's ``.grad`` under numforge's name, written out here (Gemma 2 and 3's four norms per layer;
+    Gemma's two, as Llama's: its ``post_attention_layernorm`` is the norm before the MLP)."""
     g = {name: p.grad.numpy() for name, p in model.named_parameters()}
     grads = {"token_embedding": g["model.embed_tokens.weight"], "final_norm.weight": g["model.norm.weight"]}
     if "lm_head.weight" in g:
@@ -199,6 +210,8 @@ def hf_grads_by_numforge_name(model) -> dict[str, np.ndarray]:
     norms = {"pre_attn_norm": "input_layernorm", "post_attn_norm": "post_attention_layernorm",
              "pre_mlp_norm": "pre_feedforward_layernorm", "post_mlp_norm": "post_feedforward_layernorm",
              "attn.q_norm": "self_attn.q_norm", "attn.k_norm": "self_attn.k_norm"}  # fmt: skip
+    if model.config.model_type == "gemma":
+        norms = {"pre_attn_norm": "input_layernorm", "pre_mlp_norm": "post_attention_layernorm"}
     for i in range(model.config.num_hidden_layers):
         hf, ours = f"model.layers.{i}.", f"layers.{i}."
         for mine, theirs in norms.items():
@@ -264,8 +277,14 @@ def test_convert_to_numforge_and_back_keeps_every_tensor_and_the_logits(case, tm
         assert torch.equal(after[key], tensor), key
     original, again = (json.loads((d / "config.json").read_text()) for d in (directory, tmp_path / "again"))
     assert again["architectures"] == original["architectures"]
-    for key in ("layer_types", "sliding_window", "rope_parameters", "query_pre_attn_scalar", "tie_word_embeddings",
-                "attn_logit_softcapping", "final_logit_softcapping", "head_dim", "hidden_activation"):  # fmt: skip
+    keys = ["rope_parameters", "tie_word_embeddings", "head_dim", "num_key_value_heads"]
+    if original["model_type"] == "gemma":
+        keys += ["hidden_act"]
+        assert not {"layer_types", "sliding_window", "query_pre_attn_scalar", "hidden_activation"} & set(again)
+    else:
+        keys += ["layer_types", "sliding_window", "query_pre_attn_scalar", "attn_logit_softcapping",
+                 "final_logit_softcapping", "hidden_activation"]  # fmt: skip
+    for key in keys:
         assert again[key] == original[key], key
     ids = torch.tensor(token_ids(load_tokenizer(directory)))
     with torch.no_grad():
@@ -273,6 +292,8 @@ def test_convert_to_numforge_and_back_keeps_every_tensor_and_the_logits(case, tm
 
 
 EXPORTS = {  # numforge options -> the class transformers opens
+    "gemma": ({"post_norms": False, "query_pre_attn_scalar": None, "sliding_window": None, "num_kv_heads": 1},
+              "GemmaForCausalLM"),  # fmt: skip
     "gemma2": ({"attn_softcap": 2.0, "logit_softcap": 3.0, "window_layers": [0]}, "Gemma2ForCausalLM"),
     "gemma3": ({"qk_norm": True, "rope_theta": 1e5, "rope_local_theta": 1e4, "window_layers": [0, 2],
                 "tie_weights": False}, "Gemma3ForCausalLM"),
@@ -284,10 +305,11 @@ def test_transformers_opens_a_numforge_gemma_with_the_same_logits(tmp_path, opti
     from hf_dirs import tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
+    sandwich = {"post_norms": True, "query_pre_attn_scalar": 24, "sliding_window": 8, "num_kv_heads": 2}
     config = GPTConfig(
-        vocab_size=290, max_seq_len=64, d_model=32, num_heads=4, num_kv_heads=2, head_dim=16, num_layers=3, d_ff=48,
+        vocab_size=290, max_seq_len=64, d_model=32, num_heads=4, head_dim=16, num_layers=3, d_ff=48,
         norm="rmsnorm_offset", position="rope", activation="geglu", use_bias=False, scale_embeddings=True,
-        post_norms=True, query_pre_attn_scalar=24, sliding_window=8, **options,
+        **{**sandwich, **options},
     )  # fmt: skip
     model = GPT(config, seed=5, dtype="float64")
     for name, p in model.params.items():  # norm weights away from 0 (the norm's 1 + w away from 1)
@@ -305,11 +327,14 @@ def test_what_numforge_cannot_run_is_refused_by_name(case, tmp_path):
     import shutil
 
     name, directory = case
-    for field, value, message in [
+    activation = "hidden_act" if name.startswith("gemma ") else "hidden_activation"
+    refusals = [
         ("use_bidirectional_attention", True, "use_bidirectional_attention is true"),
-        ("hidden_activation", "relu", "hidden_activation is 'relu'"),
-        ("layer_types", ["full_attention"], "layer_types must name 3 layers"),
-    ]:
+        (activation, "relu", f"{activation} is 'relu'"),
+    ]
+    if not name.startswith("gemma "):
+        refusals.append(("layer_types", ["full_attention"], "layer_types must name 3 layers"))
+    for field, value, message in refusals:
         broken = tmp_path / field
         shutil.copytree(directory, broken)
         config = json.loads((broken / "config.json").read_text())

@@ -173,9 +173,9 @@ REFUSED = [
     ("olmoe", {"head_dim": 6}, "head_dim is 6 with hidden_size 16 and num_attention_heads 4: OlmoeForCausalLM's"),
     ("deepseek_v3", {}, "model_type is 'deepseek_v3', a mixture of experts"),
     (
-        "gemma",
+        "phi3",
         {},
-        "model_type is 'gemma'; numforge loads 'gpt2', 'llama', 'mistral', 'mixtral', 'qwen2', 'qwen3', 'qwen3_moe', "
+        "model_type is 'phi3'; numforge loads 'gpt2', 'llama', 'mistral', 'mixtral', 'qwen2', 'qwen3', 'qwen3_moe', "
         "'olmoe'",
     ),
     (

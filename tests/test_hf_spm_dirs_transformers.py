@@ -1,13 +1,14 @@
-"""numforge's commands on tiny random Llama 2-style and Gemma 2 directories that carry their own SentencePiece-style
-tokenizer.json (skipped without torch, transformers and tokenizers).
+"""numforge's commands on tiny random Llama 2-style, Gemma, Gemma 2 and Gemma 3 directories that carry their own
+SentencePiece-style tokenizer.json (skipped without torch, transformers and tokenizers).
 
-Each directory is what a user has on disk, only small: the model saved by transformers (``LlamaForCausalLM`` /
-``Gemma2ForCausalLM``, every parameter drawn at random) beside a tokenizer trained here by `tokenizers` in the
-family's pipeline (``hf_spm_tokenizers``: Llama 2's Prepend + Replace normalizer and Strip decoder, Gemma's
-Replace normalizer), with tokenizer_config.json naming ``PreTrainedTokenizerFast`` (so transformers' AutoTokenizer
-follows the file) and generation_config.json's BOS and end ids. Checked: greedy ids and text equal transformers'
-``generate`` and ``decode``; ``trace`` runs; ``train --init-from`` trains two steps and its checkpoint samples;
-``convert`` there and back opens in transformers with the same logits and a tokenizer giving the same ids.
+Each directory is what a user has on disk, only small: the model saved by transformers (``LlamaForCausalLM``,
+``GemmaForCausalLM``, ``Gemma2ForCausalLM``, ``Gemma3ForCausalLM``, every parameter drawn at random) beside a
+tokenizer trained here by `tokenizers` in the family's pipeline (``hf_spm_tokenizers``: Llama 2's Prepend + Replace
+normalizer and Strip decoder, Gemma's Replace normalizer), with tokenizer_config.json naming
+``PreTrainedTokenizerFast`` (so transformers' AutoTokenizer follows the file) and generation_config.json's BOS and
+end ids. Checked: greedy ids and text equal transformers' ``generate`` and ``decode``; ``trace`` runs; ``train
+--init-from`` trains two steps and its checkpoint samples; ``convert`` there and back opens in transformers with the
+same logits and a tokenizer giving the same ids.
 """
 
 import json
@@ -40,9 +41,13 @@ SIZES = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_atte
              max_position_embeddings=64)  # fmt: skip
 GEMMA2 = dict(head_dim=8, sliding_window=8, query_pre_attn_scalar=8, attn_logit_softcapping=5.0,
               final_logit_softcapping=5.0)  # fmt: skip
+GEMMA3 = dict(head_dim=8, sliding_window=8, query_pre_attn_scalar=8,
+              layer_types=["sliding_attention", "full_attention"], tie_word_embeddings=False)  # fmt: skip
 CASES = {  # name -> (tokenizer builder, its BOS, EOS and unk, config class, the family's fields)
     "llama2": (llama2, "<s>", "</s>", "<unk>", "LlamaConfig", dict(rms_norm_eps=1e-5)),
+    "gemma": (gemma, "<bos>", "<eos>", "<unk>", "GemmaConfig", dict(head_dim=8, num_key_value_heads=1)),
     "gemma2": (gemma, "<bos>", "<eos>", "<unk>", "Gemma2Config", GEMMA2),
+    "gemma3": (gemma, "<bos>", "<eos>", "<unk>", "Gemma3TextConfig", GEMMA3),
 }
 
 
@@ -68,7 +73,7 @@ def case(request, tmp_path_factory):
     ids = {"bos_token_id": tok.token_to_id(bos), "eos_token_id": tok.token_to_id(eos)}
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": bos, "eos_token": eos, "unk_token": unk}
     directory = save(tmp_path_factory.mktemp(request.param) / "model", tok, config, ids)
-    hf_config = getattr(transformers, config_class)(**SIZES, **fields, vocab_size=tok.get_vocab_size(), **ids)
+    hf_config = getattr(transformers, config_class)(**{**SIZES, **fields}, vocab_size=tok.get_vocab_size(), **ids)
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(hf_config).eval()
     randomize(model)

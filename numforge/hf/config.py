@@ -5,7 +5,7 @@
     gpt2                              GPT-2                       gpt2.py
     llama, mistral, qwen2, qwen3      Llama, Mistral, Qwen2, Qwen3  llama.py (SmolLM2, TinyLlama: llama)
     mixtral, qwen3_moe, olmoe         Mixtral, Qwen3-MoE, OLMoE     llama.py, experts.py (mixtures of experts)
-    gemma2, gemma3_text               Gemma 2, Gemma 3 (text)       gemma.py
+    gemma, gemma2, gemma3_text        Gemma, Gemma 2, Gemma 3 (text)  gemma.py
 
 Reading dispatches on ``model_type``; any other (``bert``, a mixture of experts like ``qwen2_moe``)
 and a quantized model (``quantization_config``) are a ``ValueError`` naming the field. Writing

@@ -1,10 +1,12 @@
-"""Gemma 2 and Gemma 3 (text): ``config.json`` <-> ``GPTConfig``, where the tensors lie.
+"""Gemma, Gemma 2 and Gemma 3 (text): ``config.json`` <-> ``GPTConfig``, where the tensors lie.
 
-``Gemma2ForCausalLM`` (``model_type`` gemma2) and ``Gemma3ForCausalLM`` (gemma3_text, the text-only model).
-Both are a Llama with five changes, each a numforge option: every RMSNorm scales by ``1 + weight``
-(``norm="rmsnorm_offset"``), the embeddings are multiplied by ``sqrt(hidden_size)`` (``scale_embeddings``),
-the MLP is GeGLU (``hidden_activation: gelu_pytorch_tanh``), each branch has a norm before and after it
-(``post_norms``), and the scores are scaled by ``query_pre_attn_scalar^-1/2``. Local (sliding-window) and
+``GemmaForCausalLM`` (``model_type`` gemma), ``Gemma2ForCausalLM`` (gemma2) and ``Gemma3ForCausalLM``
+(gemma3_text, the text-only model). Gemma is a Llama with three changes, each a numforge option: every RMSNorm
+scales by ``1 + weight`` (``norm="rmsnorm_offset"``), the embeddings are multiplied by ``sqrt(hidden_size)``
+(``scale_embeddings``), and the MLP is GeGLU (``hidden_act: gelu_pytorch_tanh``; the legacy ``gelu`` of the
+first releases means it too, as transformers reads it). Gemma 2 and 3 add two more: each branch has a norm
+before and after it (``post_norms``), and the scores are scaled by ``query_pre_attn_scalar^-1/2``. Their
+local (sliding-window) and
 global layers alternate by ``layer_types`` (Gemma 2: every other layer local, the first; Gemma 3: five local
 then one global, ``sliding_window_pattern``). Gemma 2 caps the attention scores and the final logits
 (``attn_logit_softcapping``, ``final_logit_softcapping``: ``c tanh(z / c)``); Gemma 3 normalizes each head's
@@ -16,9 +18,9 @@ q and k before the rotation (``qk_norm``) and rotates its local layers with thei
     num_hidden_layers, num_attention_heads         num_layers, num_heads
     num_key_value_heads, head_dim                  num_kv_heads, head_dim
     max_position_embeddings, rms_norm_eps          max_seq_len, norm_eps
-    query_pre_attn_scalar                          query_pre_attn_scalar
-    attn_logit_softcapping, final_logit_softcapping  attn_softcap, logit_softcap (null: none)
-    sliding_window, layer_types                    sliding_window, window_layers (the "sliding_attention" ones)
+    query_pre_attn_scalar (Gemma 2, 3)             query_pre_attn_scalar
+    attn_logit_softcapping, final_logit_softcapping  attn_softcap, logit_softcap (null: none; Gemma 2, 3)
+    sliding_window, layer_types (Gemma 2, 3)       sliding_window, window_layers (the "sliding_attention" ones)
     rope_parameters (Gemma 3: per layer type)      rope_theta, rope_scaling, rope_local_theta
     attention_bias, tie_word_embeddings            qkv_bias and out_bias, tie_weights
 
@@ -26,8 +28,9 @@ Refused by name: a ``hidden_activation`` numforge has no gated form of (``silu``
 class computes it), ``use_bidirectional_attention``, a local layer's rope type
 other than ``default``, and what ``llama.rope_from_hf`` refuses.
 
-Tensors (prefix ``model.`` but ``lm_head``), ``nn.Linear`` weights ``(out, in)`` transposed; Gemma's
-``post_attention_layernorm`` is the norm after attention, not Llama's norm before the MLP::
+Tensors (prefix ``model.`` but ``lm_head``), ``nn.Linear`` weights ``(out, in)`` transposed; Gemma 2 and 3's
+``post_attention_layernorm`` is the norm after attention, not Llama's norm before the MLP (Gemma's, as in
+Llama, is ``pre_mlp_norm``, and it has no ``pre_feedforward_layernorm`` or ``post_feedforward_layernorm``)::
 
     layers.{i}.input_layernorm                 layers.{i}.pre_attn_norm
     layers.{i}.self_attn.{q,k,v}_proj          layers.{i}.attn.qkv_proj (side by side)
@@ -65,7 +68,7 @@ from .fields import check_counts, in_file_words
 from .llama import COUNTS, MLP_INPUTS, REQUIRED, WINDOW_LAYER_TYPES, rope_from_hf
 from .weights import Layout, Stored, linear
 
-FAMILY_NAMES = "Gemma 2 and Gemma 3"
+FAMILY_NAMES = "Gemma, Gemma 2 and Gemma 3"
 FILE_NAMES = {
     "max_seq_len": "max_position_embeddings",
     "d_model": "hidden_size",
@@ -83,7 +86,8 @@ FILE_NAMES = {
 
 class Family(NamedTuple):
     architecture: str
-    local_every: int  # the default layer_types: layer i is global when (i + 1) % local_every == 0
+    local_every: int  # the default layer_types: layer i is global when (i + 1) % local_every == 0 (0: no local)
+    sandwich: bool  # Gemma 2 and 3: post_norms, query_pre_attn_scalar, soft caps and local layers
     defaults: dict  # config.json field -> the class's value when the file lacks it
 
 
@@ -98,35 +102,43 @@ DEFAULTS = {
     "num_key_value_heads": None,
 }
 FAMILIES = {
+    "gemma": Family("GemmaForCausalLM", 0, False, {"max_position_embeddings": 8192}),
     "gemma2": Family(
-        "Gemma2ForCausalLM", 2,
+        "Gemma2ForCausalLM", 2, True,
         {"max_position_embeddings": 8192, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0},
     ),
     "gemma3_text": Family(
-        "Gemma3ForCausalLM", 6,
+        "Gemma3ForCausalLM", 6, True,
         {"max_position_embeddings": 131072, "attn_logit_softcapping": None, "final_logit_softcapping": None},
     ),
 }  # fmt: skip
 
 
 def config_from_hf(d: dict, source: str) -> GPTConfig:
-    """The ``GPTConfig`` of a Gemma 2 / Gemma 3 text config dict; ``source`` names it in errors."""
+    """The ``GPTConfig`` of a Gemma, Gemma 2 or Gemma 3 text config dict; ``source`` names it in errors."""
     model_type = d["model_type"]
-    d = {**DEFAULTS, **FAMILIES[model_type].defaults, **d}
+    family = FAMILIES[model_type]
+    d = {**DEFAULTS, **family.defaults, **d}
     missing = [field for field in REQUIRED if field not in d]
     if missing:
         raise ValueError(f"{source}: missing fields {missing}")
     check_counts(d, source, (*COUNTS, "sliding_window"), ("num_key_value_heads", "head_dim"))
     if d.get("use_bidirectional_attention"):
         raise ValueError(f"{source}: use_bidirectional_attention is true; numforge's decoder is causal (false)")
-    name = d.get("hidden_activation") or d.get("hidden_act")
+    field, name = _activation_name(d, family)
     activation = activation_from_hf(name, MLP_INPUTS)
     if activation is None:
         supported = ", ".join(map(repr, hf_activation_names(MLP_INPUTS)))
-        raise ValueError(f"{source}: hidden_activation is {name!r}; numforge runs {FAMILY_NAMES} with {supported}")
-    local = local_layers(d, FAMILIES[model_type], source)
+        raise ValueError(f"{source}: {field} is {name!r}; numforge runs {FAMILY_NAMES} with {supported}")
+    local = local_layers(d, family, source) if family.sandwich else []
     theta, scaling, local_theta = gemma_rope_from_hf(d, source, bool(local))
     window = {"sliding_window": d["sliding_window"], "window_layers": local} if local else {}
+    sandwich = {
+        "post_norms": True,
+        "query_pre_attn_scalar": d["query_pre_attn_scalar"],
+        "attn_softcap": d["attn_logit_softcapping"],
+        "logit_softcap": d["final_logit_softcapping"],
+    } if family.sandwich else {}  # fmt: skip
     try:
         return GPTConfig(
             vocab_size=d["vocab_size"],
@@ -149,14 +161,20 @@ def config_from_hf(d: dict, source: str) -> GPTConfig:
             **({"qkv_bias": True, "out_bias": True} if d["attention_bias"] else {}),
             tie_weights=d["tie_word_embeddings"],
             scale_embeddings=True,
-            post_norms=True,
-            query_pre_attn_scalar=d["query_pre_attn_scalar"],
-            attn_softcap=d["attn_logit_softcapping"],
-            logit_softcap=d["final_logit_softcapping"],
+            **sandwich,
             **window,
         )
     except (ValueError, TypeError) as error:
         raise ValueError(f"{source}: {in_file_words(error, FILE_NAMES | {'qkv_bias': 'attention_bias'})}") from None
+
+
+def _activation_name(d: dict, family: Family) -> tuple[str, str]:
+    """``(field, name)`` of the MLP's activation: Gemma 2 and 3 read ``hidden_activation`` (else ``hidden_act``);
+    Gemma reads ``hidden_act``, whose legacy ``gelu`` transformers runs as ``gelu_pytorch_tanh``."""
+    if family.sandwich:
+        return "hidden_activation", d.get("hidden_activation") or d.get("hidden_act")
+    name = d.get("hidden_act", "gelu_pytorch_tanh")
+    return "hidden_act", "gelu_pytorch_tanh" if name == "gelu" else name
 
 
 def local_layers(d: dict, family: Family, source: str) -> list[int]:
@@ -171,12 +189,12 @@ def local_layers(d: dict, family: Family, source: str) -> list[int]:
 
 
 def gemma_rope_from_hf(d: dict, source: str, has_local: bool) -> tuple[float, dict | None, float | None]:
-    """``(rope_theta, rope_scaling, rope_local_theta)``: Gemma 2's one ``rope_parameters``; Gemma 3's per layer
+    """``(rope_theta, rope_scaling, rope_local_theta)``: Gemma (2)'s one ``rope_parameters``; Gemma 3's per layer
     type (``full_attention``, ``sliding_attention``), or its older ``rope_theta`` + ``rope_scaling`` (global) and
     ``rope_local_base_freq`` (local). The local tables are numforge's own only where they differ from the
     global ones (another base, or a scaled global rotation); a local rotation must be unscaled."""
     params = d.get("rope_parameters") or {}
-    if d["model_type"] == "gemma2":
+    if d["model_type"] in ("gemma", "gemma2"):
         theta, scaling = rope_from_hf(d, source, d["max_position_embeddings"])
         return theta, scaling, None
     if isinstance(params, dict) and set(params) & set(WINDOW_LAYER_TYPES):
@@ -196,14 +214,13 @@ def gemma_rope_from_hf(d: dict, source: str, has_local: bool) -> tuple[float, di
 
 
 def gemma_of(config: GPTConfig) -> str:
-    """``"gemma2"`` or ``"gemma3_text"``, the family member that expresses ``config``, or a ``ValueError`` naming
-    the first option neither can express."""
+    """``"gemma"``, ``"gemma2"`` or ``"gemma3_text"``, the family member that expresses ``config`` (Gemma: no
+    ``post_norms``), or a ``ValueError`` naming the first option none can express."""
     needs = {
         "norm": (config.norm, "rmsnorm_offset"),
         "norm_weight": (config.norm_weight, True),
         "position": (config.position, "rope"),
         "scale_embeddings": (config.scale_embeddings, True),
-        "post_norms": (config.post_norms, True),
         "mlp_bias": (config.has_bias("mlp_bias"), False),
         "num_experts": (config.num_experts, 0),
     }
@@ -214,6 +231,9 @@ def gemma_of(config: GPTConfig) -> str:
         raise ValueError(f"{FAMILY_NAMES} cannot express activation={config.activation!r} (they need GeGLU)")
     if config.has_bias("qkv_bias") != config.has_bias("out_bias"):
         raise ValueError(f"{FAMILY_NAMES} cannot express qkv_bias != out_bias (attention_bias sets q, k, v and o)")
+    if not config.post_norms:
+        _check_gemma(config)
+        return "gemma"
     if not config.qk_norm:
         if config.rope_local_theta is not None:
             raise ValueError(f"{FAMILY_NAMES} cannot express rope_local_theta without qk_norm (Gemma 2 has one base)")
@@ -223,16 +243,53 @@ def gemma_of(config: GPTConfig) -> str:
     return "gemma3_text"
 
 
+def _check_gemma(config: GPTConfig) -> None:
+    """A ``ValueError`` naming the first Gemma 2 / 3 option that ``config`` without their ``post_norms`` sets."""
+    sandwich_only = {
+        "sliding_window": config.sliding_window,
+        "attn_softcap": config.attn_softcap,
+        "logit_softcap": config.logit_softcap,
+        "rope_local_theta": config.rope_local_theta,
+        "qk_norm": config.qk_norm or None,
+        "query_pre_attn_scalar": None if config.query_pre_attn_scalar in (None, config.head_dim) else 0,
+    }
+    for option, value in sandwich_only.items():
+        if value is not None:
+            raise ValueError(f"Gemma cannot express {option}={getattr(config, option)!r} without post_norms "
+                             "(Gemma 2 and 3 have it, with their sandwich of norms)")  # fmt: skip
+
+
 def config_to_hf(config: GPTConfig, special_ids: dict) -> dict:
-    """The config.json of ``config`` as Gemma 2 or Gemma 3 (text) would save it in transformers 5."""
+    """The config.json of ``config`` as Gemma, Gemma 2 or Gemma 3 (text) would save it in transformers 5."""
     model_type = gemma_of(config)
+    if model_type == "gemma":
+        return {**_common_fields(config, model_type, special_ids), "hidden_act": activation_to_hf(config, MLP_INPUTS)}
     local = [config.layer_window(i) is not None for i in range(config.num_layers)]
-    rope = {**(config.rope_scaling or {"rope_type": "default"}), "rope_theta": config.rope_theta}
+    rope = _rope_parameters(config)
     if model_type == "gemma3_text":
         local_theta = config.rope_theta if config.rope_local_theta is None else config.rope_local_theta
         if config.rope_local_theta is None and config.rope_scaling is not None and any(local):
             raise ValueError("Gemma 3 rotates its local layers unscaled: set rope_local_theta with rope_scaling")
         rope = {"full_attention": rope, "sliding_attention": {"rope_type": "default", "rope_theta": local_theta}}
+    return {
+        **_common_fields(config, model_type, special_ids),
+        "hidden_activation": activation_to_hf(config, MLP_INPUTS),
+        "rope_parameters": rope,
+        "query_pre_attn_scalar": _int_if_whole(config.query_pre_attn_scalar or config.head_dim),  # an int in HF
+        "attn_logit_softcapping": config.attn_softcap,
+        "final_logit_softcapping": config.logit_softcap,
+        "sliding_window": config.sliding_window or config.max_seq_len,  # unread when no layer is local
+        "layer_types": [WINDOW_LAYER_TYPES[not w] for w in local],
+    }
+
+
+def _rope_parameters(config: GPTConfig) -> dict:
+    """The one rotation's ``rope_parameters`` (Gemma 3: its global layers')."""
+    return {**(config.rope_scaling or {"rope_type": "default"}), "rope_theta": config.rope_theta}
+
+
+def _common_fields(config: GPTConfig, model_type: str, special_ids: dict) -> dict:
+    """The config.json fields every Gemma writes alike; Gemma 2 and 3 replace ``rope_parameters``."""
     return {
         "architectures": [FAMILIES[model_type].architecture],
         "model_type": model_type,
@@ -245,15 +302,9 @@ def config_to_hf(config: GPTConfig, special_ids: dict) -> dict:
         "head_dim": config.head_dim,
         "max_position_embeddings": config.max_seq_len,
         "rms_norm_eps": config.norm_eps,
-        "hidden_activation": activation_to_hf(config, MLP_INPUTS),
         "tie_word_embeddings": config.tie_weights,
-        "rope_parameters": rope,
+        "rope_parameters": _rope_parameters(config),
         "attention_bias": config.has_bias("qkv_bias"),
-        "query_pre_attn_scalar": _int_if_whole(config.query_pre_attn_scalar or config.head_dim),  # an int in HF
-        "attn_logit_softcapping": config.attn_softcap,
-        "final_logit_softcapping": config.logit_softcap,
-        "sliding_window": config.sliding_window or config.max_seq_len,  # unread when no layer is local
-        "layer_types": [WINDOW_LAYER_TYPES[not w] for w in local],
         "attention_dropout": 0.0,
         "initializer_range": 0.02,
         **special_ids,
@@ -284,6 +335,7 @@ TOP_NAMES = {TOKEN_EMBEDDING: "embed_tokens.weight", f"{FINAL_NORM}.weight": "no
 def layout(config: GPTConfig) -> Layout:
     """Where every parameter of ``config`` lies in Gemma's files (module docstring)."""
     H, H_kv, D = config.num_heads, config.num_kv_heads, config.head_dim
+    names_of = LAYER_NAMES if config.post_norms else {**LAYER_NAMES, PRE_MLP_NORM: ("post_attention_layernorm",)}
     tensors = {}
     for name, shape in parameter_shapes(config).items():
         if name in TOP_NAMES:
@@ -291,7 +343,7 @@ def layout(config: GPTConfig) -> Layout:
             continue
         _, i, rest = name.split(".", 2)
         short, kind = rest.rsplit(".", 1)
-        names = tuple(f"layers.{i}.{part}.{kind}" for part in LAYER_NAMES[short])
+        names = tuple(f"layers.{i}.{part}.{kind}" for part in names_of[short])
         if short.endswith("norm"):
             tensors[name] = Stored(names, (shape,))
         else:
