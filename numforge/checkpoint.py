@@ -507,6 +507,23 @@ def checkpoint_lora(checkpoint: Checkpoint) -> LoraConfig | None:
         raise CheckpointFileError(f"{checkpoint.path / 'state.json'}: 'lora': {describe_error(err)}") from err
 
 
+def chat_template_directory(path: str | os.PathLike) -> Path:
+    """The directory holding the chat template of the model at ``path``: for a numforge run or checkpoint, the
+    directory whose template rendered its ``--chat`` file (``state.json``'s ``data.chat_template_dir``), else
+    the base model its LoRA adapters adapt (``lora.base``), else the run itself; a Hugging Face directory is
+    its own. Only ``state.json`` is read."""
+    if latest_checkpoint_dir(path) is None:
+        return Path(path)
+    with contextlib.ExitStack() as stack:
+        directory, files = open_live_checkpoint(path, stack)
+        state = _read_json(directory, files, "state.json")
+    data, lora = state.get("data"), state.get("lora")
+    recorded = (data.get("chat_template_dir") if isinstance(data, dict) else None) or (
+        lora.get("base") if isinstance(lora, dict) else None
+    )
+    return Path(recorded) if isinstance(recorded, str) else Path(path)
+
+
 def _restore_lora_model(checkpoint: Checkpoint, dtype: str) -> GPT:
     """A LoRA run's model: the frozen weights read again from ``state.json``'s ``lora.base`` (its config must be
     the checkpoint's), the adapters those of ``params.npz``."""

@@ -69,3 +69,26 @@ def test_the_assistant_only_loss_equals_transformers_loss_with_the_other_labels_
     expected = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
     assert 0 < (y != -1).sum() < y.size / 4  # the mask matters: a mean over every target would differ
     assert float(loss) == pytest.approx(expected.item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("adapters", [[], ["--lora", "q,v"]], ids=["full", "lora"])
+def test_the_fine_tuned_run_and_its_conversion_chat_with_the_chat_models_template(tmp_path, monkeypatch, adapters):
+    import io
+
+    from numforge.data.chat_template import template_source
+
+    directory, chat = chat_model_directory(tmp_path / "model"), write_chat_jsonl(tmp_path / "chat.jsonl")
+    args = ["train", "--init-from", str(directory), "--chat", str(chat), "--seq-len", "96", "--batch-size", "2"]
+    args += [*adapters, "--no-progress", "--max-steps", "2", "--eval-every", "2", "--out", str(tmp_path / "run")]
+    assert cli.main(args) == 0
+    assert cli.main(["convert", str(tmp_path / "run"), str(tmp_path / "hf")]) == 0
+    assert (tmp_path / "hf" / "chat_template.jinja").read_text(encoding="utf-8") == template_source(directory)
+    replies = []
+    for model in ("run", "hf"):  # the run reads its template from the chat model it was tuned from
+        monkeypatch.setattr("sys.stdin", io.StringIO("Hi\n"))
+        out = io.StringIO()
+        monkeypatch.setattr("sys.stdout", out)
+        chat_args = ["chat", "--checkpoint", str(tmp_path / model), "--temperature", "0", "--max-new-tokens", "6"]
+        assert cli.main(chat_args) == 0
+        replies.append(out.getvalue())
+    assert replies[0] == replies[1] and "> Hi" in replies[0]

@@ -1,7 +1,9 @@
 """``numforge chat``: talk to a chat model in the terminal, its replies streamed as they are sampled.
 
 A thin loop over ``ChatSession`` (``chat_session.py``): each line read is a message, or one of ``COMMANDS``.
-The directory must carry a chat template (``chat_template.jinja`` or tokenizer_config.json's ``chat_template``).
+The model must have a chat template (``chat_template.jinja`` or tokenizer_config.json's ``chat_template``): a
+Hugging Face directory's own, or for a numforge run the one of the chat model it was fine-tuned from
+(``checkpoint.chat_template_directory``).
 End of input (Ctrl-D) and Ctrl-C end the chat with status 0."""
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import argparse
 import sys
 
 from ..chat_session import ChatSession
-from ..checkpoint import load_model
+from ..checkpoint import chat_template_directory, load_model
 from ..checks import int_at_least, text_flag
 from ..data.chat_template import ChatTemplate
 from .sample import add_sampling_arguments
@@ -38,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     model, tokenizer = load_model(args.checkpoint, trust_pattern=args.trust_pattern)
     try:
-        template = ChatTemplate.from_directory(args.checkpoint)
+        template = ChatTemplate.from_directory(chat_template_directory(args.checkpoint))
     except ValueError as err:
         raise ValueError(f"numforge chat needs the model's chat template: {err}") from None
     session = ChatSession(

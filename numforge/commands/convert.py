@@ -13,6 +13,10 @@ before the rotation), ``MixtralForCausalLM`` (a mixture of experts), ``Gemma2For
 QK-norm and a local RoPE base); any other is refused by name before anything is written.
 DST must not exist; it appears whole or not at all.
 
+A run fine-tuned from a chat model (``--chat``, or ``--lora`` on a chat model's directory) carries that
+model's chat template into DST (``chat_template.jinja``), so ``numforge chat`` and transformers'
+``apply_chat_template`` read it there; a full fine-tune without ``--chat`` records no source to take it from.
+
 A LoRA run (``numforge train --lora``) is written merged, its adapters folded into the weights
 (``W + (alpha / r) A B``: a plain Hugging Face directory), or with ``--peft`` as a PEFT adapter directory
 (``adapter_config.json``, ``adapter_model.safetensors``) that ``peft.PeftModel.from_pretrained`` loads onto
@@ -25,7 +29,8 @@ import argparse
 from pathlib import Path
 
 from ..atomic import atomic_directory
-from ..checkpoint import latest_checkpoint_dir, load_checkpoint, load_model, save_checkpoint
+from ..checkpoint import chat_template_directory, latest_checkpoint_dir, load_checkpoint, load_model, save_checkpoint
+from ..data.chat_template import template_source
 from ..hf import save_pretrained
 from ..hf.peft import save_peft_adapter
 from ..optim import AdamW
@@ -54,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if args.peft and model.lora is None:
         raise ValueError(f"--peft writes a LoRA run's adapters; {src} has none (it was not trained with --lora)")
     if model.lora is not None:
-        _write_lora(model, tokenizer, src, dst, args.peft)
+        _write_lora(model, tokenizer, src, dst, args.peft, template_source(chat_template_directory(src)))
     elif latest_checkpoint_dir(src) is None:  # load_model read a Hugging Face directory
         with atomic_directory(dst) as temp:
             save_checkpoint(
@@ -68,13 +73,14 @@ def run(args: argparse.Namespace) -> int:
             )
         print(f"{src} (Hugging Face) -> {dst} (numforge checkpoint; fine-tune with: numforge train --init-from {dst})")
     else:
-        save_pretrained(model, tokenizer, dst)
+        save_pretrained(model, tokenizer, dst, template_source(chat_template_directory(src)))
         print(f"{src} (numforge) -> {dst} (Hugging Face; transformers: AutoModelForCausalLM.from_pretrained(DST))")
     return 0
 
 
-def _write_lora(model, tokenizer, src: Path, dst: Path, peft: bool) -> None:
-    """A LoRA run as a PEFT adapter directory (``peft``) or merged into a Hugging Face directory."""
+def _write_lora(model, tokenizer, src: Path, dst: Path, peft: bool, chat_template: str | None) -> None:
+    """A LoRA run as a PEFT adapter directory (``peft``; the template stays the base model's) or merged into a
+    Hugging Face directory with ``chat_template``."""
     base = load_checkpoint(src).state["lora"]["base"]
     if peft:
         save_peft_adapter(model, dst, base=base)
@@ -82,5 +88,5 @@ def _write_lora(model, tokenizer, src: Path, dst: Path, peft: bool) -> None:
             f"{src} (numforge LoRA) -> {dst} (PEFT adapter; peft: PeftModel.from_pretrained(base model of {base}, DST))"
         )
     else:
-        save_pretrained(model.merged(), tokenizer, dst)
+        save_pretrained(model.merged(), tokenizer, dst, chat_template)
         print(f"{src} (numforge LoRA, merged) -> {dst} (Hugging Face; AutoModelForCausalLM.from_pretrained(DST))")

@@ -31,10 +31,9 @@ from datetime import datetime
 from pathlib import Path
 
 from ..files import read_json, read_text
-from ..tokenizer.hf_dir import NAMED
+from ..tokenizer.hf_dir import CHAT_TEMPLATE_FILE, NAMED
 
 CHAT_INSTALL_HINT = 'pip install "numforge[chat]"'
-TEMPLATE_FILE = "chat_template.jinja"
 CONFIG_FILE = "tokenizer_config.json"
 
 
@@ -47,6 +46,20 @@ def _jinja():
     except ImportError as err:
         raise ImportError(f"chat templates are rendered by jinja2, not installed: {CHAT_INSTALL_HINT}") from err
     return jinja2
+
+
+def template_source(directory) -> str | None:
+    """The text of a model directory's chat template, or None: ``chat_template.jinja`` if present, else
+    tokenizer_config.json's ``chat_template`` (a string, or transformers' list of named templates, of which
+    ``default``). Reading it needs no jinja2."""
+    directory = Path(directory)
+    if (directory / CHAT_TEMPLATE_FILE).is_file():
+        return read_text(directory / CHAT_TEMPLATE_FILE)
+    config_path = directory / CONFIG_FILE
+    source = (read_json(config_path, expect=dict) if config_path.is_file() else {}).get("chat_template")
+    if isinstance(source, list):  # [{"name": "default", "template": "..."}, {"name": "tool_use", ...}]
+        source = {t.get("name"): t.get("template") for t in source if isinstance(t, dict)}.get("default")
+    return source if isinstance(source, str) and source else None
 
 
 def _raise_exception(message):
@@ -139,23 +152,17 @@ class ChatTemplate:
 
     @classmethod
     def from_directory(cls, directory) -> ChatTemplate:
-        """The template of a model directory: ``chat_template.jinja`` if present, else tokenizer_config.json's
-        ``chat_template`` (a string, or transformers' list of named templates, of which ``default``); its
-        special tokens from tokenizer_config.json."""
+        """The template of a model directory (``template_source``), its special tokens from
+        tokenizer_config.json."""
         directory = Path(directory)
         config_path = directory / CONFIG_FILE
         config = read_json(config_path, expect=dict) if config_path.is_file() else {}
         tokens = {name: _token_text(config.get(name), f"{config_path}: {name}") for name in NAMED}
         tokens = {name: text for name, text in tokens.items() if text is not None}
-        if (directory / TEMPLATE_FILE).is_file():
-            return cls(read_text(directory / TEMPLATE_FILE), tokens)
-        source = config.get("chat_template")
-        if isinstance(source, list):  # [{"name": "default", "template": "..."}, {"name": "tool_use", ...}]
-            named = {t.get("name"): t.get("template") for t in source if isinstance(t, dict)}
-            source = named.get("default")
-        if not isinstance(source, str) or not source:
+        source = template_source(directory)
+        if source is None:
             raise ValueError(
-                f"{directory}: no chat template (neither {TEMPLATE_FILE} nor a 'chat_template' string in "
+                f"{directory}: no chat template (neither {CHAT_TEMPLATE_FILE} nor a 'chat_template' string in "
                 f"{CONFIG_FILE}); a base model has none: fine-tune from a chat model's directory"
             )
         return cls(source, tokens)

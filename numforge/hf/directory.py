@@ -29,6 +29,7 @@ from ..files import read_json
 from ..model import GPT, POSITIONS, GPTConfig, parameter_shapes
 from ..resources import check_fits
 from ..tokenizer import EOT, BPETokenizer
+from ..tokenizer.hf_dir import CHAT_TEMPLATE_FILE
 from ..tokenizer.hf_dir import load_tokenizer as load_tokenizer_path
 from ..tokenizer.hf_json import export_tokenizer_json
 from ..tokenizer.interop import export_gpt2
@@ -156,7 +157,7 @@ def load_tokenizer(path: Path, trust_pattern: bool = False) -> BPETokenizer:
     return load_tokenizer_path(path, trust_pattern)
 
 
-def save_pretrained(model: GPT, tokenizer: BPETokenizer, path) -> None:
+def save_pretrained(model: GPT, tokenizer: BPETokenizer, path, chat_template: str | None = None) -> None:
     """Write ``model`` and ``tokenizer`` as a Hugging Face directory at ``path``, which must not exist: GPT-2's
     if GPT-2 can express the model, else the Llama family's member that can (Llama, Qwen2 with q/k/v biases,
     Qwen3 with QK-norm: ``llama.family_of``; a Qwen2 whose tokenizer transformers would rebuild differently is
@@ -166,6 +167,7 @@ def save_pretrained(model: GPT, tokenizer: BPETokenizer, path) -> None:
     ``AutoTokenizer.from_pretrained(path)`` open it. A model none can express
     (LayerNorm with rotary positions, GELU with RMSNorm, QK-norm after the rotation,
     scaled embeddings, ...) is a ``ValueError`` naming the options, raised before anything is written.
+    ``chat_template``: a chat model's Jinja template, written as ``chat_template.jinja`` (as transformers 5 does).
     """
     if not isinstance(model, GPT) or not isinstance(tokenizer, (BPETokenizer, SentencePieceBPE)):
         raise TypeError(
@@ -194,6 +196,8 @@ def save_pretrained(model: GPT, tokenizer: BPETokenizer, path) -> None:
         export_tokenizer_json(tokenizer, temp / "tokenizer.json")  # a SentencePieceBPE's as read (spm_file)
         for name, data in files.items():
             (temp / name).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        if chat_template is not None:
+            (temp / CHAT_TEMPLATE_FILE).write_text(chat_template, encoding="utf-8")
 
 
 def _special_ids(tokenizer: BPETokenizer) -> dict:

@@ -40,6 +40,7 @@ from .pipeline import Prompt
 from .spm_file import SENTENCEPIECE_VERSION
 from .spm_model import load_sentencepiece_model
 
+CHAT_TEMPLATE_FILE = "chat_template.jinja"  # where transformers 5 saves a chat template
 NAMED = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
 LISTS = ("additional_special_tokens", "extra_special_tokens")
 
