@@ -132,3 +132,18 @@ def test_train_prints_the_plan_and_refuses_with_it_exit_2(tmp_path, monkeypatch,
     err = capsys.readouterr().err
     assert "of memory, more than this machine's 1.0 MiB (physical memory):" in err
     assert "memory plan" in err and "--recompute (this run)" in err and "activations kept" in err
+
+
+
+def test_a_fine_tune_is_planned_and_refused_for_the_pretrained_model_and_its_adapters(tmp_path, monkeypatch, capsys):
+    from hf_dirs import llama_fields, write_llama_dir
+
+    fields = llama_fields()
+    directory, _ = write_llama_dir(tmp_path / "llama", fields)
+    monkeypatch.setattr(resources, "memory_limit", lambda: (2**20, "physical memory"))
+    argv = ["train", "--init-from", str(directory), "--lora", "q,v", "--data", str(tmp_path / "never-read.txt")]
+    assert cli.main([*argv, "--cache-dir", str(tmp_path), "--out", str(tmp_path / "run"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    shape = f"({fields['num_hidden_layers']} layers, width {fields['hidden_size']}, vocabulary {fields['vocab_size']})"
+    assert f"training this model {shape}" in err  # the pretrained model, not the default one
+    assert "--lora (this run)" in err and not (tmp_path / "run").exists()

@@ -60,9 +60,11 @@ def start_run(spec: RunSpec, say, held: contextlib.ExitStack | None = None) -> R
 
 def new_run_settings(spec: RunSpec) -> TrainSettings:
     """A new run's settings, its model and memory checked before the corpus is read (with ``tokenizer``: its
-    size is checked again once it is read)."""
+    size is checked again once it is read). A fine-tuning run's model is the pretrained one: ``new_run`` checks
+    its plan (with its adapters) once it is read, never the default model's."""
     settings = spec.new_settings()
-    check_run_fits(spec.new_config(spec.vocab), settings)
+    if spec.init_from is None:
+        check_run_fits(spec.new_config(spec.vocab), settings)
     return settings
 
 
