@@ -134,7 +134,6 @@ def test_train_prints_the_plan_and_refuses_with_it_exit_2(tmp_path, monkeypatch,
     assert "memory plan" in err and "--recompute (this run)" in err and "activations kept" in err
 
 
-
 def test_a_fine_tune_is_planned_and_refused_for_the_pretrained_model_and_its_adapters(tmp_path, monkeypatch, capsys):
     from hf_dirs import llama_fields, write_llama_dir
 
