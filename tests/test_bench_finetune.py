@@ -20,4 +20,5 @@ def test_a_short_run_prints_each_side_and_the_ratios(capsys):
     assert trained["numforge LoRA"] == trained["PEFT"] == f"{8 * (576 + 576) + 8 * (576 + 192):,}"  # q, v
     assert re.search(r"numforge LoRA / PEFT: [0-9.]+x tokens/s, peak RSS [0-9.]+x PEFT's", out)
     assert re.search(r"numforge LoRA / numforge full fine-tuning: [0-9.]+x tokens/s", out)
-    assert re.search(r"profile of 1 numforge steps on one thread .*\\n.*\\n[\\s\\S]*matrix products \\(numpy.matmul\\): [0-9.]+%", out)
+    assert "profile of 1 numforge steps on one thread" in out  # --profile
+    assert re.search(r"matrix products \(numpy.matmul\): [0-9.]+% of \d+ ms/step", out)

@@ -64,6 +64,22 @@ def test_frozen_base_makes_no_weight_gradient(monkeypatch):
     assert list(grads) == list(model.adapters) == list(adapter_shapes(model.config, model.lora))
 
 
+def test_a_lora_forward_keeps_no_frozen_input_and_no_mask_of_a_dropout_that_is_off():
+    """What only a dW or the model's own dropout would read is not kept: no frozen layer's cache holds its input,
+    and with LoRA's dropout alone (drop_prob 0) the embedding's and branches' dropouts keep no cache (their
+    backward then copies nothing); the adapters keep their masks."""
+    model = randomized_model({**LLAMA, **GQA})
+    model.add_lora(LoraConfig(rank=2, dropout=0.25, targets=TARGETS), seed=1)
+    ids, targets = tiny_batch(model.config.vocab_size)
+    _, cache = model.forward(ids, targets, rng=default_rng(3))
+    assert cache.embedding_dropout is None
+    for block in cache.blocks:
+        linears = (block.attention.qkv_proj, block.attention.out_proj, *block.mlp.projections, block.mlp.down_proj)
+        assert all(linear.base.x is None and linear.adapters for linear in linears)
+        assert all(lora.dropout.keep is not None for linear in linears for _, lora in linear.adapters)
+        assert block.attention.dropout is None and block.mlp.dropout is None
+
+
 def test_adapters_start_as_the_base_model_and_follow_peft_init():
     model = randomized_model({**LLAMA, **GQA})
     ids, targets = tiny_batch(model.config.vocab_size)

@@ -36,7 +36,7 @@ def norm_backward(dy, cache, name: str, config):
 
 
 class AdaptedLinearCache(NamedTuple):
-    base: object  # the frozen layer's LinearCache
+    base: object  # the frozen layer's LinearCache, without its input x (only a dW would read it)
     adapters: tuple  # (Adapter, LoraCache) per adapter of the layer
 
 
@@ -53,7 +53,8 @@ def linear_layer_forward(x, p, name: str, rng=None):
         )  # (N,C_in) -> (N,stop - start)
         y[:, adapter.start : adapter.stop] += update
         adapted.append((adapter, lora_cache))
-    return y, AdaptedLinearCache(cache, tuple(adapted))
+    # dx = dy W^T needs W alone: x is not kept alive for the backward (an adapter keeps what it needs of it)
+    return y, AdaptedLinearCache(cache._replace(x=None), tuple(adapted))
 
 
 def linear_layer_backward(dy, cache, name: str):
@@ -74,8 +75,9 @@ def linear_layer_backward(dy, cache, name: str):
 
 
 def dropout_if(x, config, rng):
-    """``dropout(x)`` when ``rng`` is given (dropout active), else ``x`` itself and no cache."""
-    if rng is None:
+    """``dropout(x)`` when ``rng`` is given and ``config.drop_prob > 0``, else ``x`` itself and no cache (an
+    ``rng`` for LoRA's dropout alone leaves the model's dropouts off: their backward then copies nothing)."""
+    if rng is None or config.drop_prob == 0:
         return x, None
     return dropout_forward(x, config.drop_prob, rng)
 
