@@ -70,3 +70,50 @@ def test_threads_default_or_a_count():
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["bench", "train", "--threads", "all"])
     assert cli.build_parser().parse_args(["bench", "train", "--threads", "default"]).threads == "default"
+
+
+def test_the_torch_twin_of_the_moe_bench_gives_numforges_loss_and_gradients_in_float64():
+    """The bench's small Mixtral (8 experts, top-2, renormalised, both auxiliary losses) on 2 rows of 48 of its
+    batch: torch's sorted dispatch (``ops.moe.moe_torch``) and autograd give numforge's loss and every gradient."""
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    from numforge.bench.train_models import build
+    from numforge.bench.train_torch import torch_loss, torch_params, torch_tables
+    from numforge.model import GPT
+
+    config, ids, targets = build("small", "tiled", "moe")
+    assert (config.num_experts, config.experts_top_k, config.experts_renormalize) == (8, 2, True)
+    assert config.router_aux_loss_coef > 0 and config.router_z_loss_coef > 0
+    model = GPT(config, seed=0, dtype="float64")
+    ids, targets = ids[:2, :48].copy(), targets[:2, :48].copy()
+    loss, cache = model.forward(backend.asarray(ids), backend.asarray(targets))
+    grads = model.backward(cache)
+    params = torch_params(model.params)
+    theirs = torch_loss(params, config, torch.from_numpy(ids), torch.from_numpy(targets), torch_tables(model))
+    theirs.backward()
+    assert float(loss) == pytest.approx(theirs.item(), rel=1e-13)
+    assert set(grads) == set(params) and any(".mlp.router." in name for name in grads)
+    for name, grad in grads.items():
+        expected = params[name].grad.numpy()
+        scale = np.abs(expected).max()
+        assert scale > 0, name
+        np.testing.assert_allclose(backend.to_numpy(grad), expected, rtol=0, atol=1e-12 * scale, err_msg=name)
+
+
+def test_the_moe_bench_runs_side_by_side_with_torch(capsys):
+    if backend.backend_name() != "numpy":
+        pytest.skip("the bench sets NumPy's OpenBLAS threads")
+    torch = pytest.importorskip("torch")
+    argv = ["bench", "train", "--arch", "moe", "--config", "small", "--steps", "1", "--warmup", "0"]
+    assert cli.main([*argv, "--threads", "default"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("CPU: ") and "load average" in out and f"PyTorch {torch.__version__}" in out
+    assert "small: 4 layers, d_model 128, 4 heads (2 key/value), rmsnorm, rope positions, swiglu experts: 8 of " in out
+    assert "width 128, top-2, renormalised, untied, no biases, T 128" in out
+    # the small config with 8 experts: 4 x (router 128 x 8 + 8 x 3 x 128 x 128 + qkv 128 x 256 + out 128 x 128
+    # + 2 norms of 128) + the embedding and the head, 2 x 4096 x 128, + the final norm
+    params = 4 * (128 * 8 + 8 * 3 * 128 * 128 + 128 * 256 + 128 * 128 + 2 * 128) + 2 * 4096 * 128 + 128
+    row = re.search(rf"^small\s+{params}\s+(\d+)\s+[0-9.]+%\s+(\d+)\s+[0-9.]+%\s+([0-9.]+)x", out, re.MULTILINE)
+    assert row and int(row.group(1)) > 0 and int(row.group(2)) > 0 and float(row.group(3)) > 0
+    assert re.search(r"^target \(default threads\): small ratio >= 1.00x: [0-9.]+x, ", out, re.MULTILINE)

@@ -81,7 +81,7 @@ def test_each_step_shows_the_study_apis_numbers_at_the_followed_position(browser
             "heads merged",
             "residual",
             "MLP",
-            "final norm",
+            "final LayerNorm output",
         ):
             assert part in names
         for got, stage in zip(shown, trace["forward"]):

@@ -45,12 +45,13 @@ def test_stages_come_in_the_backwards_order(tokenizer):
     model = tiny_model(tokenizer)
     names = [s.name for s in backward_stages(model, run_prompt(model, tokenizer, STUDY_PROMPT))[0]]
     per_layer = [
-        "MLP activation (down_proj input)", "MLP pre-activation", "pre-MLP norm output", "MLP branch -> residual",
-        "residual after attention (skip + MLP)", "heads merged (out_proj input)", "q", "k", "v",
-        "pre-attention norm output", "attention branch -> residual", "residual into the block (skip + attention)",
+        "MLP GELU output (down_proj input)", "MLP up_proj output (GELU input)", "pre-MLP LayerNorm output",
+        "MLP branch -> residual", "residual after attention (skip + MLP)", "heads merged (out_proj input)", "q", "k",
+        "v", "pre-attention LayerNorm output", "attention branch -> residual",
+        "residual into the block (skip + attention)",
     ]  # fmt: skip
-    expected = ["loss", "final norm output h", "residual after the last layer"]
-    expected += [f"layer {i} {name}" for i in (1, 0) for name in per_layer] + ["embedding sum"]
+    expected = ["loss", "final LayerNorm output h", "residual after the last layer"]
+    expected += [f"layer {i} {name}" for i in (1, 0) for name in per_layer] + ["embedding sum x = e + p"]
     assert names == expected
 
 
@@ -71,17 +72,17 @@ def test_numbers_equal_the_gradients_computed_from_the_forward_here(tokenizer):
     dlogits /= T - 1
     table = to_numpy(model.params["token_embedding"])
     h = to_numpy(prompt.cache.loss.rows)  # (T,C): the final norm's output
-    np.testing.assert_allclose(to_numpy(by_name["final norm output h"].array)[0], dlogits @ table, atol=1e-15)
-    parts = by_name["final norm output h"].param_arrays
+    np.testing.assert_allclose(to_numpy(by_name["final LayerNorm output h"].array)[0], dlogits @ table, atol=1e-15)
+    parts = by_name["final LayerNorm output h"].param_arrays
     output_side = to_numpy(parts["token_embedding (output side: dlogits^T h)"])
     np.testing.assert_allclose(output_side, dlogits.T @ h, atol=1e-15)
-    embedding = by_name["embedding sum"].param_arrays
+    embedding = by_name["embedding sum x = e + p"].param_arrays
     input_side = to_numpy(embedding["token_embedding (input side: scatter-add)"])
     np.testing.assert_array_equal(
         to_numpy(embedding["token_embedding (input side + output side)"]), input_side + output_side
     )
     np.testing.assert_array_equal(to_numpy(grads["token_embedding"]), input_side + output_side)
-    dx_embedding = to_numpy(by_name["embedding sum"].array)[0]  # (T,C)
+    dx_embedding = to_numpy(by_name["embedding sum x = e + p"].array)[0]  # (T,C)
     expected_input_side = np.zeros_like(table)
     np.add.at(expected_input_side, ids, dx_embedding)
     np.testing.assert_allclose(input_side, expected_input_side, atol=1e-15)
@@ -105,7 +106,7 @@ def test_position_gradient_is_summed_over_the_batch(tokenizer):
     _, cache = model.forward(asarray(ids), asarray(targets), for_backward=False, keep_caches=True)
     stages, grads = record_backward(model, cache)
     recorded = {s.name: (s.array, s.param_arrays) for s in stages}
-    dx, params = recorded["embedding sum"]
+    dx, params = recorded["embedding sum x = e + p"]
     summed = to_numpy(dx).sum(axis=0)  # (B,T,C) -> (T,C)
     np.testing.assert_allclose(to_numpy(params["position_embedding (summed over the batch)"])[:5], summed, atol=1e-15)
     np.testing.assert_array_equal(

@@ -59,7 +59,7 @@ def test_the_recorded_backward_is_the_backward(tokenizer, options):
     assert (
         names.index("layer 0 q")
         < names.index("layer 0 q before rope")
-        < names.index("layer 0 pre-attention norm output")
+        < names.index("layer 0 pre-attention RMSNorm output")
     )
     by_name = {s.name: s for s in stages}
     if options.get("qk_norm") and model.config.norm_weight:  # the norm's weight gradient, at its step

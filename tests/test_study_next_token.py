@@ -9,6 +9,7 @@ from helpers import STUDY_PROMPT, STUDY_TEXT, make_tiny_run, tiny_model
 from numforge.backend import asarray, to_numpy
 from numforge.generate import decodable_ids, generate
 from numforge.model.config import ARCHS
+from numforge.ops.norms import NORMS
 from numforge.study import views
 from numforge.study.backward import backward_stages
 from numforge.study.equations import stage_equation
@@ -101,14 +102,15 @@ def test_every_stage_has_its_equation(tokenizer, options):
     model = tiny_model(tokenizer, **options)
     prompt = run_prompt(model, tokenizer, STUDY_PROMPT)
     for stage in forward_stages(model, prompt):
-        assert stage_equation(stage.name, model.config)
+        assert stage_equation(stage.kind, model.config, stage.layer)
     for stage in backward_stages(model, prompt)[0]:
-        assert stage_equation(stage.name, model.config, backward=True)
-    assert "silu(g) * u" in stage_equation("layer 1 MLP activation (down_proj input)", model.config) or (
+        assert stage_equation(stage.kind, model.config, stage.layer, backward=True)
+    assert "silu(g) * u" in stage_equation("MLP activation (down_proj input)", model.config, 1) or (
         options.get("activation") != "swiglu"
     )
-    assert stage_equation("layer 0 pre-attention norm output", model.config) == f"h = {model.config.norm}(x)"
-    assert stage_equation("layer 0 magic", model.config) is None
+    title = NORMS[model.config.norm].title
+    assert stage_equation("pre-attention norm output", model.config, 0) == f"h = {title}(x)"
+    assert stage_equation("magic", model.config, 0) is None
 
 
 def test_at_position_reads_one_position_of_each_layout(tokenizer):

@@ -46,7 +46,8 @@ def test_lens_at_the_last_stream_is_the_models_prediction(tokenizer, cap):
     prompt = run_prompt(model, tokenizer, STUDY_PROMPT)
     lens = logit_lens(model, prompt, k=4)
     assert [r.name for r in lens] == [
-        "embedding sum", "layer 0 after attention", "layer 0 after MLP", "layer 1 after attention", "layer 1 after MLP",
+        "embedding sum x = e + p", "layer 0 after attention", "layer 0 after MLP", "layer 1 after attention",
+        "layer 1 after MLP",
     ]  # fmt: skip
     probs = softmax_of_model_logits(model, list(prompt.ids))
     for t, top in enumerate(lens[-1].top):

@@ -58,7 +58,7 @@ def torch_tables(model) -> dict:
 
 def torch_loss(p: dict, config, ids, targets, tables: dict | None = None):
     """The mean cross-entropy of numforge's GPT (``model/gpt.py``), by torch autograd ops, plus with experts the
-    layers' auxiliary losses (``ops.moe.moe_torch``: the experts dispatched by ``torch.where``)."""
+    layers' auxiliary losses (``ops.moe.moe_torch``: the pairs sorted by expert, one product per expert)."""
     B, T = ids.shape
     scheme, tables = POSITIONS[config.position], tables or {}
     x = p[TOKEN_EMBEDDING][ids]  # (B,T) -> (B,T,C)

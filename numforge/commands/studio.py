@@ -8,16 +8,23 @@ import sys
 import webbrowser
 from pathlib import Path
 
-from ..checkpoint import latest_checkpoint_dir
+from ..chat_session import ChatSession
+from ..checkpoint import chat_template_directory, latest_checkpoint_dir
 from ..checks import int_at_least, path_flag
+from ..data.chat_template import ChatTemplate
 from ..study.studio import Studio, StudioServer
 from ..training.logs import LOSS_CSV
 from ._default_model import default_model
 from ._model import add_checkpoint_arguments, study_model_and_source
+from .chat import DEFAULT_CONTEXT
 
 HELP = (
     "serve the studio, a local web page to type a prompt and watch the model work: the tokenizer, the next "
-    "token at a temperature, attention, the forward and backward pass, a run's training curve"
+    "token at a temperature, attention, the forward and backward pass, a run's training curve, a chat"
+)
+NO_TEMPLATE = (
+    "the default model (trained on pydoc_data.topics) has no chat template: start the studio with --checkpoint DIR "
+    "of a chat model (SmolLM2-Instruct, Qwen, Llama 3 Instruct, or a chat fine-tune)"
 )
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 DEFAULT_PORT = 8765
@@ -62,6 +69,22 @@ def watched_run(args: argparse.Namespace, default_run: Path | None = None) -> Pa
     return checkpoint.parent if (checkpoint / "params.npz").is_file() else checkpoint  # a ckpt-* directory: its run
 
 
+def chat_of(checkpoint):
+    """``(new_chat, None)``, ``new_chat(model, tokenizer, **settings)`` a ``ChatSession`` with the template of the
+    model at ``checkpoint``, read as ``numforge chat`` reads it (its context at most ``chat.DEFAULT_CONTEXT``);
+    or ``(None, why)`` when there is no template to read (or no jinja2 to render it)."""
+    try:
+        template = ChatTemplate.from_directory(chat_template_directory(checkpoint))
+    except (ValueError, ImportError) as error:
+        return None, str(error)
+
+    def new_chat(model, tokenizer, **settings) -> ChatSession:
+        context = min(model.config.max_seq_len, DEFAULT_CONTEXT)
+        return ChatSession(model, tokenizer, template, context=context, **settings)
+
+    return new_chat, None
+
+
 def say(text: str) -> None:
     print(f"numforge studio: {text}", file=sys.stderr, flush=True)
 
@@ -71,9 +94,11 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--port must be in [0, 65535], got {args.port}")
     if args.checkpoint is None:
         model, tokenizer, source, default_run = default_model(say=say)
+        new_chat, no_chat = None, NO_TEMPLATE
     else:
         (model, tokenizer, source), default_run = study_model_and_source(args), None
-    studio = Studio(model, tokenizer, source, watched_run(args, default_run))
+        new_chat, no_chat = chat_of(args.checkpoint)
+    studio = Studio(model, tokenizer, source, watched_run(args, default_run), new_chat, no_chat)
     try:
         server = StudioServer(studio, args.host, args.port)
     except OSError as error:

@@ -14,6 +14,7 @@ mask, with Tq != Tk and grouped-query heads: ``attention.scores.alibi``,
 The ``sinks`` cases give the kernels one sink logit per query head (gpt-oss), an input with its own gradient
 ``dsinks``, after ``dv``: causal, windowed, masked, with dropout, grouped-query, Tq != Tk, rows that see only
 their sink.
+The ``segments`` cases pack several sequences into each row, cut differently in each row (``ops/segments.py``).
 """
 
 from __future__ import annotations
@@ -54,6 +55,14 @@ def _mask(B: int, Tq: int, Tk: int, seed: int):
     allowed = np.random.default_rng(seed).random((B, 1, Tq, Tk)) < 0.6
     allowed[:, :, 0, :] = False
     return backend.asarray(allowed)
+
+
+def _segments_case(name: str, shape: tuple, seed: int, lengths: list[list[int]], kv_heads=None, **kwargs) -> Case:
+    """A causal check with packed segments, row ``b`` cut into segments of ``lengths[b]`` (``[[3, 2]]``: ids
+    ``[[0, 0, 0, 1, 1]]``), the kernel's other options ``kwargs``."""
+    ids = lambda: np.stack([np.repeat(np.arange(len(row)), row) for row in lengths])  # noqa: E731 (B,T)
+    options = lambda: {"causal": True, "modifiers": (("segments", backend.asarray(ids())),), **kwargs}  # noqa: E731
+    return _case(name, shape, seed=seed, kv_heads=kv_heads, options=options)
 
 
 def _case(
@@ -262,4 +271,26 @@ CASES = [
         dropout_p=0.3,
         dropout_seed=9,
     ),  # fmt: skip
+    # packed segments (ops/segments.py): rows of several sequences, each row cut differently, none seeing another
+    _segments_case("attention.segments_gqa_causal", (2, 4, 7, 7, 3, 2), 60, [[3, 1, 3], [2, 5]], kv_heads=2),
+    _segments_case(
+        "flash_attention.segments_gqa_causal",
+        (2, 4, 7, 7, 3, 2),
+        61,
+        [[3, 1, 3], [2, 5]],
+        kv_heads=2,
+        block_q=2,
+        block_k=3,
+    ),
+    _segments_case(
+        "flash_attention.segments_dropout_keep_probs_tq<tk",
+        (2, 2, 3, 8, 3, 2),
+        62,
+        [[4, 2, 2], [7, 1]],
+        block_q=2,
+        block_k=3,
+        keep_probs=True,
+        dropout_p=0.3,
+        dropout_seed=10,
+    ),
 ] + _modifier_cases()

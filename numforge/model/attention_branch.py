@@ -124,10 +124,13 @@ KERNELS = {  # config.attention -> AttentionKernel
 ORACLE_KERNEL = "plain"  # the one that holds every (B,H,T,T) weight: the oracle the others are compared with
 
 
-def attend(q, k, v, config, *, layer: int = 0, for_backward: bool = False, dropout_seed: list[int] | None = None):
+def attend(
+    q, k, v, config, *, layer: int = 0, for_backward: bool = False, dropout_seed: list[int] | None = None, segments=None
+):
     """Attention by the configured kernel (``KERNELS``) with layer ``layer``'s score modifiers (causal or a
     window, ALiBi, ...: ``config.score_modifiers(layer)``); the weights dropped with ``config.drop_prob`` when a
-    ``dropout_seed`` is given. ``for_backward`` lets the kernel keep what speeds up its backward.
+    ``dropout_seed`` is given. ``for_backward`` lets the kernel keep what speeds up its backward. ``segments
+    (B,Tk)``: packed rows' sequences (``packing.py``), none attending to another (the ``segments`` modifier).
 
     With a KV cache, ``q`` holds the ``Tq`` new positions and ``k, v`` all ``Tk`` (cached + new): the
     kernels align them bottom-right, so query row ``r`` is at position ``r + Tk - Tq``, the cached
@@ -136,6 +139,8 @@ def attend(q, k, v, config, *, layer: int = 0, for_backward: bool = False, dropo
     B, H, Tq, _ = q.shape
     keep_probs = for_backward and B * H * Tq * k.shape[2] <= KEEP_PROBS_LIMIT
     modifiers, scale = config.score_modifiers(layer), config.attention_scale()
+    if segments is not None:
+        modifiers = (*modifiers, ("segments", segments))
     return KERNELS[config.attention].forward(q, k, v, keep_probs, modifiers, scale, **dropout)
 
 
@@ -167,10 +172,11 @@ class QKCache(NamedTuple):
     path: tuple[tuple[object, object], ...]
 
 
-def qk_forward(q, k, p, config, tables: dict, start: int, layer: int = 0):
+def qk_forward(q, k, p, config, tables: dict, start: int, layer: int = 0, positions=None):
     """``(q, k, QKCache)``: the ``qk_steps`` on ``q (B,H,T,D)`` and ``k (B,H_kv,T,D)``; the rotation turns
-    position ``t`` of them by its absolute position ``start + t``, with layer ``layer``'s tables
-    (``positions.layer_tables``: a local layer's own with ``rope_local_theta``)."""
+    position ``t`` of them by its absolute position ``start + t`` (or, packed, by ``positions (B,T)``: each
+    token's place in its own sequence), with layer ``layer``'s tables (``positions.layer_tables``: a local
+    layer's own with ``rope_local_theta``)."""
     steps, caches, path = qk_steps(config), [], [(q, k)]
     for step in steps:
         if step == QK_NORM:
@@ -179,7 +185,10 @@ def qk_forward(q, k, p, config, tables: dict, start: int, layer: int = 0):
         else:
             rotation = POSITIONS[step].rotation
             names = layer_tables(config, layer, rotation.tables)
-            rows = [tables[name][start : start + q.shape[2]] for name in names]  # each (T,D)
+            if positions is None:
+                rows = [tables[name][start : start + q.shape[2]] for name in names]  # each (T,D)
+            else:  # each row's own positions: (B,T) -> (B,T,D) -> (B,1,T,D), one row of angles for every head
+                rows = [get_xp(q).take(tables[name], positions, axis=0)[:, None] for name in names]
             q, q_cache = rotation.forward(q, *rows)  # (B,H,T,D)
             k, k_cache = rotation.forward(k, *rows)  # (B,H_kv,T,D)
         caches.append((q_cache, k_cache))
@@ -228,14 +237,24 @@ class AttentionBranchCache(NamedTuple):
 
 
 def attention_branch_forward(
-    x, p, config, *, rng=None, for_backward: bool = False, kv_cache=None, layer: int = 0, tables: dict | None = None
+    x,
+    p,
+    config,
+    *,
+    rng=None,
+    for_backward: bool = False,
+    kv_cache=None,
+    layer: int = 0,
+    tables: dict | None = None,
+    packed=None,
 ):
     """``Drop(out_proj(Attention(qk(split(qkv_proj(pre_attn_norm(x)))))))`` on ``x (B,T,C)``.
 
     With a ``kv_cache`` the new keys and values (rotated at their absolute
     positions) are appended to the cached ones of this ``layer`` and the new
     queries attend to all of them. ``tables`` are the model's fixed position
-    tables (``GPT.position_tables``).
+    tables (``GPT.position_tables``). ``packed``: packed rows' segment ids and positions (``packing.py``),
+    by which each sequence is rotated and attends as if alone; None: one sequence a row.
     """
     B, T, C = x.shape
     H, H_kv, D = config.num_heads, config.num_kv_heads, config.head_dim
@@ -243,11 +262,14 @@ def attention_branch_forward(
     h, norm_cache = norm_forward(x.reshape(B * T, C), p, PRE_ATTN_NORM, config)  # (B,T,C) -> (N,C)
     qkv, qkv_cache = linear_layer_forward(h, p, QKV_PROJ, rng)  # (N,C) -> (N,(H + 2 H_kv) D)
     q, k, v = split_heads(qkv.reshape(B, T, -1), H, H_kv)  # -> (B,H,T,D), 2 x (B,H_kv,T,D)
-    q, k, qk_cache = qk_forward(q, k, p, config, tables, start, layer)
+    positions, segments = (None, None) if packed is None else (packed.positions, packed.ids)
+    q, k, qk_cache = qk_forward(q, k, p, config, tables, start, layer, positions)
     if kv_cache is not None:
         k, v = kv_cache.extend(layer, k, v)  # (B,H_kv,T,D) -> (B,H_kv,cached+T,D)
     seeds = attention_seeds(config, rng, B)
-    o, attention_cache = attend(q, k, v, config, layer=layer, for_backward=for_backward, dropout_seed=seeds)
+    o, attention_cache = attend(
+        q, k, v, config, layer=layer, for_backward=for_backward, dropout_seed=seeds, segments=segments
+    )
     merged = merge_heads(o).reshape(B * T, H * D)  # (B,H,T,D) -> (N,H D)
     a, out_cache = linear_layer_forward(merged, p, OUT_PROJ, rng)  # (N,H D) -> (N,C)
     post_cache = None

@@ -63,16 +63,17 @@ def block_forward(
     layer: int = 0,
     tables: dict | None = None,
     keep_cache: bool = True,
+    packed=None,
 ):
     """``x + a``, then ``+ m``: one block on ``x (B,T,C)``; ``(x, BlockCache)``.
 
     ``for_backward`` lets the attention keep what speeds up its backward;
-    ``kv_cache``, ``layer`` and ``tables`` as in ``attention_branch_forward``.
+    ``kv_cache``, ``layer``, ``tables`` and ``packed`` as in ``attention_branch_forward``.
     Without ``keep_cache`` (evaluation, inference) the cache holds only ``aux_loss``, and the
     attention's is dropped before the MLP runs: the block's peak is its larger branch's.
     """
     a, attention_cache = attention_branch_forward(
-        x, p, config, rng=rng, for_backward=for_backward, kv_cache=kv_cache, layer=layer, tables=tables
+        x, p, config, rng=rng, for_backward=for_backward, kv_cache=kv_cache, layer=layer, tables=tables, packed=packed
     )
     if not keep_cache:
         attention_cache = None
@@ -89,6 +90,7 @@ class BlockInput(NamedTuple):
     x: object  # (B,T,C) the block's input
     rng: object  # a copy of the dropout generator in the state the block found it (None: dropout off)
     layer: int  # the block's index (its attention's place in a KV cache and its mask stream)
+    packed: object = None  # packed rows' segments and positions (packing.py); None: one sequence a row
 
 
 def rng_copy(rng):
@@ -103,8 +105,9 @@ def recompute_block(saved: BlockInput, p, config, tables: dict | None = None) ->
     """The block's cache made again from ``saved``: its forward once more, on the same input, its masks drawn
     from a fresh copy of the saved generator (so a second backward of the same forward draws them again)."""
     _, cache = block_forward(
-        saved.x, p, config, rng=rng_copy(saved.rng), for_backward=True, layer=saved.layer, tables=tables
-    )
+        saved.x, p, config, rng=rng_copy(saved.rng), for_backward=True, layer=saved.layer, tables=tables,
+        packed=saved.packed,
+    )  # fmt: skip
     return cache
 
 

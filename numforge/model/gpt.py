@@ -3,6 +3,7 @@
 The network (pre-norm blocks), on token ids ``(B,T)``, with the parameters by name::
 
     x = token_embedding[ids] * (sqrt(C) if scale_embeddings) + positions[:T]           (B,T,C)
+        (packed rows, ``segments``: positions[each token's place in its own sequence], packing.py)
     x = Drop(x)
     for each layer i:  x = x + Drop(attn(pre_attn_norm(x)))          layers.{i}.*, blocks.py
                        x = x + Drop(mlp(pre_mlp_norm(x)))
@@ -39,7 +40,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..backend import array_module, get_xp, resolve_dtype
+from ..backend import array_module, get_xp, resolve_dtype, scatter_add
 from ..checks import check_bool, check_int, check_positive_int
 from ..ops.embedding import embedding_backward, embedding_forward
 from ..ops.norms import NORMS
@@ -68,6 +69,7 @@ from .names import (
     final_norm,
     layer_layout,
 )
+from .packing import Packing, packing
 from .positions import POSITIONS
 from .unembedding import unembedding_loss, unembedding_loss_backward, unembedding_loss_forward
 
@@ -145,6 +147,7 @@ class ModelCache(NamedTuple):
     blocks: list[BlockCache | BlockInput]  # per layer: BlockCache(attention, mlp), or with recompute its input
     final_norm: object
     loss: object
+    packing: Packing | None = None  # packed rows: segment ids and positions (packing.py); None: one sequence a row
 
 
 class HeadBackward(NamedTuple):
@@ -247,7 +250,15 @@ class GPT:
     # ------------------------------------------------------------------ forward
 
     def forward(
-        self, token_ids, targets, *, rng=None, for_backward: bool = True, keep_caches: bool = False, recompute=False
+        self,
+        token_ids,
+        targets,
+        *,
+        rng=None,
+        for_backward: bool = True,
+        keep_caches: bool = False,
+        recompute=False,
+        segments=None,
     ):
         """``(loss, cache)``: the mean cross-entropy of predicting ``targets (B,T)`` from ``token_ids (B,T)``, plus
         with experts the layers' auxiliary losses (load balancing, router z-loss; ``moe_branch.py``), every mode alike.
@@ -262,6 +273,8 @@ class GPT:
         on it, computing the loss's gradients then. ``recompute`` (with ``for_backward``) keeps of each block only
         its input (``blocks.BlockInput``), and ``backward`` runs each block's forward again just before its
         backward: the same gradients bit for bit, the blocks' activations alive one block at a time.
+        ``segments (B,T)``: packed rows, each position's sequence (non-decreasing along a row, ``packing.py``):
+        no token attends to another sequence's, and positions restart at 0 with each sequence.
         """
         self._check_ids(token_ids, "token_ids")
         self._check_targets(targets, token_ids.shape)
@@ -274,12 +287,13 @@ class GPT:
                 "and keep_caches=False"
             )
         keep_caches = keep_caches or for_backward
+        packed = packing(segments, token_ids.shape)
         lora_dropout = self.lora is not None and self.lora.dropout > 0
         rng = rng if self.config.drop_prob > 0 or lora_dropout else None
-        x, embedding_cache = self._embed(token_ids, start=0)  # (B,T) -> (B,T,C)
+        x, embedding_cache = self._embed(token_ids, start=0, packed=packed)  # (B,T) -> (B,T,C)
         x, embedding_dropout = dropout_if(x, self.config, rng)
         x, blocks, aux_loss = self._blocks(
-            x, rng=rng, for_backward=for_backward, keep_caches=keep_caches, recompute=recompute
+            x, rng=rng, for_backward=for_backward, keep_caches=keep_caches, recompute=recompute, packed=packed
         )  # (B,T,C)
         h, final_norm_cache = norm_forward(x, self.params, FINAL_NORM, self.config)  # (B,T,C)
         if not keep_caches:  # evaluation: only h goes on, into the loss alone, a chunk of rows of logits at a time
@@ -296,7 +310,7 @@ class GPT:
             table_grad=self.lora is None,
         )  # (B,T,C) -> ()
         cache = ModelCache(
-            tuple(token_ids.shape), embedding_cache, embedding_dropout, blocks, final_norm_cache, loss_cache
+            tuple(token_ids.shape), embedding_cache, embedding_dropout, blocks, final_norm_cache, loss_cache, packed
         )
         return _plus(loss, aux_loss), cache
 
@@ -342,8 +356,8 @@ class GPT:
             return
         # forward: x = Drop(x)
         dx = dropout_if_backward(dx, cache.embedding_dropout)
-        # forward: x = token_embedding[ids] * scale + positions[:T]
-        dtoken_embedding, position_grads = self._embed_backward(dx, cache.embedding)
+        # forward: x = token_embedding[ids] * scale + positions[:T] (packed: positions[each token's own])
+        dtoken_embedding, position_grads = self._embed_backward(dx, cache.embedding, cache.packing)
         grads = dict(position_grads)
         if config.tie_weights:
             grads[TOKEN_EMBEDDING] = dtoken_embedding + dunembedding  # input side + output side
@@ -353,7 +367,15 @@ class GPT:
         yield EmbeddingBackward(dx, dtoken_embedding, position_grads, grads)
 
     def _blocks(
-        self, x, *, rng, for_backward: bool, kv_cache: KVCache | None = None, keep_caches=True, recompute=False
+        self,
+        x,
+        *,
+        rng,
+        for_backward: bool,
+        kv_cache: KVCache | None = None,
+        keep_caches=True,
+        recompute=False,
+        packed: Packing | None = None,
     ):
         """Every layer in turn on ``x (B,T,C)``: ``(x, [BlockCache per layer], aux_loss)``, ``aux_loss`` the sum of
         the layers' auxiliary losses (an MLP with experts has one), None when no layer has one.
@@ -361,10 +383,11 @@ class GPT:
         Without ``keep_caches`` (evaluation, inference) no layer keeps a cache (``block_forward``'s
         ``keep_cache``), so memory does not grow with the number of layers; the list is empty. With
         ``recompute`` no layer keeps its cache either, and the list holds each block's ``BlockInput``.
+        ``packed``: the rows' sequences (``packing.py``), or None.
         """
         caches, aux_loss = [], None
         for i, layer in enumerate(self.layers):
-            saved = BlockInput(x, rng_copy(rng), i) if recompute else None  # before the block draws from rng
+            saved = BlockInput(x, rng_copy(rng), i, packed) if recompute else None  # before the block draws from rng
             x, block_cache = block_forward(
                 x,
                 layer,
@@ -375,6 +398,7 @@ class GPT:
                 layer=i,
                 tables=self.position_tables,
                 keep_cache=keep_caches and not recompute,
+                packed=packed,
             )  # (B,T,C)
             if block_cache.aux_loss is not None:
                 aux_loss = block_cache.aux_loss if aux_loss is None else aux_loss + block_cache.aux_loss
@@ -384,9 +408,10 @@ class GPT:
 
     # -------------------------------------------------------------- embeddings
 
-    def _embed(self, token_ids, start: int):
+    def _embed(self, token_ids, start: int, packed: Packing | None = None):
         """``token_embedding[ids] * s``, plus the position rows ``[start, start + T)`` when the
-        position scheme adds any; ``(B,T) -> (B,T,C)``."""
+        position scheme adds any (packed rows: the rows of each token's position in its own sequence);
+        ``(B,T) -> (B,T,C)``."""
         T = token_ids.shape[1]
         tokens, embedding_cache = embedding_forward(token_ids, self.params[TOKEN_EMBEDDING])  # (B,T) -> (B,T,C)
         if self.config.scale_embeddings:  # sqrt(C) rounded to the table's dtype first, as transformers' Gemma does
@@ -394,10 +419,12 @@ class GPT:
         added = self.positions.added
         if added is None:  # positions enter the attention instead (a rotation of q and k)
             return tokens, embedding_cache
-        positions = {**self.params, **self.position_tables}[added][start : start + T]  # (T,C)
-        return tokens + positions, embedding_cache  # (B,T,C) + (T,C) -> (B,T,C)
+        table = {**self.params, **self.position_tables}[added]  # (T_max,C)
+        if packed is not None:
+            return tokens + get_xp(table).take(table, packed.positions, axis=0), embedding_cache  # + (B,T,C)
+        return tokens + table[start : start + T], embedding_cache  # (B,T,C) + (T,C) -> (B,T,C)
 
-    def _embed_backward(self, dx, embedding_cache):
+    def _embed_backward(self, dx, embedding_cache, packed: Packing | None = None):
         """``(dtoken_embedding, {position parameter: its gradient})`` from ``dx (B,T,C)``."""
         dtokens = dx * dx.dtype.type(math.sqrt(self.config.d_model)) if self.config.scale_embeddings else dx
         dtoken_embedding = embedding_backward(dtokens, embedding_cache)  # (B,T,C) -> (V,C), scatter-add
@@ -406,7 +433,10 @@ class GPT:
             return dtoken_embedding, {}
         T = dx.shape[1]
         dpositions = get_xp(dx).zeros_like(self.params[added])  # (T_max,C)
-        dpositions[:T] = dx.sum(axis=0)  # (B,T,C) -> (T,C): every row used pos[t]
+        if packed is not None:  # forward: + pos[positions[b, t]], so row positions[b, t] gets dx[b, t], summed
+            scatter_add(dpositions, packed.positions.reshape(-1), dx.reshape(-1, dx.shape[-1]))  # (N,), (N,C)
+        else:
+            dpositions[:T] = dx.sum(axis=0)  # (B,T,C) -> (T,C): every row used pos[t]
         return dtoken_embedding, {added: dpositions}
 
     # ---------------------------------------------------------------- inference

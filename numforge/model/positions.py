@@ -81,6 +81,14 @@ def _rope_check(name: str, shape: tuple[int, ...], start: int, scaling: dict | N
     return OpCheck(name, lambda: {"x": normal(*shape)}, lambda: rope_rows(start, shape[-2], scaling))
 
 
+def packed_rope_rows() -> dict:
+    """The checks' cos and sin ``(2, 1, 5, D)`` of two rows of positions of their own, as a packed batch has them
+    (each sequence counted from 0): ``[0 1 2 0 1]`` and ``[0 1 2 3 4]``."""
+    table = rope_table(5, D, dtype="float64")
+    positions = np.array([[0, 1, 2, 0, 1], [0, 1, 2, 3, 4]])  # (2,5)
+    return {name: asarray(rows[positions][:, None]) for name, rows in zip(("cos", "sin"), table)}  # (2,1,5,D) each
+
+
 class PositionScheme(NamedTuple):
     """One way of telling the model each token's position (module docstring)."""
 
@@ -149,6 +157,7 @@ POSITIONS = {  # name -> PositionScheme
                 _rope_check("rope[4-D, start 5]", (B, H, 5, D), start=5),
                 _rope_check("rope[linear]", (B, H, 5, D), start=3, scaling={"rope_type": "linear", "factor": 4.0}),
                 _rope_check("rope[llama3]", (B, H, 5, D), start=3, scaling=LLAMA3_SCALING),
+                OpCheck("rope[packed positions]", lambda: {"x": normal(2, H, 5, D)}, packed_rope_rows),
             ),
         ),
         variants={

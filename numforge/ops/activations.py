@@ -341,6 +341,7 @@ class Activation(NamedTuple):
     textbook_backward: Callable
     torch: Callable
     checks: tuple[OpCheck, ...]
+    title: str  # its name as the study tools write it in a stage's name ("GELU", "SwiGLU")
     options: tuple[str, ...] = ()
     forms: dict[str, dict] = {}  # form name -> its options
     hf_names: dict[str, dict] = {}  # a name transformers gives it -> the options it means
@@ -361,6 +362,7 @@ ACTIVATIONS = {  # name -> Activation: the one list the config, the model, the c
         ("up",), "u Phi(u)", gelu_forward, gelu_backward,
         textbook=gelu_textbook, textbook_backward=gelu_textbook_backward, torch=gelu_torch,
         checks=tuple(_gelu_check(approximate) for approximate in GELU_APPROXIMATIONS),
+        title="GELU",
         options=("approximate",), forms=GELU_FORMS,
         hf_names={"gelu_new": GELU_FORMS["tanh"], "gelu_pytorch_tanh": GELU_FORMS["tanh"],
                   "gelu_fast": GELU_FORMS["tanh"], "gelu": GELU_FORMS["exact"]},  # gelu_fast: other constants
@@ -369,24 +371,28 @@ ACTIVATIONS = {  # name -> Activation: the one list the config, the model, the c
         ("gate", "up"), "silu(g) * u", swiglu_forward, swiglu_backward,
         textbook=swiglu_textbook, textbook_backward=swiglu_textbook_backward, torch=swiglu_torch,
         checks=(OpCheck("swiglu", lambda: {"gate": normal(B, T, F), "up": normal(B, T, F, seed=1)}),),
+        title="SwiGLU",
         hf_names={"silu": {}},
     ),
     "geglu": Activation(
         ("gate", "up"), "gelu_tanh(g) * u", geglu_forward, geglu_backward,
         textbook=geglu_textbook, textbook_backward=geglu_textbook_backward, torch=geglu_torch,
         checks=(OpCheck("geglu", lambda: {"gate": normal(B, T, F, scale=2.0), "up": normal(B, T, F, seed=1)}),),
+        title="GeGLU",
         hf_names={"gelu_pytorch_tanh": {}, "gelu_new": {}},  # Gemma's hidden_activation
     ),
     "relu": Activation(
         ("up",), "max(u, 0)", relu_forward, relu_backward,
         textbook=relu_textbook, textbook_backward=relu_textbook_backward, torch=relu_torch,
         checks=(OpCheck("relu", lambda: {"x": away_from_zero(B, T, F)}),),
+        title="ReLU",
         hf_names={"relu": {}},
     ),
     "relu2": Activation(
         ("up",), "max(u, 0)^2", relu2_forward, relu2_backward,
         textbook=relu2_textbook, textbook_backward=relu2_textbook_backward, torch=relu2_torch,
         checks=(OpCheck("relu2", lambda: {"x": away_from_zero(B, T, F)}),),
+        title="ReLU squared",
         hf_names={"relu2": {}},
     ),
 }  # fmt: skip

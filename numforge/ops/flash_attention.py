@@ -123,7 +123,8 @@ keys ``j <= i + Tk - Tq``) skips every key tile that lies wholly above the diago
 half the work when ``Tq == Tk``) and masks only the tiles the diagonal crosses; a sliding window
 of ``W`` keys (``i - W < j <= i``) also skips every key tile wholly left of the window, so a query
 tile meets about ``(W + block_q) / block_k + 1`` key tiles and both passes cost ``O(T W)``, not
-``O(T^2)``. A query row
+``O(T^2)``; packed segments (``ops/segments.py``, several sequences in one row) skip every tile that
+lies between two segments of every row of a part. A query row
 that sees no key at all (``Tq > Tk``) has ``l = 0``: its output is 0 and its
 ``L`` is ``-inf``; every one of its scores is masked, so the backward subtracts
 0 instead: ``P = exp(-inf) = 0`` and its gradients are 0, never ``NaN``.

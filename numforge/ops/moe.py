@@ -349,8 +349,10 @@ def moe_torch(
     balance_coef: float = 0.0,
     z_coef: float = 0.0,
 ):
-    """``(y, aux_loss, load)`` on torch tensors, for autograd: the same layer written with torch's own functions,
-    the experts dispatched by ``torch.where`` and ``index_add`` (the choice by a stable sort: see the tie rule)."""
+    """``(y, aux_loss, load)`` on torch tensors, for autograd: the same layer written with torch's own functions
+    (the choice by a stable sort: see the tie rule) and dispatched as ``moe_forward`` dispatches, the ``N k``
+    (row, choice) pairs sorted by expert, one product per expert over its run of rows, ``index_add`` back to
+    the rows: the PyTorch eager MoE of ``numforge bench train --arch moe``."""
     import torch
     import torch.nn.functional as functional
 
@@ -362,13 +364,16 @@ def moe_torch(
     gates = p.gather(1, chosen)  # (N, k)
     if renormalize:
         gates = gates / gates.sum(dim=-1, keepdim=True)
-    y = torch.zeros_like(rows)
-    for e in range(num_experts):
-        row, slot = torch.where(chosen == e)  # the pairs routed to expert e
-        x = rows[row]  # (n_e, C)
-        out = (functional.silu(x @ w_gate[e]) * (x @ w_up[e])) @ w_down[e]  # (n_e, C)
-        y = y.index_add(0, row, gates[row, slot, None] * out)
+    order = torch.argsort(chosen.reshape(-1), stable=True)  # (N k,): the pairs grouped by expert, rows in order
     load = torch.bincount(chosen.reshape(-1), minlength=num_experts)  # (E,)
+    pair_rows = order // top_k  # (N k,): each sorted pair's row
+    out = torch.cat(
+        [
+            (functional.silu(x @ w_gate[e]) * (x @ w_up[e])) @ w_down[e]  # (n_e, C): expert e over its rows
+            for e, x in enumerate(rows[pair_rows].split(load.tolist()))
+        ]
+    )  # (N k, C), sorted
+    y = torch.zeros_like(rows).index_add(0, pair_rows, gates.reshape(-1)[order, None] * out)  # (N, C)
     balance = num_experts * (load.to(p.dtype) / (n * top_k) * p.mean(dim=0)).sum()
     z_loss = torch.logsumexp(z, dim=-1).square().mean()
     return y.reshape(h.shape), balance_coef * balance + z_coef * z_loss, load

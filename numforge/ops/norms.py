@@ -56,6 +56,7 @@ class Norm(NamedTuple):
     textbook_backward: Callable
     torch: Callable
     checks: tuple[OpCheck, ...]  # the float64 gradient checks of the op pair
+    title: str  # its name as the study tools write it in a stage's name ("LayerNorm")
 
 
 def _xhat(x):
@@ -92,6 +93,7 @@ NORMS = {  # name -> Norm
     "layernorm": Norm(
         layer_norm_forward, layer_norm_backward, {"weight": 1.0, "bias": 0.0}, optional=("bias",),
         textbook=layer_norm_textbook, textbook_backward=layer_norm_textbook_backward, torch=layer_norm_torch,
+        title="LayerNorm",
         checks=(
             OpCheck("layer_norm", lambda: {"x": normal(B, T, C), "weight": normal(C, seed=1),
                                            "bias": normal(C, seed=2)}, invariants=LAYER_NORM_INVARIANTS),
@@ -102,6 +104,7 @@ NORMS = {  # name -> Norm
     "rmsnorm": Norm(
         rms_norm_forward, rms_norm_backward, {"weight": 1.0}, optional=("weight",),
         textbook=rms_norm_textbook, textbook_backward=rms_norm_textbook_backward, torch=rms_norm_torch,
+        title="RMSNorm",
         checks=(
             OpCheck("rms_norm", lambda: {"x": normal(B, T, C), "weight": normal(C, seed=1)},
                     invariants=RMS_NORM_INVARIANTS),
@@ -113,6 +116,7 @@ NORMS = {  # name -> Norm
         rms_norm_offset_forward, rms_norm_offset_backward, {"weight": 0.0}, optional=(),
         textbook=rms_norm_offset_textbook, textbook_backward=rms_norm_offset_textbook_backward,
         torch=rms_norm_offset_torch,
+        title="RMSNorm (1 + w)",
         checks=(
             OpCheck("rms_norm_offset", lambda: {"x": normal(B, T, C), "weight": normal(C, seed=1)},
                     invariants=RMS_NORM_INVARIANTS),

@@ -7,8 +7,10 @@ At position t pair i is rotated by the angle t * inv_freq[i]:
     y = x * cos + rotate_half(x) * sin,   rotate_half(cat(x1, x2)) = cat(-x2, x1)
 
 Shapes: x (..., T, D), the model's q or k (B, H, T, D); cos, sin (T, D), the rows of a table
-(``rope_table``, (T_max, D)) at x's positions. No learned parameters. The fast pair, then the textbook
-rotation that ``model/reference.py`` uses and the PyTorch twin (torch imported inside it).
+(``rope_table``, (T_max, D)) at x's positions, or (B, 1, T, D) when each row has positions of its own
+(packed sequences, each counted from 0: ``ops/segments.py``), any shape that broadcasts to x's. No learned
+parameters. The fast pair, then the textbook rotation that ``model/reference.py`` uses and the PyTorch twin
+(torch imported inside it).
 """
 
 from __future__ import annotations
@@ -131,8 +133,8 @@ class RopeCache(NamedTuple):
     """What the backward needs: only the rotation, cos and sin by reference (no copy), never x: the
     backward of a linear map does not depend on its input. cos and sin are constants, not differentiated."""
 
-    cos: object  # (T, D)
-    sin: object  # (T, D)
+    cos: object  # (T, D), or (..., T, D) broadcast to x
+    sin: object  # (T, D), or (..., T, D) broadcast to x
     shape: tuple  # x's shape (..., T, D), to check dy against
 
 
@@ -149,14 +151,17 @@ def rope_forward(x, cos, sin):
         raise ValueError(f"x must have shape (..., T, D) with D even, got {tuple(x.shape)}")
     for name, table in (("cos", cos), ("sin", sin)):
         check_float(table, name)
-        if tuple(table.shape) != tuple(x.shape[-2:]):
+        leading = tuple(table.shape)[:-2]
+        broadcasts = len(leading) <= x.ndim - 2 and all(n in (1, m) for n, m in zip(leading[::-1], x.shape[-3::-1]))
+        if tuple(table.shape[-2:]) != tuple(x.shape[-2:]) or not broadcasts:
             raise ValueError(
-                f"{name} must have shape {tuple(x.shape[-2:])} to match x {tuple(x.shape)}, got {tuple(table.shape)}"
+                f"{name} must have shape {tuple(x.shape[-2:])} to match x {tuple(x.shape)}, got {tuple(table.shape)} "
+                "(or rows per batch row that broadcast to x's, (B, 1, T, D) for x (B, H, T, D))"
             )
         check_same_dtype(table, name, x, "x")
     xp = get_xp(x, cos, sin)
     half = x.shape[-1] // 2
-    signed_sin = xp.concatenate([-sin[:, :half], sin[:, half:]], axis=1)  # rotate_half(x) * sin = swap(x) * this
+    signed_sin = xp.concatenate([-sin[..., :half], sin[..., half:]], axis=-1)  # rotate_half(x) sin = swap(x) this
     return _rotate(x, cos, signed_sin), RopeCache(cos, sin, tuple(x.shape))
 
 
@@ -174,7 +179,7 @@ def rope_backward(dy, cache: RopeCache):
     xp = get_xp(dy, cache.cos)
     sin, half = cache.sin, dy.shape[-1] // 2
     # forward: y = x cos + swap(x) cat(-sin1, sin2); transposed: dx = dy cos + swap(dy) cat(sin2, -sin1)
-    signed_sin = xp.concatenate([sin[:, half:], -sin[:, :half]], axis=1)  # (T, D)
+    signed_sin = xp.concatenate([sin[..., half:], -sin[..., :half]], axis=-1)  # (..., T, D)
     return _rotate(dy, cache.cos, signed_sin)
 
 
@@ -200,10 +205,10 @@ def rope_textbook(x, cos, sin):
         y_i       = x_i cos - x_{i+D/2} sin
         y_{i+D/2} = x_{i+D/2} cos + x_i sin
 
-    ``cos, sin (T,D)`` in Hugging Face's layout (both halves of a row alike)."""
+    ``cos, sin (...,T,D)`` in Hugging Face's layout (both halves of a row alike)."""
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]  # (...,T,D/2) each
-    c, s = cos[:, :half], sin[:, :half]  # (T,D/2)
+    c, s = cos[..., :half], sin[..., :half]  # (...,T,D/2)
     return get_xp(x).concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)  # (...,T,D)
 
 

@@ -1,6 +1,6 @@
 """Score modifiers: what changes the attention scores ``S = s Q K^T`` before the softmax, declared once each.
 
-A causal mask, a boolean mask (key padding), a sliding window, ALiBi and soft-capping all
+A causal mask, a boolean mask (key padding), a sliding window, packed segments, ALiBi and soft-capping all
 act on the score matrix, entry by entry, knowing only where an entry sits: its query's position ``i``, its
 key's position ``j``, its query head ``h`` (and batch row)::
 
@@ -33,7 +33,9 @@ the tiled one recomputes it with each tile (``ScoreSeam.transform``), and keeps 
 Skipping: a mask (``hides``) also says which keys a run of queries may see (``visible_keys``), so the tiled
 kernel skips every tile it hides wholly and adds the mask only to the tiles it crosses (causal attention:
 about half the tiles skipped, the diagonal ones masked; a window of W keys: all but about ``T W`` of the
-``T^2`` scores skipped, forward and backward). A bias is added to every tile.
+``T^2`` scores skipped, forward and backward; packed segments, ``ops/segments.py``: the tiles that lie between
+two segments of every row of a part). A mask's keys may depend on the batch rows of the part a walk covers
+(segments do; ``visible_keys`` is given them). A bias is added to every tile.
 
 Example, Tq = 2, Tk = 4 (decoding 2 tokens after 2 cached), causal and ALiBi with slope m::
 
@@ -51,6 +53,14 @@ import numpy as np
 
 from ..backend import get_xp, to_numpy
 from ..checks import check_array, check_positive_int
+from .segments import (
+    check_segments,
+    segments_gradcheck,
+    segments_keys,
+    segments_textbook,
+    segments_tile,
+    segments_torch,
+)
 from .softcap import check_cap, softcap_in_place, softcap_slope, softcap_textbook, softcap_torch
 
 
@@ -96,7 +106,7 @@ class ScoreModifier(NamedTuple):
     torch_twin: Callable  # (arg, (B,H,Tq,Tk), torch dtype) -> a float attn_mask broadcastable to (B,H,Tq,Tk)
     gradcheck: Callable  # (rng, (B,H,Tq,Tk)) -> the arg of a gradient check (a NumPy array, an int or None)
     check: Callable  # (arg, (B,H,Tq,Tk)) -> None, or a TypeError / ValueError naming the bad argument
-    visible_keys: Callable | None = None  # masks: (arg, queries range, offset, Tk) -> (any, every) ranges of keys
+    visible_keys: Callable | None = None  # masks: (arg, batches, queries, offset, Tk) -> (any, every) ranges of keys
     slope: Callable | None = None  # transforms: (xp, arg, f(S) in base unit, unit) -> f'(S); None: a term
 
     @property
@@ -127,7 +137,7 @@ def _causal_torch(arg, shape, dtype):
     return torch.zeros(Tq, Tk, dtype=dtype).masked_fill(~seen, -math.inf)  # (Tq,Tk)
 
 
-def _causal_keys(arg, queries: range, offset: int, Tk: int) -> tuple[range, range]:
+def _causal_keys(arg, batches: slice, queries: range, offset: int, Tk: int) -> tuple[range, range]:
     """Query rows ``[q0, q1)`` see keys ``j <= row + offset``: some of them ``[0, q1 + offset)``,
     all of them ``[0, q0 + offset + 1)``."""
     return range(max(0, min(Tk, queries.stop + offset))), range(max(0, min(Tk, queries.start + offset + 1)))
@@ -180,7 +190,7 @@ def _check_mask(mask, shape) -> None:
         raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to (B,H,Tq,Tk) = {tuple(shape)}")
 
 
-def _any_keys(arg, queries: range, offset: int, Tk: int) -> tuple[range, range]:
+def _any_keys(arg, batches: slice, queries: range, offset: int, Tk: int) -> tuple[range, range]:
     return range(Tk), range(0)  # any key may be seen, none is seen by all: every tile is masked
 
 
@@ -211,7 +221,7 @@ def _window_torch(width, shape, dtype):
     return torch.zeros(Tq, Tk, dtype=dtype).masked_fill(~_window_seen(distance, width), -math.inf)
 
 
-def _window_keys(width, queries: range, offset: int, Tk: int) -> tuple[range, range]:
+def _window_keys(width, batches: slice, queries: range, offset: int, Tk: int) -> tuple[range, range]:
     """Query rows ``[q0, q1)`` (positions ``[q0 + offset, q1 + offset)``) see keys ``i - W < j <= i``: some of
     them ``[q0 + offset - W + 1, q1 + offset)``, all of them ``[q1 + offset - W, q0 + offset + 1)``."""
     first, last = queries.start + offset, queries.stop - 1 + offset  # the positions of the first and last rows
@@ -320,6 +330,16 @@ SCORE_MODIFIERS = {  # name -> ScoreModifier
         gradcheck=lambda rng, shape: 2,  # Tq = 3 after 4 cached keys, tiles 2 x 3: some key tiles wholly outside
         check=_check_window,
         visible_keys=_window_keys,
+    ),
+    "segments": ScoreModifier(
+        "segments: query i sees key j only in the same segment of its row (packed sequences; argument ids (B,Tk))",
+        hides=True,
+        tile=segments_tile,
+        textbook=segments_textbook,
+        torch_twin=segments_torch,
+        gradcheck=segments_gradcheck,
+        check=check_segments,
+        visible_keys=segments_keys,
     ),
     "alibi": ScoreModifier(
         "alibi: a bias -m_h (i - j), one slope m_h per head, no parameters",
@@ -444,7 +464,7 @@ class ScoreSeam(NamedTuple):
         any_keys, every_keys = range(Tk), range(Tk)
         for a in self.applied:
             if a.modifier.hides:
-                some, all_ = a.modifier.visible_keys(a.arg, queries, offset, Tk)
+                some, all_ = a.modifier.visible_keys(a.arg, self.batches, queries, offset, Tk)
                 any_keys = range(max(any_keys.start, some.start), max(min(any_keys.stop, some.stop), 0))
                 every_keys = range(max(every_keys.start, all_.start), max(min(every_keys.stop, all_.stop), 0))
         return any_keys, every_keys

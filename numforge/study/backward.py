@@ -48,12 +48,13 @@ from ..model.names import (
 )
 from ..ops.activations import ACTIVATIONS
 from ..table import format_table
+from .components import stage_name
 
 
 class GradStage(NamedTuple):
     """One upstream gradient, summarized, and the parameter gradients the same step produced."""
 
-    name: str
+    name: str  # by the model's components (components.stage_name): "layer 1 pre-MLP RMSNorm output"
     shape: tuple[int, ...]
     norm: float
     mean: float
@@ -62,6 +63,8 @@ class GradStage(NamedTuple):
     params: tuple[tuple[str, tuple[int, ...], float], ...]  # (name, shape, norm)
     array: object  # the gradient itself (NumPy or CuPy), for --dump
     param_arrays: dict  # name -> parameter gradient
+    kind: str = ""  # the same on every model: "pre-MLP norm output" (the equation's key)
+    layer: int | None = None  # the layer of a block's stage, else None
 
 
 def _norm(array) -> float:
@@ -81,14 +84,15 @@ def record_backward(model, cache) -> tuple[list[GradStage], dict]:
     stages, grads = [], {}
     for step in model.backward_steps(cache):
         grads.update(step.grads)
-        stages += [_summary(*stage) for stage in STEP_STAGES[type(step)](step, model.config)]
+        layer = step.layer if isinstance(step, LayerBackward) else None
+        stages += [_summary(*stage, model.config, layer) for stage in STEP_STAGES[type(step)](step, model.config)]
     return stages, {name: grads[name] for name in model.params}
 
 
-def _summary(name: str, grad, params: dict) -> GradStage:
+def _summary(kind: str, grad, params: dict, config, layer: int | None) -> GradStage:
     values = to_numpy(grad).astype(np.float64)
     return GradStage(
-        name,
+        stage_name(kind, config, layer),
         tuple(values.shape),
         float(np.linalg.norm(values.ravel())),
         float(values.mean()),
@@ -97,10 +101,12 @@ def _summary(name: str, grad, params: dict) -> GradStage:
         tuple((p, tuple(g.shape), _norm(g)) for p, g in params.items()),
         grad,
         dict(params),
+        kind,
+        layer,
     )
 
 
-# ---------------------------------------------------------------- each step's stages: (name, gradient, params)
+# ---------------------------------------------------------------- each step's stages: (kind, gradient, params)
 
 
 def _head_stages(head: HeadBackward, config):
@@ -114,9 +120,9 @@ def _layer_stages(layer: LayerBackward, config):
     branch, prefix = layer.step.branch, f"layers.{layer.layer}."
     for name, grad, parts in BRANCH_STAGES[type(branch)](branch, config):
         params = {prefix + p: g for part in parts for p, g in branch.grads.items() if p.rpartition(".")[0] == part}
-        yield f"layer {layer.layer} {name}", grad, params
+        yield name, grad, params
     after = _INTO_THE_BLOCK if isinstance(branch, AttentionBackward) else "residual after attention (skip + MLP)"
-    yield f"layer {layer.layer} {after}", layer.step.dx, {}
+    yield after, layer.step.dx, {}
 
 
 _INTO_THE_BLOCK = "residual into the block (skip + attention)"

@@ -33,6 +33,7 @@ from ..model.layers import norm_forward
 from ..model.names import FINAL_NORM
 from ..ops.softcap import softcap_in_place
 from ..table import format_table
+from .components import stage_name
 from .prompt import shown_token
 
 CHUNK_ROWS = 64  # rows unembedded at once: (64, V) float64 is 26 MB for GPT-2's V = 50257
@@ -107,10 +108,11 @@ def position_predictions(prompt, k: int = 3) -> list[Prediction]:
     return found
 
 
-def residual_streams(cache) -> list[tuple[str, str, object]]:
-    """``(name, source, rows (N,C))`` of every residual stream, bottom up, read from the norms' inputs."""
+def residual_streams(cache, config) -> list[tuple[str, str, object]]:
+    """``(name, source, rows (N,C))`` of every residual stream, bottom up, read from the norms' inputs; the first
+    named as the trace names it (``components.stage_name``: no "embedding sum" where no position is added)."""
     blocks = cache.blocks
-    streams = [("embedding sum", "blocks[0].attention.norm.x", blocks[0].attention.norm.x)]
+    streams = [(stage_name("embedding sum", config), "blocks[0].attention.norm.x", blocks[0].attention.norm.x)]
     for i, block in enumerate(blocks):
         streams.append((f"layer {i} after attention", f"blocks[{i}].mlp.norm.x", block.mlp.norm.x))
         if i + 1 < len(blocks):
@@ -127,7 +129,7 @@ def logit_lens(model, prompt, k: int = 3) -> list[LensRow]:
     """Every residual stream through the final norm and the unembedding: the top ``k`` per position."""
     p, cache = model.params, prompt.cache
     found = []
-    for name, source, x in residual_streams(cache):
+    for name, source, x in residual_streams(cache, model.config):
         h, _ = norm_forward(x, p, FINAL_NORM, model.config)  # (N,C) -> (N,C)
         per_position = []
         for _, log_probs in unembed_log_probs(h, cache.loss.table, cache.loss.cap):

@@ -20,9 +20,9 @@ What keeps it safe:
   ``MAX_DEPTH`` deep, checked before the body is parsed), prompts
   by the model's context; the client names no file (the model and the run are
   chosen at start), only routes from a fixed table;
-- one model call at a time (``Studio.lock``); reading a request happens
-  before the lock, a request whose client hung up while it waited for the lock (the page aborts a question
-  the learner's typing made old) is dropped without a model call (``Studio.dropped`` counts them), and a
+- one model call at a time (``Studio.lock``; a streamed chat reply holds it to its last line); reading a
+  request happens before the lock, a request whose client hung up while it waited for the lock (the page aborts
+  a question the learner's typing made old) is dropped without a model call (``Studio.dropped`` counts them), and a
   connection silent for ``timeout`` seconds is closed; ``BACKLOG`` connections wait
   to be accepted (a page opens several at once), and a client that hangs up before its answer is routine:
   nothing is logged;
@@ -43,6 +43,8 @@ import socket
 import sys
 import threading
 import traceback
+from collections.abc import Iterator
+from contextlib import closing
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -71,6 +73,10 @@ MAX_ANSWER = 64 * 1024 * 1024  # bytes of one answer (GPT-2's 12 heads at contex
 MAX_DEPTH = 16  # arrays and objects nested in one body (the routes' bodies nest 2 deep)
 LOCK_POLL = 0.05  # seconds between two looks at a waiting request's connection
 MAX_TOKENIZER_TEXT = 20_000  # characters the tokenizer view takes (a prompt: at most the model's context)
+MAX_CHAT_TEXT = 4_000  # characters of one chat message (the context refuses a longer turn in tokens)
+MAX_CHAT_TOKENS = 200  # tokens one chat reply may take (the session keeps room for it, at most half its context)
+CHAT_SEED = 0  # each conversation samples from this seed: the same messages and settings, the same replies
+CHAT_STOPS = {"end": "end of turn", "length": "max tokens", "context": "full context"}  # ChatSession.stop_reason
 BACKLOG = 128  # connections the listening socket queues before they are accepted (socketserver's default: 5)
 TOKEN_HEADER = "X-Numforge-Token"
 PAGE_POLICY = (
@@ -82,13 +88,26 @@ PAGE_POLICY = (
 class Studio:
     """The model, its tokenizer, the run to watch, and the last prompt's passes (kept for the next request)."""
 
-    def __init__(self, model, tokenizer, source: str, run_dir: Path | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        source: str,
+        run_dir: Path | None = None,
+        new_chat=None,
+        no_chat: str | None = "this model has no chat template",
+    ):
+        """``new_chat(model, tokenizer, **settings)``: a ``ChatSession`` on the model shown, ``settings`` its keyword
+        arguments (``commands/studio.py``'s ``chat_of``); None: no Chat view, and ``no_chat`` says why."""
         self.model, self.tokenizer, self.source, self.run_dir = model, tokenizer, source, run_dir
         self.lock = threading.Lock()  # one model call at a time
         self.dropped = 0  # requests whose client hung up before the model was called for them
         self._last = None  # (ids, prompt, grad stages or None)
         self._sample = None  # (checkpoint directory, the sample's JSON)
         self.trainer = None if run_dir is None else Trainer(run_dir)
+        self.new_chat, self.no_chat = new_chat, no_chat
+        self._chat, self._system = None, None  # the ChatSession (made on first use) and its system message
+        self._notices = []  # what the session said while feeding the turn under way (history trimmed, ...)
 
     # Every method below runs under self.lock (Handler.answer takes it).
 
@@ -186,7 +205,71 @@ class Studio:
             raise ValueError(f"run {self.run_dir.name} has no checkpoint yet")
         self.model, self.tokenizer = load_model(latest)
         self.source, self._last = f"run {self.run_dir.name}, checkpoint of step {checkpoint_step(latest)}", None
+        self._chat = None  # a new conversation, with the new model
         return self.model_info(body)
+
+    def chat_history(self, body: dict) -> dict:
+        """The conversation so far, the positions its KV cache holds and can hold, and the reply's largest length;
+        ``available`` false (and ``why``) when the model has no chat template."""
+        if self.new_chat is None:
+            return {"available": False, "why": self.no_chat, "messages": [], "cached": 0, "context": None,
+                    "max_new_tokens": MAX_CHAT_TOKENS}  # fmt: skip
+        session = self.chat_session()
+        return {"available": True, "why": None, "messages": list(session.messages), "cached": len(session.ids),
+                "context": session.context, "max_new_tokens": MAX_CHAT_TOKENS}  # fmt: skip
+
+    def chat_reset(self, body: dict) -> dict:
+        """A new conversation (a new session: its sampling starts from ``CHAT_SEED`` again) that opens with
+        ``system`` (null, absent or empty: none)."""
+        system = body.get("system")
+        if system is not None:
+            system = chat_text(body, "system", "chat_system") or None
+        self.chat_session()  # refused when there is no chat
+        self._chat, self._system = None, system
+        return self.chat_history(body)
+
+    def chat(self, body: dict) -> ChatLines:
+        """The reply to ``text``, streamed as lines: ``{"notice"}`` (the history trimmed, the cache rebuilt), then
+        ``{"piece"}`` for each decoded piece, then ``{"done", "stop", "messages", "cached"}``. The message is
+        checked and the turn's first step taken here, before the first line, so a refusal is a 400 like any
+        other route's; ``temperature`` (0 is greedy) and ``max_tokens`` apply from this turn on."""
+        session = self.chat_session()
+        text = chat_text(body, "text", "chat")
+        if not text.strip():
+            raise FieldError("chat", "the message is empty: type at least one character")
+        temperature = body.get("temperature", session.temperature)
+        if not is_real(temperature) or not 0 <= temperature <= 100:
+            raise FieldError("chat_temperature", f"the temperature must be from 0 (greedy) to 100, got {temperature!r}")
+        max_tokens = body.get("max_tokens", session.max_new_tokens)
+        if not (
+            isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and 1 <= max_tokens <= MAX_CHAT_TOKENS
+        ):
+            raise FieldError(
+                "chat_max_tokens", f"max tokens must be a whole number from 1 to {MAX_CHAT_TOKENS}, got {max_tokens!r}"
+            )
+        session.temperature, session.max_new_tokens = float(temperature), max_tokens
+        self._notices.clear()
+        reply = session.send(text)
+        try:
+            first = next(reply, None)  # the prompt fed, the first piece sampled (None: the reply ended at once)
+        except ValueError as error:  # too long for the context, or the template refused the conversation
+            raise FieldError("chat", str(error)) from None
+        return ChatLines(session, reply, list(self._notices), first)
+
+    def chat_session(self):
+        """The conversation (made on first use, on the model shown); refused when the model has no template."""
+        if self.new_chat is None:
+            raise ValueError(f"no chat here: {self.no_chat}")
+        if self._chat is None:
+            self._chat = self.new_chat(
+                self.model,
+                self.tokenizer,
+                system=self._system,
+                seed=CHAT_SEED,
+                max_new_tokens=MAX_CHAT_TOKENS,
+                on_notice=self._notices.append,
+            )  # made for replies of MAX_CHAT_TOKENS: it keeps room for them (ChatSession.reserve)
+        return self._chat
 
     def needs_run(self) -> None:
         if self.run_dir is None:
@@ -210,6 +293,27 @@ class Studio:
         return self._sample[1]
 
 
+class ChatLines:
+    """The lines of one streamed reply (``Studio.chat``): the notices, a ``{"piece"}`` for each piece (the first
+    one already sampled), ``{"done"}``; ``close()`` ends the reply where it is, its text so far joining the
+    conversation (a client that hung up)."""
+
+    def __init__(self, session, reply: Iterator[str], notices: list[str], first: str | None):
+        self.session, self.reply, self.notices, self.first = session, reply, notices, first
+
+    def __iter__(self) -> Iterator[dict]:
+        yield from ({"notice": text} for text in self.notices)
+        if self.first is not None:
+            yield {"piece": self.first}
+        yield from ({"piece": piece} for piece in self.reply)
+        session = self.session
+        yield {"done": True, "stop": CHAT_STOPS[session.stop_reason], "messages": list(session.messages),
+               "cached": len(session.ids)}  # fmt: skip
+
+    def close(self) -> None:
+        self.reply.close()
+
+
 class FieldError(ValueError):
     """A value the learner can fix: ``field`` names the control at fault (``prompt``, ``top_p``, ...), where the
     page shows the message."""
@@ -219,20 +323,32 @@ class FieldError(ValueError):
         self.field = field
 
 
-def text_field(body: dict, name: str) -> str:
+def text_field(body: dict, name: str, field: str = "prompt") -> str:
     """The body's text ``name``: a string of whole characters (a lone surrogate, half of a character that
-    JSON can carry but no text holds, is refused with its place)."""
+    JSON can carry but no text holds, is refused with its place); ``field`` names the control at fault."""
     value = body.get(name)
     if not isinstance(value, str):
-        raise FieldError("prompt", f"{name} must be a string, got {type(value).__name__}")
+        raise FieldError(field, f"{name} must be a string, got {type(value).__name__}")
     for n, c in enumerate(value):
         if "\ud800" <= c <= "\udfff":
             raise FieldError(
-                "prompt",
+                field,
                 f"the text holds a lone surrogate (U+{ord(c):04X}, character {n + 1}): half of a character, not "
                 "text; delete it, or paste the whole character again",
             )
     return value
+
+
+def chat_text(body: dict, name: str, field: str) -> str:
+    """A chat message or system message: ``text_field``'s whole characters, at most ``MAX_CHAT_TEXT`` of them."""
+    text = text_field(body, name, field)
+    if len(text) > MAX_CHAT_TEXT:
+        raise FieldError(
+            field,
+            f"the studio's chat takes at most {MAX_CHAT_TEXT:,} characters a message; this one has {len(text):,}: "
+            f"remove {len(text) - MAX_CHAT_TEXT:,}",
+        )
+    return text
 
 
 def prompt_ids(model, tokenizer, text: str) -> list[int]:
@@ -293,6 +409,9 @@ ROUTES = {  # path -> (method, Studio method name); "page" is the HTML page
     "/api/training/start": ("POST", "train_start"),
     "/api/training/stop": ("POST", "train_stop"),
     "/api/training/use-latest": ("POST", "use_latest"),
+    "/api/chat/history": ("GET", "chat_history"),
+    "/api/chat/reset": ("POST", "chat_reset"),
+    "/api/chat": ("POST", "chat"),  # streamed: one JSON object a line
 }
 STATIC = {"/static/studio.css": ("studio.css", "text/css")} | {  # path -> (file of web/, type): nothing else is served
     f"/static/{MODULES}/{name}": (f"{MODULES}/{name}", "text/javascript") for name in module_order()
@@ -377,7 +496,9 @@ class Handler(BaseHTTPRequestHandler):
             if name == "page":
                 return self.send(200, self.server.page, "text/html", {"Content-Security-Policy": PAGE_POLICY})
             body = self.read_json() if method == "POST" else {}
-            self.send_json(200, self.answer(name, body))
+            answer = self.answer(name, body)
+            if answer is not None:  # None: streamed already
+                self.send_json(200, answer)
         except RequestError as error:
             self.send_json(error.status, {"error": str(error)})
         except FieldError as error:  # the page shows it by the control at fault
@@ -390,9 +511,10 @@ class Handler(BaseHTTPRequestHandler):
             traceback.print_exc(file=sys.stderr)
             self.send_json(500, {"error": f"internal error ({type(error).__name__}); see the server's output"})
 
-    def answer(self, name: str, body: dict) -> dict:
+    def answer(self, name: str, body: dict) -> dict | None:
         """The route's answer under the model's lock; a client that hung up while the request waited for it is
-        dropped before any model call (``ConnectionAbortedError``: nothing to answer)."""
+        dropped before any model call (``ConnectionAbortedError``: nothing to answer). An answer that is an
+        object of lines (``ChatLines``) is streamed here, under the lock (each line may be a model call): then None."""
         studio = self.server.studio
         while not studio.lock.acquire(timeout=LOCK_POLL):
             if self.client_gone():
@@ -400,7 +522,11 @@ class Handler(BaseHTTPRequestHandler):
         else:
             try:
                 if not self.client_gone():
-                    return getattr(studio, name)(body)
+                    answer = getattr(studio, name)(body)
+                    if isinstance(answer, dict):
+                        return answer
+                    self.stream(answer)
+                    return None
             finally:
                 studio.lock.release()
         studio.dropped += 1
@@ -466,18 +592,43 @@ class Handler(BaseHTTPRequestHandler):
         self.send(status, body, "application/json")
 
     def send(self, status: int, body: bytes, kind: str, headers: dict | None = None) -> None:
+        self.start_answer(status, kind, {"Content-Length": str(len(body))} | (headers or {}))
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def stream(self, lines: ChatLines) -> None:
+        """Send ``lines`` as they come, one JSON object a line (NDJSON), the connection closed after the last; a
+        client gone is looked for before each line, and then no further line is asked for (the chat stops
+        sampling). A bug after the first line (no status can say it now) is said in a last ``{"error"}`` line."""
+        self.close_connection = True  # no Content-Length: the answer ends when the connection does
+        with closing(lines):
+            self.start_answer(200, "application/x-ndjson", {})
+            try:
+                for line in lines:
+                    if self.client_gone():
+                        return
+                    self.write_line(line)
+            except ConnectionError:
+                raise
+            except Exception as error:
+                traceback.print_exc(file=sys.stderr)
+                self.write_line({"error": f"internal error ({type(error).__name__}); see the server's output"})
+
+    def write_line(self, data: dict) -> None:
+        self.wfile.write(json.dumps(data, ensure_ascii=False, allow_nan=False).encode("utf-8") + b"\n")
+        self.wfile.flush()
+
+    def start_answer(self, status: int, kind: str, headers: dict) -> None:
+        """The status line and the headers every answer carries, then ``headers``."""
         self.send_response(status)
         self.send_header("Content-Type", f"{kind}; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("Referrer-Policy", "no-referrer")
         self.send_header("X-Frame-Options", "DENY")
-        for name, value in (headers or {}).items():
+        for name, value in headers.items():
             self.send_header(name, value)
         self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """http.server's own refusals (a malformed request line, headers too long): JSON too, never HTML,

@@ -2,11 +2,14 @@
 
 ``forward_stages(model, prompt)`` reads every stage out of the cache of the
 one forward pass ``run_prompt`` made (``prompt.py``). Nothing is recomputed by
-hand; a stage whose array no cache holds is not shown. Where each number comes
-from (``N = B*T`` rows of the branches are shown as ``(B,T,...)``):
+hand; a stage whose array no cache holds is not shown. Each stage has a kind, the
+same on every model (below), and a name that says it with the model's own
+components (``components.stage_name``: ``layer 0 pre-attention RMSNorm output``
+on Llama, ``embedding sum x = e + p`` only where a position row is added). Where
+each number comes from (``N = B*T`` rows of the branches are shown as ``(B,T,...)``):
 
 ==================================  ==========================================
-stage                               array read
+stage (its kind)                    array read
 ==================================  ==========================================
 token embedding ``tok[ids]``        ``token_embedding[cache.embedding.ids]`` (times sqrt(C) if scaled)
 position embedding ``pos[:T]``      ``position_embedding[:T]`` (or the sinusoidal table)
@@ -20,7 +23,7 @@ layer i attention branch output     residual after attention minus residual befo
 layer i residual after attention    the pre-MLP norm input ``mlp.norm.x``
 layer i pre-MLP norm output         ``projections[0].x`` (the input of every projection)
 layer i MLP pre-activation          GELU: ``activation.x``; SwiGLU: ``activation.gate``, ``.up``;
-                                    ReLU keeps only a mask, so none
+                                    GeGLU: ``.gelu.x``, ``.up``; ReLU keeps only a mask, so none
 layer i MLP activation              ``down_proj.x``
 layer i MLP branch output           residual after the MLP minus residual after attention
 layer i residual after MLP          the next norm's input (layer i+1's, or the final norm's ``.x``)
@@ -45,6 +48,7 @@ from ..model.mlp_branch import MlpBranchCache
 from ..model.moe_branch import MoeBranchCache
 from ..model.names import TOKEN_EMBEDDING
 from ..table import format_table
+from .components import stage_name
 
 FIRST_VALUES = 4
 
@@ -52,7 +56,7 @@ FIRST_VALUES = 4
 class Stage(NamedTuple):
     """One array of the forward pass, summarized, with the array itself (for ``--dump``)."""
 
-    name: str
+    name: str  # by the model's components (components.stage_name): "layer 0 pre-attention RMSNorm output"
     shape: tuple[int, ...]
     mean: float
     std: float
@@ -61,6 +65,8 @@ class Stage(NamedTuple):
     last: tuple[float, ...]  # the first FIRST_VALUES numbers of the last position (head 0 if (B,H,T,D))
     source: str  # where the array was read
     array: object  # (B,T,...) or (B,H,T,D), NumPy or CuPy
+    kind: str = ""  # the same on every model: "pre-attention norm output" (the equation's key); "" = the name
+    layer: int | None = None  # the layer of a block's stage, else None
 
 
 def summarize(name: str, array, source: str, heads_first: bool = False) -> Stage:
@@ -77,11 +83,13 @@ def summarize(name: str, array, source: str, heads_first: bool = False) -> Stage
         tuple(float(v) for v in np.ravel(last)[:FIRST_VALUES]),
         source,
         array,
+        name,
     )
 
 
 def forward_stages(model, prompt) -> list[Stage]:
-    """The stages of the forward pass ``prompt.cache``, in data-flow order (see the module docstring)."""
+    """The stages of the forward pass ``prompt.cache``, in data-flow order (see the module docstring), each
+    named by the model's components (``components.stage_name``)."""
     cache, config = prompt.cache, model.config
     B, T = cache.ids_shape
 
@@ -103,66 +111,64 @@ def forward_stages(model, prompt) -> list[Stage]:
     for i, (attention, mlp, _) in enumerate(cache.blocks):
         at, mp = f"blocks[{i}].attention", f"blocks[{i}].mlp"
         after = f"blocks[{i + 1}].attention.norm.x" if i + 1 < len(cache.blocks) else "final_norm.x"
-        layer = f"layer {i}"
-        stages.append(summarize(f"{layer} pre-attention norm output", rows(attention.qkv_proj.x), f"{at}.qkv_proj.x"))
-        stages += _qkv_stages(layer, at, attention)
-        stages += [
-            summarize(f"{layer} heads merged (out_proj input)", rows(attention.out_proj.x), f"{at}.out_proj.x"),
-            summarize(
-                f"{layer} attention branch output", rows(mlp.norm.x - residuals[i]), f"{mp}.norm.x - {at}.norm.x"
-            ),
-            summarize(f"{layer} residual after attention", rows(mlp.norm.x), f"{mp}.norm.x"),
+        layer = [summarize("pre-attention norm output", rows(attention.qkv_proj.x), f"{at}.qkv_proj.x")]
+        layer += _qkv_stages(at, attention)
+        layer += [
+            summarize("heads merged (out_proj input)", rows(attention.out_proj.x), f"{at}.out_proj.x"),
+            summarize("attention branch output", rows(mlp.norm.x - residuals[i]), f"{mp}.norm.x - {at}.norm.x"),
+            summarize("residual after attention", rows(mlp.norm.x), f"{mp}.norm.x"),
         ]
-        stages += MLP_STAGES[type(mlp)](layer, mp, mlp, rows)
-        stages += [
-            summarize(f"{layer} MLP branch output", rows(residuals[i + 1] - mlp.norm.x), f"{after} - {mp}.norm.x"),
-            summarize(f"{layer} residual after MLP", rows(residuals[i + 1]), after),
+        layer += MLP_STAGES[type(mlp)](mp, mlp, rows)
+        layer += [
+            summarize("MLP branch output", rows(residuals[i + 1] - mlp.norm.x), f"{after} - {mp}.norm.x"),
+            summarize("residual after MLP", rows(residuals[i + 1]), after),
         ]
+        stages += [s._replace(layer=i) for s in layer]
     stages.append(summarize("final norm output", rows(cache.loss.rows), "loss.rows"))
-    return stages
+    return [s._replace(name=stage_name(s.kind, config, s.layer)) for s in stages]
 
 
-def _dense_mlp_stages(layer: str, mp: str, mlp: MlpBranchCache, rows) -> list[Stage]:
+def _dense_mlp_stages(mp: str, mlp: MlpBranchCache, rows) -> list[Stage]:
     """Inside a dense MLP: the norm's output, the activation's inputs, its output."""
-    stages = [summarize(f"{layer} pre-MLP norm output", rows(mlp.projections[0].x), f"{mp}.projections[0].x")]
+    stages = [summarize("pre-MLP norm output", rows(mlp.projections[0].x), f"{mp}.projections[0].x")]
     stages += [
-        summarize(f"{layer} MLP {name}", rows(array), f"{mp}.activation.{field}")
+        summarize(f"MLP {name}", rows(array), f"{mp}.activation.{field}")
         for name, field, array in _pre_activations(mlp.activation)
     ]
-    return stages + [summarize(f"{layer} MLP activation (down_proj input)", rows(mlp.down_proj.x), f"{mp}.down_proj.x")]
+    return stages + [summarize("MLP activation (down_proj input)", rows(mlp.down_proj.x), f"{mp}.down_proj.x")]
 
 
-def _moe_stages(layer: str, mp: str, mlp: MoeBranchCache, rows) -> list[Stage]:
+def _moe_stages(mp: str, mlp: MoeBranchCache, rows) -> list[Stage]:
     """Inside an MLP with experts: the norm's output (the router's and the experts' input), the router's
     probabilities over the experts, the gates of the chosen ones."""
     return [
-        summarize(f"{layer} pre-MLP norm output", rows(mlp.moe.router.x), f"{mp}.moe.router.x"),
-        summarize(f"{layer} router probabilities (N,E)", rows(mlp.moe.probs), f"{mp}.moe.probs"),
-        summarize(f"{layer} gates of the chosen experts (N,k)", rows(mlp.moe.gates), f"{mp}.moe.gates"),
+        summarize("pre-MLP norm output (router and experts input)", rows(mlp.moe.router.x), f"{mp}.moe.router.x"),
+        summarize("router probabilities (N,E)", rows(mlp.moe.probs), f"{mp}.moe.probs"),
+        summarize("gates of the chosen experts (N,k)", rows(mlp.moe.gates), f"{mp}.moe.gates"),
     ]
 
 
 MLP_STAGES = {MlpBranchCache: _dense_mlp_stages, MoeBranchCache: _moe_stages}  # an MLP kind's cache -> its stages
 
 
-def _qkv_stages(layer: str, at: str, attention) -> list[Stage]:
+def _qkv_stages(at: str, attention) -> list[Stage]:
     """q, k, v as the projection split them, then q and k after each step of ``qk_steps`` (QK-norm, the
     rotation): the arrays the attention branch's ``QKCache.path`` holds; the last are the kernel's own."""
     qk = attention.qk
     if not qk.steps:  # the kernel attends to q and k as split
         return [
-            summarize(f"{layer} {name}", getattr(attention.attention, name), f"{at}.attention.{name}", heads_first=True)
+            summarize(name, getattr(attention.attention, name), f"{at}.attention.{name}", heads_first=True)
             for name in ("q", "k", "v")
         ]
     stages = [
-        summarize(f"{layer} q", qk.path[0][0], f"{at}.qk.path[0][0]", heads_first=True),
-        summarize(f"{layer} k", qk.path[0][1], f"{at}.qk.path[0][1]", heads_first=True),
-        summarize(f"{layer} v", attention.attention.v, f"{at}.attention.v", heads_first=True),
+        summarize("q", qk.path[0][0], f"{at}.qk.path[0][0]", heads_first=True),
+        summarize("k", qk.path[0][1], f"{at}.qk.path[0][1]", heads_first=True),
+        summarize("v", attention.attention.v, f"{at}.attention.v", heads_first=True),
     ]
     for i, step in enumerate(qk.steps, start=1):
         for j, name in enumerate(("q", "k")):
             source = f"{at}.attention.{name}" if i == len(qk.steps) else f"{at}.qk.path[{i}][{j}]"
-            stages.append(summarize(f"{layer} {name} after {step}", qk.path[i][j], source, heads_first=True))
+            stages.append(summarize(f"{name} after {step}", qk.path[i][j], source, heads_first=True))
     return stages
 
 
@@ -188,6 +194,11 @@ def _pre_activations(activation_cache):
     if "gate" in fields:  # SwiGLU: silu(gate) * up
         return [
             ("gate (pre-activation)", "gate", activation_cache.gate),
+            ("up (pre-activation)", "up", activation_cache.up),
+        ]
+    if "gelu" in fields:  # GeGLU: gelu_tanh(gate) * up, the gate kept in its GELU's cache
+        return [
+            ("gate (pre-activation)", "gelu.x", activation_cache.gelu.x),
             ("up (pre-activation)", "up", activation_cache.up),
         ]
     if "x" in fields:  # GELU

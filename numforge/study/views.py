@@ -162,7 +162,7 @@ def trace_view(model, tokenizer, prompt, grad_stages, position: int, k: int = 3)
     forward = [
         {
             "name": s.name,
-            "equation": stage_equation(s.name, model.config),
+            "equation": stage_equation(s.kind, model.config, s.layer),
             "shape": list(s.shape),
             "mean": s.mean,
             "std": s.std,
@@ -176,7 +176,7 @@ def trace_view(model, tokenizer, prompt, grad_stages, position: int, k: int = 3)
     backward = [
         {
             "name": s.name,
-            "equation": stage_equation(s.name, model.config, backward=True),
+            "equation": stage_equation(s.kind, model.config, s.layer, backward=True),
             "shape": list(s.shape),
             "norm": s.norm,
             "mean": s.mean,

@@ -13,8 +13,8 @@ import { tokenStrip } from "./tokens.js";
 const STAGE_SAYS = [
   [/token embedding/, "The token's id picks its row of the embedding table: the token as a vector of C numbers."],
   [/position embedding/, "The position's own vector, added so the model can tell where the token stands."],
-  [/embedding sum|embedding/, "The stream every block reads from and adds to: the residual stream."],
-  [/norm output/, "Normalized to a fixed scale (times a learned gain) before the block's branch reads it."],
+  [/embedding sum|residual stream|embedding/, "The stream every block reads from and adds to: the residual stream."],
+  [/norm.* output/i, "Normalized to a fixed scale (times a learned gain) before the block's branch reads it."],
   [/ q$/, "The query: what this position looks for. Its dot products with every earlier key are the scores."],
   [/ k$/, "The keys: what each position offers to be found by; scores S = q k\u1d40 / \u221aD."],
   [/ v$/, "The values: what each position hands on when it is attended to."],
@@ -22,8 +22,8 @@ const STAGE_SAYS = [
     "sum P v per head, the heads side by side. The Attention view draws P, S and the mask."],
   [/attention branch output/, "The output projection mixes the heads back into the stream's width."],
   [/residual/, "Added to the stream: each block only adds to what came before."],
-  [/MLP pre-activation|gate|up/, "The MLP widens the stream, one position at a time."],
-  [/activation/, "A nonlinearity, one number at a time."],
+  [/up_proj|gate_proj/, "The MLP widens the stream, one position at a time."],
+  [/down_proj input/, "A nonlinearity, one number at a time."],
   [/MLP branch output|expert/, "Projected back to the stream's width."]
 ];
 
