@@ -1,7 +1,8 @@
 """An independent float64 NumPy forward of a numforge GPT, written from the equations on the model's parameter
 arrays and sharing no code with numforge: the study tests compare what the study tools read from the model's
 caches with it. It covers LayerNorm and RMSNorm, learned and RoPE positions, GELU (tanh) and SwiGLU, grouped-query
-attention, a sliding window, biases or none; nothing else (no QK-norm, ALiBi, soft caps, experts, post-norms).
+attention, a sliding window, biases or none, a mixture of SwiGLU experts (a Python loop over each token's choice);
+nothing else (no QK-norm, ALiBi, soft caps, post-norms).
 """
 
 import math
@@ -28,6 +29,24 @@ def rotate(x, c):
     cos, sin = np.cos(np.concatenate([angle] * 2, 1)), np.sin(np.concatenate([angle] * 2, 1))
     half = np.concatenate([-x[..., D // 2 :], x[..., : D // 2]], -1)
     return x * cos + half * sin
+
+
+def experts(h, p, name, c, at):
+    """A mixture of SwiGLU experts on h (T,C): each token to the top_k experts of the router's softmax (ties: the
+    lower index), each weighted by its probability (divided by their sum when renormalised)."""
+    z = h @ p[f"{name}.router.weight"]  # (T,E)
+    probs = np.exp(z - z.max(-1, keepdims=True))
+    probs = at["router probabilities"] = probs / probs.sum(-1, keepdims=True)
+    chosen = at["chosen experts"] = np.argsort(-probs, axis=1, kind="stable")[:, : c.experts_top_k]  # (T,k)
+    gates = np.take_along_axis(probs, chosen, 1)
+    gates = at["gates"] = gates / gates.sum(1, keepdims=True) if c.experts_renormalize else gates
+    w_gate, w_up, w_down = (p[f"{name}.experts.{part}_proj.weight"] for part in ("gate", "up", "down"))
+    out = np.zeros_like(h)
+    for t in range(len(h)):
+        for e, g in zip(chosen[t], gates[t]):
+            a, u = h[t] @ w_gate[e], h[t] @ w_up[e]
+            out[t] += g * ((a / (1 + np.exp(-a)) * u) @ w_down[e])
+    return out
 
 
 def reference(model, ids):
@@ -58,6 +77,10 @@ def reference(model, ids):
         a = at["attention branch output"] = dense(merged, p, f"layers.{i}.attn.out_proj")
         x = at["residual after attention"] = x + a
         h = at["pre-MLP norm output"] = norm(x, p, f"layers.{i}.pre_mlp_norm", c)
+        if f"layers.{i}.mlp.router.weight" in p:
+            x = at["residual after MLP"] = x + experts(h, p, f"layers.{i}.mlp", c, at)
+            found |= {(i, kind): array for kind, array in at.items()}
+            continue
         u = dense(h, p, f"layers.{i}.mlp.up_proj")
         if c.activation == "swiglu":
             g = at["MLP gate (pre-activation)"] = dense(h, p, f"layers.{i}.mlp.gate_proj")

@@ -22,7 +22,7 @@ from selenium.webdriver.common.keys import Keys  # noqa: E402
 if CHROMIUM is None or DRIVER is None:
     pytest.skip(MISSING, allow_module_level=True)
 
-VIEWS = ["tokenizer", "next", "walkthrough", "attention", "trace", "training"]
+VIEWS = ["tokenizer", "next", "walkthrough", "attention", "trace", "routing", "training"]
 WCAG_AA = {"runOnly": {"type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]}}
 
 

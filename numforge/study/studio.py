@@ -56,6 +56,7 @@ from ..generate import RUN_SAMPLE, generate
 from .backward import backward_stages
 from .page import MODULES, module_order, studio_page, web_file
 from .prompt import check_ids, run_ids
+from .routing import routing_view
 from .trainer import Trainer
 from .views import (
     attention_view,
@@ -158,6 +159,10 @@ class Studio:
     def lens(self, body: dict) -> dict:
         prompt, _ = self.prompt(body)
         return lens_view(self.model, self.tokenizer, prompt)
+
+    def routing(self, body: dict) -> dict:
+        prompt, _ = self.prompt(body)
+        return routing_view(self.model, self.tokenizer, prompt)
 
     def attention(self, body: dict) -> dict:
         prompt, _ = self.prompt(body)
@@ -411,6 +416,7 @@ ROUTES = {  # path -> (method, Studio method name); "page" is the HTML page
     "/api/lens": ("POST", "lens"),
     "/api/walkthrough": ("POST", "walkthrough"),
     "/api/attention": ("POST", "attention"),
+    "/api/routing": ("POST", "routing"),
     "/api/next": ("POST", "next_token"),
     "/api/generate": ("POST", "generate"),
     "/api/training/start": ("POST", "train_start"),

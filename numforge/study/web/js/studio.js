@@ -8,6 +8,7 @@ import { fail, superseded } from "./ask.js";
 import { attentionView } from "./attention.js";
 import { $ } from "./dom.js";
 import { nextView } from "./next.js";
+import { routingView } from "./routing.js";
 import { promptBox, state } from "./state.js";
 import { hideTip } from "./tip.js";
 import { tokenizerView } from "./tokenizer.js";
@@ -17,7 +18,7 @@ import { walkthroughView } from "./walkthrough.js";
 
 const VIEWS = {
   tokenizer: tokenizerView, next: nextView, walkthrough: walkthroughView, attention: attentionView, trace: traceView,
-  training: trainingView
+  training: trainingView, routing: routingView
 };
 
 function show(view) {
