@@ -5,7 +5,8 @@ shares no code with numforge: the embedding, each block's norm, q/k/v (and the r
 every key, the mask, the softmax, the weighted sum, the output projection, the residual, the MLP, the final
 norm. Two models: GPT-2's parts (LayerNorm, learned positions, GELU, biases, tied) and Llama's with a sliding
 window (RMSNorm, RoPE, SwiGLU, 4 query heads over 2 key/value heads, no biases, untied), so the mask hides
-earlier keys too.
+earlier keys too; the first on the plain attention kernel (its cache keeps P), the second on the tiled one (P
+rebuilt from its log-sum-exp).
 """
 
 import numpy as np
@@ -17,7 +18,7 @@ from numforge.study.prompt import run_ids
 from numforge.study.walkthrough import walkthrough_view
 
 IDS = [3, 17, 5, 5, 28, 11, 2]
-GPT2 = dict(vocab_size=30, max_seq_len=16, d_model=16, num_heads=2, num_layers=2)
+GPT2 = dict(vocab_size=30, max_seq_len=16, d_model=16, num_heads=2, num_layers=2, attention="plain")  # P kept
 LLAMA = dict(
     vocab_size=30, max_seq_len=16, d_model=16, num_heads=4, num_kv_heads=2, num_layers=2, norm="rmsnorm",
     position="rope", activation="swiglu", use_bias=False, tie_weights=False, sliding_window=3,

@@ -148,9 +148,11 @@ function drawWalkSampling(n) {
     "Divided by the temperature, exponentiated and normalized: probabilities that sum to 1. The Next token view " +
     "sets \u03c4.", "p = softmax(z / \u03c4)", "the largest: " + top.map(function (t) { return named(t, 2); }).join(", ")));
   list.appendChild(walkStep("top-k " + (n.top_k === null ? "(all)" : n.top_k) + ", top-p " + (n.top_p === null ? "(1)" : n.top_p),
-    null, "Only the likeliest tokens are kept, and renormalized to q.", null,
+    shapeText([n.vocab_size]) + ": q, 0 for every token not kept",
+    "Only the likeliest tokens are kept (the k likeliest, then the fewest whose p adds up to top-p), and " +
+    "renormalized to q.", "q = p over the kept tokens / their sum",
     n.kept_count + " of " + n.vocab_size + " tokens kept, holding p mass " + fmt(n.kept_mass)));
-  var chosen = walkStep(n.greedy ? "greedy: argmax z" : "sample from q, seed " + n.seed, null,
+  var chosen = walkStep(n.greedy ? "greedy: argmax z" : "sample from q, seed " + n.seed, "one token id",
     "The token that comes next, appended to the prompt for the next step.", null,
     "\u201c" + n.chosen.shown + "\u201d (id " + n.chosen.id + "), p = " + fmt(n.chosen.p) + ", q = " + fmt(n.chosen.q));
   chosen.setAttribute("data-chosen", String(n.chosen.id));
