@@ -112,3 +112,27 @@ def test_a_position_or_head_out_of_range_is_refused():
         walkthrough_view(model, Letters(), prompt, 7)
     with pytest.raises(ValueError, match="head"):
         walkthrough_view(model, Letters(), prompt, 0, 2)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        dict(position="alibi"),
+        dict(position="rope", attn_softcap=0.5, sliding_window=2, window_layers=(0,)),
+        dict(position="rope", qk_norm=True, attention="plain"),
+    ],
+    ids=["alibi", "softcap-window", "qk-norm"],
+)
+def test_the_masked_scores_softmax_to_the_kernels_own_weights(extra):
+    """The mask step's S' (the scores with the layer's soft cap, window and ALiBi terms) gives, by a softmax
+    written here, the weights the kernel's cache holds: no term is missing or added twice."""
+    model = tiny_model(dict(GPT2, attention="tiled") | extra)
+    view = walkthrough_view(model, Letters(), run_ids(model, Letters(), IDS), 5, 1)
+    masks = [s for s in view["steps"] if s["kind"] == "mask"]
+    weights = [s for s in view["steps"] if s["kind"] == "softmax"]
+    for mask, kernel in zip(masks, weights, strict=True):
+        s = np.array([-np.inf if v is None else v for v in mask["values"]])
+        p = np.exp(s - s.max())
+        np.testing.assert_allclose(kernel["values"], p / p.sum(), rtol=2e-5, atol=1e-6, err_msg=mask["name"])
+    later = len(IDS) - 1 - 5  # keys after position 5; the window of 2 also hides keys 0..3 in layer 0
+    assert [m["hidden"] for m in masks] == ([4 + later, later] if "sliding_window" in extra else [later, later])
