@@ -128,7 +128,7 @@ def stage_step(stage, config, position: int, T: int, head: int, kv_head: int) ->
         return step(stage.kind, config, stage.layer, part.shape, part)
     if stage.kind.startswith("q"):
         return step(stage.kind, config, stage.layer, part.shape, part[head], head=head)
-    keys = np.asarray(stage.array[0, kv_head, : position + 1], dtype=np.float64)  # (t+1,D)
+    keys = to_numpy(stage.array[0, kv_head, : position + 1]).astype(np.float64)  # (t+1,D), from NumPy or CuPy
     rows = [[rounded(float(np.linalg.norm(k)))] + [rounded(float(v)) for v in k[:KEY_VALUES]] for k in keys]
     return step(stage.kind, config, stage.layer, part.shape, part[kv_head], kv_head=kv_head, keys=rows)
 
