@@ -380,7 +380,7 @@ def test_a_long_grading_says_how_far_it_is(tmp_path):
     stream = io.StringIO()
     outcomes = grade_file(path, "rope*", Ticker(" of mine.py", stream, every=0.0))
     lines = stream.getvalue().splitlines()
-    assert len(outcomes) == 4 and lines[0] == "graded 0 of 4 cases of mine.py; now rope" and len(lines) == 4
+    assert len(outcomes) == 5 and lines[0] == "graded 0 of 5 cases of mine.py; now rope" and len(lines) == 5
     quiet = io.StringIO()
     grade_file(path, "rope*", Ticker("", quiet, every=3600.0))
     assert quiet.getvalue() == ""

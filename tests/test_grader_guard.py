@@ -38,7 +38,7 @@ ROPE_INVERSE = "return rope_forward(dy, cache.cos, -cache.sin)[0]  # the inverse
 
 def test_ropes_inverse_rotation_by_its_forward_passes(tmp_path):
     outcomes = graded(tmp_path, scaffold_with("rope", "rope_backward", ROPE_INVERSE), "rope*")
-    assert len(outcomes) == 4 and passed(outcomes), report(outcomes)
+    assert len(outcomes) == 5 and passed(outcomes), report(outcomes)
 
 
 NUMERIC_GRADIENT_RMSNORM = """

@@ -276,16 +276,7 @@ class GPT:
         ``segments (B,T)``: packed rows, each position's sequence (non-decreasing along a row, ``packing.py``):
         no token attends to another sequence's, and positions restart at 0 with each sequence.
         """
-        self._check_ids(token_ids, "token_ids")
-        self._check_targets(targets, token_ids.shape)
-        check_bool(for_backward, "for_backward")
-        check_bool(keep_caches, "keep_caches")
-        check_bool(recompute, "recompute")
-        if recompute and (keep_caches or not for_backward):
-            raise ValueError(
-                "recompute keeps only each block's input for a backward: it needs for_backward=True "
-                "and keep_caches=False"
-            )
+        self._check_forward(token_ids, targets, for_backward, keep_caches, recompute)
         keep_caches = keep_caches or for_backward
         packed = packing(segments, token_ids.shape)
         lora_dropout = self.lora is not None and self.lora.dropout > 0
@@ -313,6 +304,18 @@ class GPT:
             tuple(token_ids.shape), embedding_cache, embedding_dropout, blocks, final_norm_cache, loss_cache, packed
         )
         return _plus(loss, aux_loss), cache
+
+    def _check_forward(self, token_ids, targets, for_backward, keep_caches, recompute) -> None:
+        self._check_ids(token_ids, "token_ids")
+        self._check_targets(targets, token_ids.shape)
+        check_bool(for_backward, "for_backward")
+        check_bool(keep_caches, "keep_caches")
+        check_bool(recompute, "recompute")
+        if recompute and (keep_caches or not for_backward):
+            raise ValueError(
+                "recompute keeps only each block's input for a backward: it needs for_backward=True "
+                "and keep_caches=False"
+            )
 
     # ----------------------------------------------------------------- backward
 

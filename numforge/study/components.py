@@ -1,7 +1,7 @@
 """What the study tools call each stage on a given model: by the model's own components, never GPT-2's by default.
 
 A stage has a *kind*, the same on every model (``"pre-attention norm output"``, ``"embedding sum"``: the key of
-its equation, ``equations.py``, and of its sentence in the walkthrough, ``walk.py``), and a *name*, the kind said
+its equation, ``equations.py``, and of its sentence in the walkthrough), and a *name*, the kind said
 with what this model has (``stage_name``)::
 
     kind                                GPT-2                                  Llama (RoPE, RMSNorm, SwiGLU)
