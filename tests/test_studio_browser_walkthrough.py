@@ -18,8 +18,9 @@ from numforge.checkpoint import load_model
 from numforge.study.studio import Studio, StudioServer
 
 pytest.importorskip("selenium", reason='the browser tests need selenium: pip install -e ".[test]"')
+axe_selenium = pytest.importorskip("axe_core_python.selenium", reason='pip install -e ".[test]" (axe-core-python)')
 
-from browser import CHROMIUM, DRIVER, MISSING, WIDE, open_view, start_browser  # noqa: E402
+from browser import CHROMIUM, DRIVER, MISSING, PHONE, WIDE, open_view, page_fits, start_browser  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
@@ -29,6 +30,7 @@ if CHROMIUM is None or DRIVER is None:
 
 ATTENTION = ["q", "k", "v", "scores", "mask", "softmax", "weighted sum", "heads merged (out_proj input)"]
 ATTENTION += ["attention branch output", "residual after attention"]
+WCAG_AA = {"runOnly": {"type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]}}
 
 
 @pytest.fixture(scope="module")
@@ -136,3 +138,22 @@ def test_the_key_tables_name_each_key_and_the_hidden_ones(browser, server):
     assert f"Keys 2\u2026{T - 1} ({T - 2}) come later" in mask.text and f"{T - 2} of {T} keys hidden" in mask.text
     k = browser.find_element(By.CSS_SELECTOR, '#walk-steps li[data-kind="k"]')
     assert len(k.find_elements(By.CSS_SELECTOR, "tr")) == 1 + 2  # the header, keys 0 and 1
+
+
+@pytest.mark.parametrize("size", [WIDE, PHONE], ids=["1280px", "390px"])
+def test_a_position_inside_the_prompt_has_no_wcag_aa_violation_and_no_sideways_scroll(server, size):
+    """Another head, a position with later keys: every key table drawn, each a region the keyboard scrolls."""
+    browser = start_browser(size)
+    try:
+        open_view(browser, server, "walkthrough")
+        Select(browser.find_element(By.ID, "walk-head")).select_by_visible_text("1")
+        before = marker(browser)
+        browser.find_element(By.CSS_SELECTOR, '#walk-tokens .tok[data-position="3"]').send_keys(Keys.ENTER)
+        sampled(browser, before)
+        boxes = browser.find_elements(By.CSS_SELECTOR, "#walk-steps .walk-keys")
+        assert len(boxes) == 5 and all(b.get_attribute("tabindex") == "0" for b in boxes)  # k, v, S, S', P
+        found = axe_selenium.Axe().run(browser, options=WCAG_AA)["violations"]
+        assert [f"{v['id']}: {node['target']}" for v in found for node in v["nodes"]] == []
+        assert page_fits(browser)
+    finally:
+        browser.quit()

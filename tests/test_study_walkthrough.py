@@ -5,7 +5,8 @@ shares no code with numforge: the embedding, each block's norm, q/k/v (and the r
 every key, the mask, the softmax, the weighted sum, the output projection, the residual, the MLP, the final
 norm. Two models: GPT-2's parts (LayerNorm, learned positions, GELU, biases, tied) and Llama's with a sliding
 window (RMSNorm, RoPE, SwiGLU, 4 query heads over 2 key/value heads, no biases, untied), so the mask hides
-earlier keys too.
+earlier keys too; the first on the plain attention kernel (its cache keeps P), the second on the tiled one (P
+rebuilt from its log-sum-exp).
 """
 
 import numpy as np
@@ -17,7 +18,7 @@ from numforge.study.prompt import run_ids
 from numforge.study.walkthrough import walkthrough_view
 
 IDS = [3, 17, 5, 5, 28, 11, 2]
-GPT2 = dict(vocab_size=30, max_seq_len=16, d_model=16, num_heads=2, num_layers=2)
+GPT2 = dict(vocab_size=30, max_seq_len=16, d_model=16, num_heads=2, num_layers=2, attention="plain")  # P kept
 LLAMA = dict(
     vocab_size=30, max_seq_len=16, d_model=16, num_heads=4, num_kv_heads=2, num_layers=2, norm="rmsnorm",
     position="rope", activation="swiglu", use_bias=False, tie_weights=False, sliding_window=3,
@@ -111,3 +112,27 @@ def test_a_position_or_head_out_of_range_is_refused():
         walkthrough_view(model, Letters(), prompt, 7)
     with pytest.raises(ValueError, match="head"):
         walkthrough_view(model, Letters(), prompt, 0, 2)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        dict(position="alibi"),
+        dict(position="rope", attn_softcap=0.5, sliding_window=2, window_layers=(0,)),
+        dict(position="rope", qk_norm=True, attention="plain"),
+    ],
+    ids=["alibi", "softcap-window", "qk-norm"],
+)
+def test_the_masked_scores_softmax_to_the_kernels_own_weights(extra):
+    """The mask step's S' (the scores with the layer's soft cap, window and ALiBi terms) gives, by a softmax
+    written here, the weights the kernel's cache holds: no term is missing or added twice."""
+    model = tiny_model(dict(GPT2, attention="tiled") | extra)
+    view = walkthrough_view(model, Letters(), run_ids(model, Letters(), IDS), 5, 1)
+    masks = [s for s in view["steps"] if s["kind"] == "mask"]
+    weights = [s for s in view["steps"] if s["kind"] == "softmax"]
+    for mask, kernel in zip(masks, weights, strict=True):
+        s = np.array([-np.inf if v is None else v for v in mask["values"]])
+        p = np.exp(s - s.max())
+        np.testing.assert_allclose(kernel["values"], p / p.sum(), rtol=2e-5, atol=1e-6, err_msg=mask["name"])
+    later = len(IDS) - 1 - 5  # keys after position 5; the window of 2 also hides keys 0..3 in layer 0
+    assert [m["hidden"] for m in masks] == ([4 + later, later] if "sliding_window" in extra else [later, later])

@@ -10,8 +10,8 @@ temperature, top-k/top-p and the choice are the Next token view's answer, ``view
       q, k, v (and q, k after QK-norm / the rotation)         forward_stages: q of head h at t      (D,)
                                                               k, v of h's key/value head g at t     (D,)
                                                               and at every key j <= t               (t+1, D)
-      scores S = s q k_j^T                                    attention.attention_scores, row t     (T,)
-      mask: S' = f(S) + the layer's score terms               ops.scores.textbook_scores on S       (T,)
+      scores S = s q k_j^T                                    the kernel's cached q, k and scale    (T,)
+      mask: S' = f(S) + the layer's score terms               ops.scores.ScoreSeam on row t of S    (T,)
       softmax P = softmax(S')                                 attention.attention_weights, row t    (T,)
       weighted sum o = sum_j P_j v_j                          out_proj.x at t, head h's D values    (D,)
       heads merged, output projection, residual, the MLP's    forward_stages, at t
@@ -19,7 +19,7 @@ temperature, top-k/top-p and the choice are the Next token view's answer, ``view
 
 Every number is read from the cache of the one forward pass ``run_prompt`` made, or made by the kernel's own
 functions on it (the scores from the cached ``q, k`` and scale, as the kernel forms them; the mask by the
-kernel's score terms, ``ops/scores.py``); nothing is derived again by hand. A step holds its array's
+terms the tiled kernel adds to each tile, ``ops/scores.py``); nothing is derived again by hand. A step holds its array's
 ``shape`` at the position, its norm, its first ``VALUES`` numbers (6 significant digits), a sentence and its
 equation; the steps over keys hold one number per key (``None`` where the mask hides the key: ``-inf``).
 """
@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..backend import get_xp, to_numpy
 from ..checks import check_index
-from ..ops.scores import score_modifiers, textbook_scores
-from .attention import attention_scores, attention_weights
+from ..ops._kv_groups import repeat_kv
+from ..ops.scores import ScoreSeam, score_modifiers
+from .attention import attention_weights
 from .components import stage_name
 from .equations import modifiers_text, scale_text, stage_equation
 from .trace import at_position, forward_stages
@@ -126,22 +128,35 @@ def stage_step(stage, config, position: int, T: int, head: int, kv_head: int) ->
         return step(stage.kind, config, stage.layer, part.shape, part)
     if stage.kind.startswith("q"):
         return step(stage.kind, config, stage.layer, part.shape, part[head], head=head)
-    keys = np.asarray(stage.array[0, kv_head, : position + 1], dtype=np.float64)  # (t+1,D)
+    keys = to_numpy(stage.array[0, kv_head, : position + 1]).astype(np.float64)  # (t+1,D), from NumPy or CuPy
     rows = [[rounded(float(np.linalg.norm(k)))] + [rounded(float(v)) for v in k[:KEY_VALUES]] for k in keys]
     return step(stage.kind, config, stage.layer, part.shape, part[kv_head], kv_head=kv_head, keys=rows)
+
+
+def score_row(config, kernel, layer: int, position: int):
+    """``(S, S')`` of query ``position`` against every key, ``(H,T)`` each, float64: ``S = s q k^T`` from the
+    kernel's cached ``q, k`` and scale, ``S'`` with layer ``layer``'s score terms added as the tiled kernel adds
+    them to a tile (``ScoreSeam``: the transform, then the masks and biases at the query's position)."""
+    q, k = kernel.q[:, :, position : position + 1], kernel.k  # (1,H,1,D), (1,H_kv,T,D)
+    k = repeat_kv(k, q.shape[1] // k.shape[1])  # (1,H,T,D): query head h reads kv head h // (H / H_kv)
+    scores = get_xp(q).matmul(q, k.swapaxes(-1, -2)) * q.dtype.type(kernel.scale)  # (1,H,1,D) @ (1,H,D,T)
+    T = scores.shape[-1]
+    seam = ScoreSeam.whole(score_modifiers(False, None, config.score_modifiers(layer), scores.shape), q.shape[1])
+    masked = scores.copy()
+    seam.transform(masked, with_slope=False)  # f(S), a soft cap
+    seam.add(masked, range(position, position + 1), range(T), 0, masked=True)  # S' = f(S) + terms, -inf hidden
+    return to_numpy(scores)[0, :, 0].astype(np.float64), to_numpy(masked)[0, :, 0].astype(np.float64)
 
 
 def attention_steps(model, branch, layer: int, position: int, head: int) -> list[dict]:
     """The attention of ``layer`` at ``position``, head ``head``: the scores against every key, the mask, the
     softmax (each ``(T,)``, a key the mask hides ``None``), the weighted sum ``(D,)``."""
     config, kernel = model.config, branch.attention
-    scores = attention_scores(kernel)  # (1,H,T,T), S = s q k^T
+    scores, masked = score_row(config, kernel, layer, position)  # (H,T) each
     T, D = scores.shape[-1], config.head_dim
-    applied = score_modifiers(False, None, config.score_modifiers(layer), scores.shape)
-    masked, _ = textbook_scores(scores.copy(), applied)  # S' = f(S) + terms: the plain kernel's line
     weights = attention_weights(kernel)[0, head, position]  # (T,) the kernel's own P
     merged = at_position(branch.out_proj.x, position, T)  # (H D,) the heads side by side
-    row, hidden = masked[0, head, position], np.isneginf(masked[0, head, position])  # (T,)
+    hidden = np.isneginf(masked[head])  # (T,)
     equations = {
         "scores": f"S_j = s q . k_j,  s = {scale_text(config)}",
         "mask": f"S'_j = S_j with {modifiers_text(config, layer)}  (-inf: hidden)",
@@ -149,8 +164,8 @@ def attention_steps(model, branch, layer: int, position: int, head: int) -> list
         "weighted sum": "o = sum_j P_j v_j",
     }
     each = {
-        "scores": scores[0, head, position],
-        "mask": np.where(hidden, 0.0, row),
+        "scores": scores[head],
+        "mask": np.where(hidden, 0.0, masked[head]),
         "softmax": weights,
         "weighted sum": merged.reshape(config.num_heads, D)[head],  # (H D,) -> (H,D) -> (D,)
     }

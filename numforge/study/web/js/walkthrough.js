@@ -6,7 +6,7 @@
    position). Nothing here is computed again. */
 
 import { ask } from "./ask.js";
-import { $, cell, clear, el, fmt, head, row } from "./dom.js";
+import { $, cell, clear, el, fmt, row } from "./dom.js";
 import { settings } from "./next.js";
 import { promptBody, state } from "./state.js";
 import { tokenStrip } from "./tokens.js";
@@ -29,6 +29,8 @@ export const walkthroughView = {
       if (!part || part.title !== title) part = { title: title, layer: s.layer, list: walkPart(list, title) };
       part.list.appendChild(walkStage(s, d));
     });
+    /* each key table shows its last rows: the followed position's own key, and the later ones */
+    list.querySelectorAll(".walk-keys").forEach(function (box) { box.scrollTop = box.scrollHeight; });
     ask("walk-sample", "/api/next", promptBody(Object.assign({ position: d.position }, settings())), drawWalkSampling,
       $("walk-sample"));
   }
@@ -67,7 +69,7 @@ function shapeText(shape) { return "(" + shape.join(", ") + ")"; }
 function walkStep(name, shape, sentence, equation, numbers) {
   var li = el("li", "walk-step");
   li.appendChild(el("h4", null, name));
-  if (shape) li.appendChild(el("p", "shape", "shape " + shape));
+  if (shape) li.appendChild(el("p", "shape", (shape[0] === "(" ? "shape " : "") + shape));
   if (sentence) li.appendChild(el("p", null, sentence));
   if (equation) li.appendChild(el("p", "eq", equation));
   if (numbers) li.appendChild(el("p", "nums", numbers));
@@ -98,12 +100,21 @@ function walkStage(s, d) {
   return li;
 }
 
+/* a key table's header, each name over its column: numbers right, the token and the vectors left */
+function keyHead(table, names) {
+  var tr = table.appendChild(el("tr"));
+  names.forEach(function (n) {
+    var left = n === "token" || n === "mask" || n === "" || n.indexOf("first values") === 0;
+    tr.appendChild(el("th", left ? "t" : null, n));
+  });
+}
+
 /* scores, mask, softmax: one row per key up to the position (later keys: one line), the token beside it */
 function keyTable(s, d) {
   var box = el("div", "scroll walk-keys"), table = box.appendChild(el("table"));
   box.setAttribute("role", "region");
   box.setAttribute("aria-label", s.name + ", one row per key");
-  head(table, ["key j", "token"].concat(s.kind === "mask" ? ["mask"] : [], [KEYED[s.kind]], s.kind === "softmax" ? [""] : []));
+  keyHead(table, ["key j", "token"].concat(s.kind === "mask" ? ["mask"] : [], [KEYED[s.kind]], s.kind === "softmax" ? [""] : []));
   s.values.slice(0, d.position + 1).forEach(function (v, j) {
     var cells = [String(j), d.tokens[j].shown].concat(s.kind !== "mask" ? [] : [v === null ? "hidden (\u2212\u221e)" : "seen"],
       [v === null ? "\u2212\u221e" : fmt(v)]);
@@ -129,8 +140,7 @@ function vectorTable(s, d) {
   var box = el("div", "scroll walk-keys"), table = box.appendChild(el("table")), letter = s.kind[0];
   box.setAttribute("role", "region");
   box.setAttribute("aria-label", s.name + ", one row per position");
-  head(table, ["j", "token", "\u2016" + letter + "_j\u2016"]);
-  table.rows[0].appendChild(el("th", "t", "first values of " + letter + "_j"));
+  keyHead(table, ["j", "token", "\u2016" + letter + "_j\u2016", "first values of " + letter + "_j"]);
   s.keys.forEach(function (k, j) {
     row(table, [String(j), d.tokens[j].shown, fmt(k[0]), cell(valuesText(k.slice(1)), "t vals")], j === d.position ? "on" : "");
   });
@@ -148,9 +158,11 @@ function drawWalkSampling(n) {
     "Divided by the temperature, exponentiated and normalized: probabilities that sum to 1. The Next token view " +
     "sets \u03c4.", "p = softmax(z / \u03c4)", "the largest: " + top.map(function (t) { return named(t, 2); }).join(", ")));
   list.appendChild(walkStep("top-k " + (n.top_k === null ? "(all)" : n.top_k) + ", top-p " + (n.top_p === null ? "(1)" : n.top_p),
-    null, "Only the likeliest tokens are kept, and renormalized to q.", null,
+    shapeText([n.vocab_size]) + ": q, 0 for every token not kept",
+    "Only the likeliest tokens are kept (the k likeliest, then the fewest whose p adds up to top-p), and " +
+    "renormalized to q.", "q = p over the kept tokens / their sum",
     n.kept_count + " of " + n.vocab_size + " tokens kept, holding p mass " + fmt(n.kept_mass)));
-  var chosen = walkStep(n.greedy ? "greedy: argmax z" : "sample from q, seed " + n.seed, null,
+  var chosen = walkStep(n.greedy ? "greedy: argmax z" : "sample from q, seed " + n.seed, "one token id",
     "The token that comes next, appended to the prompt for the next step.", null,
     "\u201c" + n.chosen.shown + "\u201d (id " + n.chosen.id + "), p = " + fmt(n.chosen.p) + ", q = " + fmt(n.chosen.q));
   chosen.setAttribute("data-chosen", String(n.chosen.id));
