@@ -16,6 +16,7 @@ import { traceView } from "./trace.js";
 import { trainingView } from "./training.js";
 import { walkthroughView } from "./walkthrough.js";
 
+const SERVER_ONLY = ["training", "walkthrough", "routing"];  /* the views an inspector page holds no answers for */
 const VIEWS = {
   tokenizer: tokenizerView, next: nextView, walkthrough: walkthroughView, attention: attentionView, trace: traceView,
   training: trainingView, routing: routingView
@@ -74,7 +75,7 @@ function readOnly() {
   promptBox.value = STATIC.prompt;
   promptBox.readOnly = true;
   $("prompt-info").textContent = "(numforge inspect wrote this page for this prompt; numforge studio takes any)";
-  ["training", "walkthrough"].forEach(function (v) { document.querySelector('#tabs [data-view="' + v + '"]').disabled = true; });
+  SERVER_ONLY.forEach(function (v) { document.querySelector('#tabs [data-view="' + v + '"]').disabled = true; });
   var n = STATIC.answers.next;  /* its one position: the prompt's chips there follow nothing */
   $("next-note").textContent = "One position's path from the model to a token, as numforge sample takes it: this " +
     "page holds it at the last position, " + n.position + ", at temperature " + n.temperature + (n.greedy ? ", greedy" :
@@ -89,5 +90,5 @@ api("/api/model").then(function (m) {
   if (STATIC) readOnly();
   else $("prompt-info").textContent = "up to " + m.context + " tokens (the model's context).";
   var wanted = location.hash.slice(1);
-  show(VIEWS[wanted] && !(STATIC && ["training", "walkthrough"].includes(wanted)) ? wanted : STATIC ? "trace" : "next");
+  show(VIEWS[wanted] && !(STATIC && SERVER_ONLY.includes(wanted)) ? wanted : STATIC ? "trace" : "next");
 }).catch(fail);
