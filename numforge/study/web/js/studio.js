@@ -6,6 +6,7 @@
 import { api, STATIC } from "./api.js";
 import { fail, superseded } from "./ask.js";
 import { attentionView } from "./attention.js";
+import { chatView } from "./chat.js";
 import { $ } from "./dom.js";
 import { nextView } from "./next.js";
 import { promptBox, state } from "./state.js";
@@ -17,11 +18,14 @@ import { walkthroughView } from "./walkthrough.js";
 
 const VIEWS = {
   tokenizer: tokenizerView, next: nextView, walkthrough: walkthroughView, attention: attentionView, trace: traceView,
-  training: trainingView
+  training: trainingView, chat: chatView
 };
+const SERVER_ONLY = ["training", "walkthrough", "chat"];  /* the views an inspector page disables */
 
 function show(view) {
+  if (view !== state.view && VIEWS[state.view].leave) VIEWS[state.view].leave();  /* a chat reply is stopped */
   state.view = view;
+  document.body.setAttribute("data-view", view);
   document.querySelectorAll("#tabs button").forEach(function (b) {
     var on = b.getAttribute("data-view") === view;
     b.setAttribute("aria-selected", String(on));
@@ -73,7 +77,7 @@ function readOnly() {
   promptBox.value = STATIC.prompt;
   promptBox.readOnly = true;
   $("prompt-info").textContent = "(numforge inspect wrote this page for this prompt; numforge studio takes any)";
-  ["training", "walkthrough"].forEach(function (v) { document.querySelector('#tabs [data-view="' + v + '"]').disabled = true; });
+  SERVER_ONLY.forEach(function (v) { document.querySelector('#tabs [data-view="' + v + '"]').disabled = true; });
   ["next-temperature", "next-top-k", "next-top-p", "next-seed"].forEach(function (id) { $(id).disabled = true; });
   document.querySelectorAll('input[name="next-choice"]').forEach(function (r) { r.disabled = true; });
 }
@@ -84,5 +88,5 @@ api("/api/model").then(function (m) {
   if (STATIC) readOnly();
   else $("prompt-info").textContent = "up to " + m.context + " tokens (the model's context).";
   var wanted = location.hash.slice(1);
-  show(VIEWS[wanted] && !(STATIC && ["training", "walkthrough"].includes(wanted)) ? wanted : STATIC ? "trace" : "next");
+  show(VIEWS[wanted] && !(STATIC && SERVER_ONLY.includes(wanted)) ? wanted : STATIC ? "trace" : "next");
 }).catch(fail);
