@@ -1,31 +1,65 @@
 """``numforge train --init-from DIR --chat FILE.jsonl``: a transformers-saved chat model fine-tuned on conversations,
 the loss on the assistant's tokens only, resumed exactly."""
 
+import json
+
 import numpy as np
 import pytest
 from chat_templates import chat_model_directory, write_chat_jsonl
+from helpers import reseal
 
 from numforge import checkpoint, cli
 
 pytest.importorskip("jinja2")
 
 
-@pytest.mark.parametrize("adapters", [[], ["--lora", "q,v"]], ids=["full", "lora"])
-def test_a_chat_fine_tune_resumed_equals_the_straight_run(tmp_path, adapters):
-    directory, chat = chat_model_directory(tmp_path / "model"), write_chat_jsonl(tmp_path / "chat.jsonl")
-    common = ["--init-from", str(directory), "--chat", str(chat), "--seq-len", "96", "--batch-size", "2", *adapters]
-    common += ["--no-progress", "--eval-every", "2", "--save-every", "2", "--lr", "1e-3", "--threads", "1"]
+def straight_and_resumed(tmp_path, flags, before_resuming=lambda stopped: None):
+    """``flags`` trained 4 steps straight, and 2 steps then resumed to 4 (``before_resuming(stopped)`` between):
+    the two checkpoints, and the two loss logs (which must match)."""
+    common = [*flags, "--no-progress", "--eval-every", "2", "--save-every", "2", "--lr", "1e-3", "--threads", "1"]
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     assert cli.main(["train", *common, "--out", str(straight), "--max-steps", "4"]) == 0
     assert cli.main(["train", *common, "--out", str(stopped), "--max-steps", "2"]) == 0
+    before_resuming(stopped)
     assert cli.main(["train", "--resume", str(stopped), "--max-steps", "4", "--no-progress", "--threads", "1"]) == 0
     a, b = checkpoint.load_checkpoint(straight), checkpoint.load_checkpoint(stopped)
     assert a.state["step"] == b.state["step"] == 4
     assert a.params.keys() == b.params.keys() and all(np.array_equal(a.params[n], b.params[n]) for n in a.params)
-    assert all(".lora_" in n for n in a.params) == bool(adapters)  # a LoRA run checkpoints its adapters alone
-    assert a.state["data"]["chat_template_dir"] == str(directory)
     log = (straight / "loss.csv").read_text(encoding="utf-8")
     assert log == (stopped / "loss.csv").read_text(encoding="utf-8")
+    return a, log
+
+
+@pytest.mark.parametrize("adapters", [[], ["--lora", "q,v"]], ids=["full", "lora"])
+def test_a_packed_chat_fine_tune_resumed_equals_the_straight_run(tmp_path, capsys, adapters):
+    directory = chat_model_directory(tmp_path / "model", "llama3")  # its examples pack 11 into 4 rows of 96
+    chat = write_chat_jsonl(tmp_path / "chat.jsonl")
+    flags = ["--init-from", str(directory), "--chat", str(chat), "--seq-len", "96", "--batch-size", "2", *adapters]
+    final, _ = straight_and_resumed(tmp_path, flags)
+    assert all(".lora_" in n for n in final.params) == bool(adapters)  # a LoRA run checkpoints its adapters alone
+    assert final.state["data"]["chat_template_dir"] == str(directory) and final.state["data"]["chat_packed"]
+    said = capsys.readouterr().out
+    assert "chat: 11 examples packed into 4 rows of 96 positions (11 unpacked): 74.0 tokens a row" in said
+
+
+def test_an_unpacked_run_and_one_from_before_packing_resume_unpacked(tmp_path, capsys):
+    directory = chat_model_directory(tmp_path / "model", "llama3")
+    chat = write_chat_jsonl(tmp_path / "chat.jsonl")
+    flags = ["--init-from", str(directory), "--chat", str(chat), "--seq-len", "96", "--batch-size", "2"]
+
+    def as_before_packing(stopped):  # a checkpoint written before packing records no chat_packed
+        state_file = stopped / "ckpt-00000002" / "state.json"
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+        del state["data"]["chat_packed"]
+        state_file.write_text(json.dumps(state), encoding="utf-8")
+        reseal(state_file.parent)
+
+    final, unpacked_log = straight_and_resumed(tmp_path / "unpacked", [*flags, "--no-pack"], as_before_packing)
+    assert final.state["data"]["chat_packed"] is False
+    assert "chat: 11 examples, one a row of 96 positions (--no-pack; packed: 4 rows)" in capsys.readouterr().out
+    assert cli.main(["train", *flags, "--no-progress", "--max-steps", "4", "--eval-every", "2", "--lr", "1e-3",
+                     "--threads", "1", "--out", str(tmp_path / "packed")]) == 0  # fmt: skip
+    assert (tmp_path / "packed" / "loss.csv").read_text(encoding="utf-8") != unpacked_log  # other rows, other losses
 
 
 @pytest.mark.parametrize(
@@ -34,12 +68,18 @@ def test_a_chat_fine_tune_resumed_equals_the_straight_run(tmp_path, adapters):
         ([], "--chat fine-tunes the chat model of --init-from"),
         (["--init-from", "m", "--data", "x.txt"], "--chat fine-tunes the chat model of --init-from"),
         (["--resume", "r"], "--chat cannot change when resuming"),
+        (["--resume", "r", "--no-pack"], "--chat, --pack cannot change when resuming"),
     ],
 )
 def test_chat_needs_a_chat_models_directory_and_a_new_run(tmp_path, capsys, flags, message):
     chat = write_chat_jsonl(tmp_path / "chat.jsonl")
     assert cli.main(["train", "--chat", str(chat), *flags]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_pack_needs_chat(capsys):
+    assert cli.main(["train", "--no-pack", "--max-steps", "1"]) == 2
+    assert "--pack and --no-pack lay out the conversations of --chat: give --chat" in capsys.readouterr().err
 
 
 def test_a_bad_chat_line_is_refused_before_training(tmp_path, capsys):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from masked_batch import ROWS, masked_batch, split_loss_and_gradients
+from masked_batch import ROWS, SEGMENTS, masked_batch, split_loss_and_gradients
 from test_parallel import mpi_env, mpiexec_path
 
 from numforge.model import IGNORE_INDEX
@@ -63,6 +63,27 @@ def test_every_split_has_torchs_mean_and_the_unsplit_gradients(unsplit, threads,
     assert largest_difference(grads, unsplit[1]) < FLOAT64_TOLERANCE
 
 
+@pytest.fixture(scope="module")
+def packed():
+    """The batch's rows as packed sequences (``SEGMENTS``), unsplit: ``(segments, loss, grads)``."""
+    model, x, y = masked_batch()
+    segments = np.array(SEGMENTS)  # (6,8)
+    return (segments, *split_loss_and_gradients(model, x, y, SingleProcess(), 1, 1, segments))
+
+
+def test_the_packed_batch_is_not_the_unpacked_one(unsplit, packed):
+    assert packed[1] != pytest.approx(unsplit[0], rel=1e-6)  # the segments change the batch: the checks below bite
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("grad_accum", [1, 2, 3])
+def test_every_split_of_packed_rows_has_the_unsplit_loss_and_gradients(packed, threads, grad_accum):
+    model, x, y = masked_batch()
+    loss, grads = split_loss_and_gradients(model, x, y, SingleProcess(), threads, grad_accum, packed[0])
+    assert loss == pytest.approx(packed[1], rel=FLOAT64_TOLERANCE, abs=0)
+    assert largest_difference(grads, packed[2]) < FLOAT64_TOLERANCE
+
+
 @pytest.mark.parametrize("threads", [2, 3])
 def test_the_evaluation_mean_is_torchs_mean_over_every_batch(threads):
     model, x, y = masked_batch()
@@ -97,13 +118,25 @@ def test_part_weights_count_each_part_by_its_targets():
     assert part_weight(0, 0, 4) is None  # nothing counted anywhere: every part's loss is 0 already
 
 
-@pytest.mark.parametrize("threads, grad_accum", [(1, 1), (2, 1), (1, 3)])  # each rank's 3 rows: 3; 2 + 1; 1, 1, 1
-def test_two_ranks_have_torchs_mean_and_the_unsplit_gradients(tmp_path, unsplit, threads, grad_accum):
+def two_ranks(tmp_path, threads: int, grad_accum: int, *flags) -> dict:
+    """The arrays ``masked_batch.py`` writes from two ranks: ``loss`` and the gradients."""
     out = tmp_path / "two_ranks.npz"
     command = [mpiexec_path(), "-n", "2", sys.executable, str(MASKED_SCRIPT), str(out)]
-    command += ["--threads", str(threads), "--grad-accum", str(grad_accum)]
+    command += ["--threads", str(threads), "--grad-accum", str(grad_accum), *flags]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=mpi_env())
     assert result.returncode == 0, result.stderr
-    saved = np.load(out)
+    return dict(np.load(out))
+
+
+@pytest.mark.parametrize("threads, grad_accum", [(1, 1), (2, 1), (1, 3)])  # each rank's 3 rows: 3; 2 + 1; 1, 1, 1
+def test_two_ranks_have_torchs_mean_and_the_unsplit_gradients(tmp_path, unsplit, threads, grad_accum):
+    saved = two_ranks(tmp_path, threads, grad_accum)
     assert float(saved["loss"]) == pytest.approx(torch_mean_loss(*masked_batch()), rel=FLOAT64_TOLERANCE, abs=0)
     assert largest_difference({n: saved[n] for n in unsplit[1]}, unsplit[1]) < FLOAT64_TOLERANCE
+
+
+@pytest.mark.parametrize("threads, grad_accum", [(2, 1), (1, 3)])
+def test_two_ranks_of_packed_rows_have_the_unsplit_loss_and_gradients(tmp_path, packed, threads, grad_accum):
+    saved = two_ranks(tmp_path, threads, grad_accum, "--packed")
+    assert float(saved["loss"]) == pytest.approx(packed[1], rel=FLOAT64_TOLERANCE, abs=0)
+    assert largest_difference({n: saved[n] for n in packed[2]}, packed[2]) < FLOAT64_TOLERANCE

@@ -3,13 +3,15 @@ legacy, Gemma, Metaspace decoders): ids, prompts and decoded text equal Hugging 
 on tokenizers trained here in each family's pipeline and a multilingual text where byte fallback fires."""
 
 import json
+import random
 
 import pytest
 from hf_spm_tokenizers import FAMILIES, RARE, multilingual
 
 from numforge.tokenizer import load_tokenizer
-from numforge.tokenizer.spm_bpe import SentencePieceBPE
-from numforge.tokenizer.spm_pipeline import Metaspace, decode_tokens, pre_tokenize
+from numforge.tokenizer._merge import merge_short
+from numforge.tokenizer.spm_bpe import SentencePieceBPE, _side_by_side, safe_cuts
+from numforge.tokenizer.spm_pipeline import Metaspace, decode_tokens, normalize, pre_tokenize
 
 tokenizers = pytest.importorskip("tokenizers")
 
@@ -33,6 +35,42 @@ def test_ids_prompts_and_text_equal_tokenizers(family):
         assert ours.encode(text) == ids, (name, text[:60])
         assert ours.encode_prompt(text) == theirs.encode(text).ids, (name, text[:60])
         assert ours.decode(ids) == theirs.decode(ids, skip_special_tokens=False), (name, text[:60])
+
+
+def plain_encode(tok: SentencePieceBPE, text: str) -> list[int]:
+    """The oracle beside the fast path: each word of the pipeline whole (no cut, no cache), its characters' ids one
+    by one, merged by the simple loop (``merge_short``, O(n^2))."""
+    ids = []
+    for word in pre_tokenize(normalize(text, tok.normalizer), tok.pre_tokenizer, True):
+        ids += merge_short(tok.symbols_by_character(word), tok._merged, tok._made)
+    return ids
+
+
+def random_texts(tok: SentencePieceBPE, n: int, seed: int) -> list[str]:
+    """Texts of the vocabulary's characters in random order (so most pairs stand side by side in no piece, and
+    ``safe_cuts`` cuts often), spaces, newlines, "▁" and characters with no token."""
+    rng = random.Random(seed)
+    alphabet = sorted({c for piece in tok.vocab if not piece.startswith("<") for c in piece})
+    alphabet += [" ", " ", "\n", "▁", *RARE.split(" ")]
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 300))) for _ in range(n)]
+
+
+def test_the_fast_path_equals_the_plain_merge_and_tokenizers(family):
+    name, theirs, ours = family
+    texts = [t for t in TEXTS if "<" not in t] + [multilingual(3000, seed=9), *random_texts(ours, 150, len(name))]
+    for text in texts:
+        ids = ours.encode_ordinary(text)
+        assert ids == plain_encode(ours, text) == theirs.encode(text, add_special_tokens=False).ids, (name, text[:60])
+    word = normalize(multilingual(300, seed=2), ours.normalizer)
+    assert safe_cuts(word, ours._apart, ours._chars), name  # the cuts are taken
+
+
+def test_safe_cuts_are_where_no_piece_holds_the_two_characters():
+    vocab = {"a": 0, "b": 1, "c": 2, "ab": 3, "<0xF0>": 4}
+    apart, chars = _side_by_side(vocab), frozenset("abc")
+    assert safe_cuts("abcab", apart, chars) == [2, 3]  # "ab" | "c" | "ab"
+    assert safe_cuts("ab🙂ca", apart, chars) == [4]  # never beside a character without a token
+    assert safe_cuts("", apart, chars) == safe_cuts("ab", apart, chars) == []
 
 
 def test_byte_fallback_fires_and_decodes_back(family):
@@ -72,9 +110,10 @@ def test_unk_without_byte_fallback_fuses_a_run(tmp_path):
                      [decoders.Replace("▁", " "), decoders.Fuse()], byte_fallback=False, vocab_size=400)  # fmt: skip
     theirs.save(str(tmp_path / "tokenizer.json"))
     ours = load_tokenizer(tmp_path / "tokenizer.json")
-    for text in ["𝔘𝔫𝔦 ok ꙮ𓀀x", RARE, multilingual(500, seed=1)]:
+    for text in ["𝔘𝔫𝔦 ok ꙮ𓀀x", RARE, multilingual(500, seed=1), *random_texts(ours, 100, seed=1)]:
         ids = theirs.encode(text).ids
         assert ours.encode_prompt(text) == ids and ours.decode(ids) == theirs.decode(ids, skip_special_tokens=False)
+        assert ours.encode_ordinary(text) == plain_encode(ours, text), text[:60]
     assert ours.encode("𝔘𝔫𝔦").count(ours.unk_id) == 1  # fuse_unk: one <unk> for the run
 
 

@@ -9,6 +9,7 @@ import time
 
 from .. import interrupts
 from ..data import DEFAULT_CORPUS
+from ..data.chat import ChatSampler
 from ..generate import RUN_SAMPLE, generate
 from ..training import LOSS_CSV, LOSS_PNG, TrainingDiverged, TrainSettings, train
 from ..training.memory_plan import chosen_plan, plan_table, run_plans
@@ -115,6 +116,8 @@ def _train(args: argparse.Namespace, session, world, threads: int, say, report, 
         + (f" in {settings.grad_accum} micro-batches" if settings.grad_accum > 1 else "")
         + (f", {threads} threads" + (" per rank" if world.size > 1 else "") if threads > 1 else "")
     )
+    if isinstance(session.sampler, ChatSampler):
+        report(f"chat: {session.sampler.rows.layout()}")  # the training rows
     plans = run_plans(model.config, settings, model.lora)
     report(plan_table(plans, chosen_plan(settings, model.lora)))  # checked when the run started
     first_step = session.step

@@ -14,6 +14,8 @@ mask, with Tq != Tk and grouped-query heads: ``attention.scores.alibi``,
 The ``sinks`` cases give the kernels one sink logit per query head (gpt-oss), an input with its own gradient
 ``dsinks``, after ``dv``: causal, windowed, masked, with dropout, grouped-query, Tq != Tk, rows that see only
 their sink.
+The ``window`` cases run the tiled kernel with a sliding window alone, as the model does (ragged tiles: some
+skipped, some the window's edge crosses, some wholly inside); its known mistakes are ``window_mistakes.py``'s.
 The ``segments`` cases pack several sequences into each row, cut differently in each row (``ops/segments.py``).
 """
 
@@ -271,6 +273,36 @@ CASES = [
         dropout_p=0.3,
         dropout_seed=9,
     ),  # fmt: skip
+    # sliding windows as the model runs them (the window alone, causal itself): ragged tiles, some wholly outside
+    # the window (skipped), some its left edge crosses, some wholly inside, the diagonal's
+    _case(
+        "flash_attention.window",
+        (1, 2, 11, 11, 3, 4),
+        seed=70,
+        causal=False,
+        block_q=2,
+        block_k=2,
+        modifiers=(("window", 4),),
+    ),
+    _case(
+        "flash_attention.window_gqa_tq<tk",
+        (1, 4, 5, 12, 3, 2),
+        seed=71,
+        kv_heads=2,
+        causal=False,
+        block_q=2,
+        block_k=3,
+        modifiers=(("window", 4),),
+    ),
+    _case(
+        "flash_attention.window_alibi_tq>tk",
+        (2, 2, 7, 4, 3, 3),
+        seed=72,
+        causal=False,
+        block_q=2,
+        block_k=2,
+        modifiers=(("window", 3), "alibi"),
+    ),
     # packed segments (ops/segments.py): rows of several sequences, each row cut differently, none seeing another
     _segments_case("attention.segments_gqa_causal", (2, 4, 7, 7, 3, 2), 60, [[3, 1, 3], [2, 5]], kv_heads=2),
     _segments_case(

@@ -26,6 +26,7 @@ from ..ops.linear import linear_backward
 from ..ops.lora import lora_backward
 from ..ops.moe import moe_backward
 from ..ops.rope import rope_forward
+from . import window_mistakes
 from .check import relative_error
 
 SAME = 1e-9  # a learner's gradient this close to a mistake's is that mistake (rounding apart)
@@ -188,6 +189,47 @@ MOE_MISTAKES = (
 )  # each bound to (dy, cache) of a check, and daux where the auxiliary losses are on
 
 
+def _window_argument(mistake, index: int):
+    """Gradient ``index`` (dq, dk, dv) of a windowed tiled backward with ``mistake`` (``window_mistakes.py``)."""
+
+    def gradient(dy, cache):
+        grads = mistake(dy, cache)
+        return None if grads is None else grads[index]
+
+    return gradient
+
+
+WINDOW_UNMASKED = (
+    "yours rebuilds the probabilities P = exp(S - L) of the tiles the window crosses without its mask: a key "
+    "outside the window has S' = -inf, so P = 0 exactly and dS = P (dP - D) = 0; recompute each tile with the "
+    "terms the forward added (the tile's masked flag, from _query_tiles)"
+)
+WINDOW_CROSSED = (
+    "yours skips every tile a mask crosses (the window's left edge, the diagonal): only a tile hidden from every "
+    "query of it is all zeros; a tile partly inside the window is visited, with the mask added"
+)
+WINDOW_EDGE = (
+    "yours skips the key tile the window's left edge crosses (it starts before the first key the query tile "
+    "sees, yet holds keys some of its queries see): walk every key tile that meets [i - W + 1, i] for some "
+    "query i of the tile, from lo = max(k_start, that first key)"
+)
+WINDOW_DROPPED = (
+    "yours drops the window from the scores' seam: it walks and recomputes P as if query i saw every key the "
+    "other masks allow; the backward's P must be the forward's, exp(S + M - L) with the window's M "
+    "(-inf unless i - W < j <= i), on the tiles the window leaves"
+)
+WINDOW_MISTAKES = tuple(
+    Mistake(argument, words, _window_argument(mistake, index))
+    for words, mistake in (
+        (WINDOW_UNMASKED, window_mistakes.unmasked),
+        (WINDOW_CROSSED, window_mistakes.crossed_skipped),
+        (WINDOW_EDGE, window_mistakes.edge_skipped),
+        (WINDOW_DROPPED, window_mistakes.window_dropped),
+    )
+    for index, argument in enumerate(("q", "k", "v"))
+)  # each bound to (dy, cache) of a tiled attention check; None where the case has no window
+
+
 SKIP = "each residual sum x + f(x) passes dy on unchanged: its gradient is dy plus what f's backward returns"
 ROPE_FORWARD = (
     "yours is the forward's rotation of dy (by +angle, sin as it is): the backward is its transpose, the rotation "
@@ -225,6 +267,7 @@ MISTAKES: dict[str, tuple[Mistake, ...]] = {  # by the backward they are mistake
     "rope_backward": (Mistake("x", ROPE_FORWARD, lambda dy, c: rope_forward(dy, c.cos, c.sin)[0]),),
     "rms_norm_backward": (Mistake("x", RMS_MEAN, _rms_with_mean),),
     "moe_backward": MOE_MISTAKES,
+    "flash_attention_backward": WINDOW_MISTAKES,
     "block_backward": tuple(
         Mistake("x", f"yours leaves out the gradient of {which}: {SKIP}", _block_without(skips))
         for which, skips in (

@@ -67,6 +67,7 @@ from .views import (
     trace_view,
     training_view,
 )
+from .walkthrough import walkthrough_view
 
 MAX_BODY = 96 * 1024  # bytes of one request body: MAX_TOKENIZER_TEXT characters of 4 UTF-8 bytes each fit
 MAX_ANSWER = 64 * 1024 * 1024  # bytes of one answer (GPT-2's 12 heads at context 1024: 17 MB)
@@ -148,6 +149,11 @@ class Studio:
         prompt, grads = self.prompt(body, with_backward=True)
         position = optional_int(body, "position", len(prompt.ids) - 1)
         return trace_view(self.model, self.tokenizer, prompt, grads, position)
+
+    def walkthrough(self, body: dict) -> dict:
+        prompt, _ = self.prompt(body)
+        position = optional_int(body, "position", len(prompt.ids) - 1)
+        return walkthrough_view(self.model, self.tokenizer, prompt, position, optional_int(body, "head", 0))
 
     def lens(self, body: dict) -> dict:
         prompt, _ = self.prompt(body)
@@ -403,6 +409,7 @@ ROUTES = {  # path -> (method, Studio method name); "page" is the HTML page
     "/api/tokenize": ("POST", "tokenize"),
     "/api/trace": ("POST", "trace"),
     "/api/lens": ("POST", "lens"),
+    "/api/walkthrough": ("POST", "walkthrough"),
     "/api/attention": ("POST", "attention"),
     "/api/next": ("POST", "next_token"),
     "/api/generate": ("POST", "generate"),

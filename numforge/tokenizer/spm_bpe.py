@@ -11,6 +11,13 @@ merges ("▁", "h"), ("▁h", "i"): "▁hi🙂" starts as [3, 4, 5, <0xF0>, <0x9
 Around the BPE (``spm_pipeline``): special and added tokens are cut out of the text first, each piece
 between them is normalized and pre-tokenized into words, each word merged (remembered in a cache).
 
+Cutting a word where no merge can join its two sides leaves its ids as they are, and gives short, repeated
+parts the caches remember: first before each "▁" run (``_safe_cut``, a regex), then, for a part not yet in the
+cache, between two characters with tokens that stand side by side in no piece of the vocabulary
+(``safe_cuts``). Why no merge joins them: a merge makes the token whose piece is its two pieces joined, so a
+token over characters x and y holds "xy". Example: no piece holds "a▁", so "ba▁c" is "ba" + "▁c"; "a▁" in one
+piece, and it stays whole.
+
 What is lossless: ``decode(encode(text))`` is ``text`` for Gemma's pipeline and for Llama's when the text
 holds no "▁" (U+2581: it is the space's stand-in, so it comes back as a space), no character that falls to
 ``unk``, and no special token (Llama's ``Prepend`` gives each piece after one a "▁" that decodes as a space).
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import compress, count, islice, repeat
 
 from ..atomic import write_text_atomic
 from . import spm_file
@@ -74,8 +82,11 @@ class SentencePieceBPE:
         self._byte_ids = [self.vocab.get(f"<0x{b:02X}>") for b in range(256)]  # (256,) None where missing
         self._tokens = {i: piece for piece, i in {**self.vocab, **self.special_tokens, **self.added_tokens}.items()}
         self.vocab_size = max(self._tokens, default=-1) + 1
-        self._cache = ChunkCache(self._encode_word)
+        self._cache = ChunkCache(self._encode_part)  # a part of a word (``_cut``) -> its ids
+        self._words = ChunkCache(self._encode_word)  # a part of one (``safe_cuts``) -> its ids
         self._cut = None if ignore_merges else _safe_cut(self.vocab)
+        self._chars = frozenset(piece for piece in self.vocab if len(piece) == 1)  # characters with a token
+        self._apart = None if ignore_merges else _side_by_side(self.vocab)
 
     # ---------------------------------------------------------------- encoding
 
@@ -115,6 +126,16 @@ class SentencePieceBPE:
                 ids += self._cache[part]
         return ids
 
+    def _encode_part(self, part: str) -> list[int]:
+        """A part's ids: the ids of its pieces between ``safe_cuts`` (each remembered), or, with ``ignore_merges``,
+        of the part whole."""
+        if self._apart is None:
+            return self._encode_word(part)
+        ids, cuts = [], safe_cuts(part, self._apart, self._chars)
+        for start, end in zip([0, *cuts], [*cuts, len(part)], strict=True):
+            ids += self._words[part[start:end]]
+        return ids
+
     def _encode_word(self, word: str) -> list[int]:
         """One word's ids: its characters' tokens (bytes or unk for those without one), merged by rank."""
         if self.ignore_merges and word in self.vocab:
@@ -122,6 +143,11 @@ class SentencePieceBPE:
         return merge_chunk(self.symbols(word), self._merged, self._made)
 
     def symbols(self, word: str) -> list[int]:
+        """The ids a word starts as: each character's token when all have one, else ``symbols_by_character``."""
+        ids = list(map(self.vocab.get, word))
+        return ids if None not in ids else self.symbols_by_character(word)
+
+    def symbols_by_character(self, word: str) -> list[int]:
         """The ids a word starts as, `tokenizers`' rule: a character's token; else, with ``byte_fallback``, its
         bytes' tokens if all exist; else ``unk``, which waits until the next known character (or the end) and,
         with ``fuse_unk``, absorbs the unknown characters after it. Without ``unk`` such a character is refused
@@ -253,6 +279,23 @@ def _safe_cut(vocab: dict[str, int]) -> re.Pattern | None:
     if MARK not in vocab or any(MARK in piece.lstrip(MARK) for piece in vocab):
         return None
     return re.compile(f"(?<=[^{MARK}])(?={MARK})")
+
+
+def _side_by_side(vocab: dict[str, int]) -> dict[tuple[str, str], bool]:
+    """Every two characters that stand side by side in a piece of the vocabulary, each mapped to False (not a cut).
+    Example: {"▁a": 0, "ab": 1} -> {("▁", "a"): False, ("a", "b"): False}."""
+    return {pair: False for piece in vocab for pair in zip(piece, piece[1:])}
+
+
+def safe_cuts(word: str, apart: dict[tuple[str, str], bool], chars: frozenset) -> list[int]:
+    """The positions i (ascending) where ``word[i - 1]`` and ``word[i]`` both have a token (in ``chars``) and no
+    piece holds them side by side (not a key of ``apart``, ``_side_by_side``): no merge joins word[:i] and word[i:].
+    A character without a token (bytes or unk) is cut on neither side. Example, pieces "a", "b", "ab", "c":
+    safe_cuts("abcab", ...) -> [2, 3]."""
+    cuts = list(compress(count(1), map(apart.get, zip(word, islice(word, 1, None)), repeat(True))))
+    if chars.issuperset(word):
+        return cuts
+    return [i for i in cuts if word[i - 1] in chars and word[i] in chars]
 
 
 def _ranks(vocab: dict[str, int], merges: list, vocab_name: str) -> tuple[dict, list[int]]:

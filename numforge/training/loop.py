@@ -69,13 +69,13 @@ class TrainingDiverged(RuntimeError):
 # ---------------------------------------------------------------- evaluation
 
 
-def evaluation_windows(tokens: np.ndarray | ChatRows, seq_len: int, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """``count`` windows at evenly spaced starts over ``tokens`` (chat rows: its first ``count`` rows): the same
-    every evaluation."""
+def evaluation_windows(tokens: np.ndarray | ChatRows, seq_len: int, count: int) -> tuple:
+    """``(x, y, segments)``: ``count`` windows at evenly spaced starts over ``tokens``, segments None (chat rows:
+    its first ``count`` rows, with their segments when packed): the same every evaluation."""
     if isinstance(tokens, ChatRows):
         return tokens.evaluation_rows(count)
     starts = np.linspace(0, len(tokens) - seq_len - 1, num=count).astype(np.int64)  # (count,)
-    return windows(tokens, starts, seq_len)  # (count,T), (count,T)
+    return (*windows(tokens, starts, seq_len), None)  # (count,T), (count,T), None
 
 
 def expert_load(model, tokens: np.ndarray, settings: TrainSettings) -> list[float] | None:
@@ -83,9 +83,12 @@ def expert_load(model, tokens: np.ndarray, settings: TrainSettings) -> list[floa
     first evaluation batch of ``tokens``; None for a model without experts. 1/E each when balanced."""
     if not model.config.num_experts:
         return None
-    x, y = evaluation_windows(tokens, settings.seq_len, settings.eval_batches * settings.batch_size)
+    x, y, segments = evaluation_windows(tokens, settings.seq_len, settings.eval_batches * settings.batch_size)
     rows = slice(0, settings.batch_size)
-    _, cache = model.forward(asarray(x[rows]), asarray(y[rows]), for_backward=False, keep_caches=True)
+    segments = None if segments is None else asarray(segments[rows])
+    _, cache = model.forward(
+        asarray(x[rows]), asarray(y[rows]), for_backward=False, keep_caches=True, segments=segments
+    )
     loads = np.stack([to_numpy(block.mlp.load) for block in cache.blocks])  # (L, E) rows per expert
     return (loads / loads.sum(axis=1, keepdims=True)).mean(axis=0).tolist()  # (E,)
 
@@ -93,8 +96,8 @@ def expert_load(model, tokens: np.ndarray, settings: TrainSettings) -> list[floa
 def evaluate(model, tokens: np.ndarray, settings: TrainSettings, parallel: DataParallel | None = None) -> float:
     """Mean loss over ``eval_batches`` fixed batches of ``tokens`` (no update), split over the ranks."""
     parallel = parallel or DataParallel(SingleProcess(), model, settings.grad_accum)
-    x, y = evaluation_windows(tokens, settings.seq_len, settings.eval_batches * settings.batch_size)
-    return parallel.mean_loss(x, y, settings.batch_size)
+    x, y, segments = evaluation_windows(tokens, settings.seq_len, settings.eval_batches * settings.batch_size)
+    return parallel.mean_loss(x, y, settings.batch_size, segments)
 
 
 # ---------------------------------------------------------------- the loop
@@ -113,9 +116,11 @@ def agreed_requests(world) -> tuple[int | None, bool]:
 def train_step(run: Run, parallel: DataParallel) -> tuple[float, float]:
     """One update; returns (loss, lr). Raises ``TrainingDiverged`` before applying a bad update."""
     lr = run.settings.lr_at(run.step)
-    x, y = run.sampler.next_batch()  # (B,T), (B,T): the global batch, the same on every rank
+    x, y, *packed = run.sampler.next_batch()  # (B,T), (B,T): the global batch, the same on every rank
+    segments = packed[0] if packed else None  # chat rows: their segments (B,T), None unpacked; windows: none
     step, config, lora, seed = run.step, run.model.config, run.model.lora, run.settings.seed
-    loss, grads = parallel.loss_and_gradients(x, y, lambda rows: dropout_rng(config, seed, step, rows, lora))
+    dropout = lambda rows: dropout_rng(config, seed, step, rows, lora)  # noqa: E731
+    loss, grads = parallel.loss_and_gradients(x, y, dropout, segments)
     norm = clip_grad_norm(grads, run.settings.grad_clip)
     if not (math.isfinite(loss) and math.isfinite(norm)):
         where = run.last_checkpoint or "none was written yet"

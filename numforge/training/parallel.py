@@ -280,25 +280,32 @@ class DataParallel:
     def micro_batch_size(self, batch_size: int) -> int:
         return micro_batch_size(batch_size, self.world.size, self.grad_accum)
 
-    def loss_and_gradients(self, x, y, dropout_rng: Callable[[range], object]):
+    def loss_and_gradients(self, x, y, dropout_rng: Callable[[range], object], segments=None):
         """``(loss, grads)`` of the global batch ``x, y (B,T)`` (the same on every rank), identical everywhere.
 
         ``dropout_rng(rows)`` gives the dropout generator of the global rows
         ``rows`` (or None), so that masks do not depend on how rows are split.
+        ``segments (B,T)``: packed rows' segment ids (``model/packing.py``), split with their rows; None: one
+        sequence a row.
         """
         B = x.shape[0]
         model = self.model
-        micro = micro_batches(self.world.rows(B), self.micro_batch_size(B))
-        if self.world.size == 1 and len(micro) == 1 and len(row_parts(micro[0], self.threads.count)) == 1:
-            loss, cache = model.forward(asarray(x), asarray(y), rng=dropout_rng(range(B)), recompute=self.recompute)
-            return float(loss), model.backward(cache)  # one process, one batch, one thread
 
         def gradients(part: range):
             rows = _slice(part)
             loss, cache = model.forward(
-                asarray(x[rows]), asarray(y[rows]), rng=dropout_rng(part), recompute=self.recompute
+                asarray(x[rows]),
+                asarray(y[rows]),
+                rng=dropout_rng(part),
+                recompute=self.recompute,
+                segments=_rows_of(segments, rows),
             )
             return loss, model.backward(cache)
+
+        micro = micro_batches(self.world.rows(B), self.micro_batch_size(B))
+        if self.world.size == 1 and len(micro) == 1 and len(row_parts(micro[0], self.threads.count)) == 1:
+            loss, grads = gradients(range(B))
+            return float(loss), grads  # one process, one batch, one thread
 
         self.gradient_sum = self.gradient_sum or GradientSum(model.trainable)
         weights = self._part_weights(y, micro)
@@ -311,8 +318,9 @@ class DataParallel:
         (loss,) = self.world.sum_floats((loss_sum / (parts * self.world.size),))
         return loss, self.gradient_sum.mean(self.world, parts * self.world.size)
 
-    def mean_loss(self, x, y, batch_size: int) -> float:
-        """The mean loss over every counted target of ``x, y (M,T)``, evaluated without update.
+    def mean_loss(self, x, y, batch_size: int, segments=None) -> float:
+        """The mean loss over every counted target of ``x, y (M,T)`` (packed: ``segments (M,T)``), evaluated
+        without update.
 
         Each rank evaluates its ``M / N`` rows in micro-batches of
         ``batch_size / (N K)``, each cut into parts for the threads and
@@ -321,7 +329,9 @@ class DataParallel:
         """
 
         def loss(part: range):
-            return self.model.forward(asarray(x[_slice(part)]), asarray(y[_slice(part)]), for_backward=False)[0], None
+            rows = _slice(part)
+            packed = _rows_of(segments, rows)
+            return self.model.forward(asarray(x[rows]), asarray(y[rows]), for_backward=False, segments=packed)[0], None
 
         micro = micro_batches(self.world.rows(len(x)), self.micro_batch_size(batch_size))
         weights = self._part_weights(y, micro)
@@ -365,6 +375,11 @@ def counted_targets(targets) -> int:
 
 def _slice(rows: range) -> slice:
     return slice(rows.start, rows.stop)
+
+
+def _rows_of(segments, rows: slice):
+    """``segments[rows]`` on the backend, or None (rows of one sequence each)."""
+    return None if segments is None else asarray(segments[rows])
 
 
 class GradientSum:

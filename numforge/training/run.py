@@ -129,14 +129,16 @@ def check_run_fits(config: GPTConfig, settings: TrainSettings, lora: LoraConfig 
 
 
 def _open_chat(tokenizer, settings: TrainSettings, chat: tuple):
-    """(train rows, validation rows, data info) of ``chat``: (a chat JSONL file, the directory of its template)."""
-    path, directory = chat
-    train_rows, val_rows = chat_rows(path, directory, tokenizer, settings.seq_len)
+    """(train rows, validation rows, data info) of ``chat``: (a chat JSONL file, the directory of its template,
+    whether to pack its examples)."""
+    path, directory, pack = chat
+    train_rows, val_rows = chat_rows(path, directory, tokenizer, settings.seq_len, pack=pack)
     info = {
         "source": str(path),
         "num_tokens": train_rows.inputs.size + val_rows.inputs.size,
         "tokens_sha256": rows_sha256(train_rows, val_rows),
         "chat_template_dir": str(directory),
+        "chat_packed": pack,
     }
     return train_rows, val_rows, info
 
@@ -144,7 +146,7 @@ def _open_chat(tokenizer, settings: TrainSettings, chat: tuple):
 def _open_tokens(tokenizer, settings: TrainSettings, *, data=None, tokens=None, cache_dir=None, chat=None):
     """(train tokens, validation tokens, data info): memory-mapped views of prepared tokens.
 
-    ``chat`` (a chat JSONL file, its template's directory): the rows of ``data/chat.py`` instead.
+    ``chat`` (a chat JSONL file, its template's directory, whether to pack): the rows of ``data/chat.py`` instead.
     ``tokens`` is a prepared directory (``numforge prepare``); otherwise ``data``
     (a path, a list of documents, None for the embedded corpus) is prepared into the
     cache first, once. The info is what a checkpoint records to know the tokens again.
@@ -224,7 +226,7 @@ def new_run(
     ``model``, when given, is the model to start from (``--init-from``,
     ``init_from.start_from``) instead of a fresh one of ``model_options``; with LoRA adapters, ``lora_base``
     is the path it was read from (a resume reads the frozen weights there again). ``chat``: (a chat JSONL file,
-    its template's directory) to train on instead (``data/chat.py``).
+    its template's directory, whether to pack its examples) to train on instead (``data/chat.py``).
     """
     run_dir = check_new_run_dir(run_dir)
     if model is None:
@@ -348,7 +350,8 @@ def _reopen_tokens(checkpoint, tokenizer, settings: TrainSettings, *, data, toke
     if recorded.get("chat_template_dir"):  # a --chat run: its file, rendered by its template's directory
         if data is not None or tokens is not None:
             raise ValueError(f"{state_file}: a --chat run resumes on the chat file it records, {recorded['source']}")
-        chat = (recorded["source"], recorded["chat_template_dir"])
+        # packed or not as it trained (a run from before packing: one example a row)
+        chat = (recorded["source"], recorded["chat_template_dir"], recorded.get("chat_packed", False))
     elif tokens is None and data is None and recorded.get("tokens_dir"):
         tokens = recorded["tokens_dir"]
     elif tokens is None and data is None:

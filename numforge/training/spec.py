@@ -175,10 +175,16 @@ class RunSpec:
     chat: str | None = flag(
         "with --init-from a chat model's directory: fine-tune on a JSONL of conversations, one a line, "
         '{"messages": [{"role": ..., "content": ...}, ...]}, rendered with the directory\'s chat template; the '
-        "loss on the assistant's tokens only, one conversation a row (longer ones truncated to --seq-len)",
+        "loss on the assistant's tokens only (a conversation longer than --seq-len truncated to it)",
         "data",
         metavar="FILE",
         type=path_flag,
+    )
+    pack: bool | None = flag(
+        "with --chat: pack several conversations into each row of --seq-len, none attending to another and "
+        "each counting its positions from 0 (default), or --no-pack: one a row, padded",
+        "data",
+        action=argparse.BooleanOptionalAction,
     )
     tokenizer: str | None = flag(
         "a saved numforge tokenizer JSON (default: train a BPE)", "data", metavar="FILE", type=path_flag
@@ -284,13 +290,17 @@ class RunSpec:
                 raise ValueError(f"{n('init_from')} starts a new run; it cannot be combined with {n('resume')}")
             fixed = ["arch"] if self.arch is not None else []
             fixed += [*self.model, *(s for s in self.settings if s not in RESUMABLE)]
-            fixed += [name for name in ("vocab_size", "tokenizer", "out", "chat") if getattr(self, name) is not None]
+            fixed += [
+                name for name in ("vocab_size", "tokenizer", "out", "chat", "pack") if getattr(self, name) is not None
+            ]
             if fixed:
                 may = [n(name) for name in (*RESUMABLE, "data", "tokens")]
                 raise ValueError(
                     f"{', '.join(map(n, fixed))} cannot change when resuming: a resumed run keeps the settings in "
                     f"its checkpoint (only {', '.join(may[:-1])} and {may[-1]} may be given)"
                 )
+        elif self.pack is not None and self.chat is None:
+            raise ValueError(f"{n('pack')} and --no-pack lay out the conversations of {n('chat')}: give {n('chat')}")
         elif self.chat is not None and (self.init_from is None or self.data is not None or self.tokens is not None):
             raise ValueError(
                 f"{n('chat')} fine-tunes the chat model of {n('init_from')} (its template renders the conversations); "

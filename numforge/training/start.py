@@ -85,7 +85,7 @@ def _fine_tune(spec: RunSpec, out, settings: TrainSettings) -> Run:
         model.add_lora(lora, seed=settings.seed)
     base = None if lora is None else str(Path(spec.init_from).resolve())
     if spec.chat is not None:
-        chat = (spec.chat, spec.init_from)
+        chat = (spec.chat, spec.init_from, spec.pack is not False)  # packed unless --no-pack
         return new_run(out, settings, {}, tokenizer, model=model, lora_base=base, chat=chat)
     return new_run(
         out, settings, {}, tokenizer, data=spec.source(), cache_dir=spec.cache_dir, model=model, lora_base=base

@@ -27,7 +27,9 @@ from .spec import TrainSettings
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 DATA_FIELDS = {"source", "num_tokens", "tokens_sha256"}  # what a checkpoint records of its tokens
 DATA_FIELDS_SINCE_PREPARE = {"tokens_dir", "files", "source_options"}  # and where they are read (absent before)
-CHAT_FIELDS = {"chat_template_dir"}  # a --chat run's: the directory whose template rendered its chat file
+# a --chat run's: the directory whose template rendered its chat file, whether its examples were packed (absent
+# in runs from before packing, which were not)
+CHAT_FIELDS = {"chat_template_dir", "chat_packed"}
 SETTINGS_FIELDS = {f.name for f in dataclasses.fields(TrainSettings)}
 SOURCE_OPTIONS = {"glob", "text_field", "errors"}
 
@@ -93,6 +95,7 @@ STATE_FIELDS = {
     "data.tokens_sha256": expect(lambda v: isinstance(v, str) and _SHA256.fullmatch(v), "64 lowercase hex digits"),
     "data.tokens_dir": expect(_name_or_null, "a directory or null (the cache)"),
     "data.chat_template_dir": expect(_name_or_null, "a directory (the model directory of the chat template)"),
+    "data.chat_packed": expect(lambda value: isinstance(value, bool), "true or false (packed rows or one a row)"),
     "data.files": expect(lambda value: value == [TOKENS_FILE], f"[{TOKENS_FILE!r}]"),
     "data.source_options": expect(
         _source_options, f"an object of non-empty strings 'glob', 'text_field' and 'errors' (one of {ERRORS})"

@@ -78,6 +78,10 @@ function readOnly() {
   promptBox.readOnly = true;
   $("prompt-info").textContent = "(numforge inspect wrote this page for this prompt; numforge studio takes any)";
   SERVER_ONLY.forEach(function (v) { document.querySelector('#tabs [data-view="' + v + '"]').disabled = true; });
+  var n = STATIC.answers.next;  /* its one position: the prompt's chips there follow nothing */
+  $("next-note").textContent = "One position's path from the model to a token, as numforge sample takes it: this " +
+    "page holds it at the last position, " + n.position + ", at temperature " + n.temperature + (n.greedy ? ", greedy" :
+    ", seed " + n.seed) + " (numforge studio follows any position and setting).";
   ["next-temperature", "next-top-k", "next-top-p", "next-seed"].forEach(function (id) { $(id).disabled = true; });
   document.querySelectorAll('input[name="next-choice"]').forEach(function (r) { r.disabled = true; });
 }
