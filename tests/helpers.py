@@ -1,8 +1,10 @@
 """Helpers the tests share: arrays of the selected backend, a gradient-check assertion, tiny models and runs."""
 
+import contextlib
 import json
 import os
 import signal
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -127,3 +129,24 @@ def processes_mentioning(text: str) -> list[int]:
         except OSError:  # it ended while we looked
             pass
     return found
+
+
+def gated(new_chat, gate: threading.Event):
+    """``new_chat``'s sessions, each reply waiting after its third piece until the test opens ``gate`` (so the test
+    hangs up while the server is under way, and no sleep decides what it sampled)."""
+
+    def new_gated(model, tokenizer, **settings):
+        session = new_chat(model, tokenizer, **settings)
+        send = session.send
+
+        def gated_send(text):
+            with contextlib.closing(send(text)) as reply:
+                for n, piece in enumerate(reply):
+                    if n == 3:
+                        assert gate.wait(60), "the test never opened the gate"
+                    yield piece
+
+        session.send = gated_send
+        return session
+
+    return new_gated

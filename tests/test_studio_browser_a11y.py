@@ -22,7 +22,7 @@ from selenium.webdriver.common.keys import Keys  # noqa: E402
 if CHROMIUM is None or DRIVER is None:
     pytest.skip(MISSING, allow_module_level=True)
 
-VIEWS = ["tokenizer", "next", "walkthrough", "attention", "trace", "routing", "training"]
+VIEWS = ["tokenizer", "next", "walkthrough", "attention", "trace", "routing", "training", "chat"]
 WCAG_AA = {"runOnly": {"type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]}}
 
 
@@ -81,11 +81,11 @@ def test_the_tabs_follow_the_aria_tabs_pattern(browser, server):
     assert tabs[2].get_attribute("aria-selected") == "true" and tabs[1].get_attribute("aria-selected") == "false"
     assert browser.find_element(By.ID, "view-walkthrough").is_displayed()
     focused(browser).send_keys(Keys.END)
-    assert focused(browser).get_attribute("data-view") == "training"
+    assert focused(browser).get_attribute("data-view") == "chat"
     focused(browser).send_keys(Keys.ARROW_RIGHT)  # wraps round to the first
     assert focused(browser).get_attribute("data-view") == "tokenizer"
     focused(browser).send_keys(Keys.ARROW_LEFT)
-    assert focused(browser).get_attribute("data-view") == "training"
+    assert focused(browser).get_attribute("data-view") == "chat"
     focused(browser).send_keys(Keys.HOME)
     assert focused(browser).get_attribute("data-view") == "tokenizer"
     assert browser.find_element(By.ID, "view-tokenizer").is_displayed()

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 from chat_templates import chat_model_directory, write_chat_jsonl
-from helpers import make_tiny_run
+from helpers import gated, make_tiny_run
 
 from numforge import cli
 from numforge.checkpoint import latest_checkpoint_dir, load_model
@@ -199,27 +199,6 @@ def test_a_model_without_a_chat_template_says_why_and_refuses_to_chat(tmp_path):
             status, answer = call(server, "POST", route, body)
             assert status == 400 and answer == {"error": f"no chat here: {why}"}
     assert Studio(model, tokenizer, "a tiny run").chat_history({})["why"] == "this model has no chat template"
-
-
-def gated(new_chat, gate: threading.Event):
-    """``new_chat``'s sessions, each reply waiting after its third piece until the test opens ``gate`` (so the test
-    hangs up while the server is under way, and no sleep decides what it sampled)."""
-
-    def new_gated(model, tokenizer, **settings):
-        session = new_chat(model, tokenizer, **settings)
-        send = session.send
-
-        def gated_send(text):
-            with contextlib.closing(send(text)) as reply:
-                for n, piece in enumerate(reply):
-                    if n == 3:
-                        assert gate.wait(60), "the test never opened the gate"
-                    yield piece
-
-        session.send = gated_send
-        return session
-
-    return new_gated
 
 
 def test_a_client_that_hangs_up_mid_stream_stops_the_sampling(loaded):

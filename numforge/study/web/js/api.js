@@ -15,6 +15,12 @@ export function serverGone() { return gone; }
    undefined) cancels it. A refusal rejects with the server's message and the field at fault (error.field). */
 export function api(route, body, signal) {
   if (STATIC) return staticAnswer(route, body || {});
+  return respond(route, body, signal).then(function (response) { return response.json(); });
+}
+
+/* route's response (a promise), its body not read yet (a streamed answer is read as it comes); a refusal, the
+   server gone and an abort reject as api's do */
+export function respond(route, body, signal) {
   if (gone) return Promise.reject(new Error(GONE));
   var init = { method: body ? "POST" : "GET", headers: { "X-Numforge-Token": TOKEN }, signal: signal };
   if (body) {
@@ -27,13 +33,11 @@ export function api(route, body, signal) {
     document.body.setAttribute("data-server", "gone");
     throw new Error(GONE);
   }).then(function (response) {
+    if (response.ok) return response;
     return response.json().then(function (data) {
-      if (!response.ok) {
-        var refused = new Error(data.error || "error " + response.status);
-        refused.field = data.field || null;
-        throw refused;
-      }
-      return data;
+      var refused = new Error(data.error || "error " + response.status);
+      refused.field = data.field || null;
+      throw refused;
     });
   });
 }

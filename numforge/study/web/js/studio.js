@@ -6,6 +6,7 @@
 import { api, STATIC } from "./api.js";
 import { fail, superseded } from "./ask.js";
 import { attentionView } from "./attention.js";
+import { chatView } from "./chat.js";
 import { $ } from "./dom.js";
 import { nextView } from "./next.js";
 import { routingView } from "./routing.js";
@@ -16,14 +17,16 @@ import { traceView } from "./trace.js";
 import { trainingView } from "./training.js";
 import { walkthroughView } from "./walkthrough.js";
 
-const SERVER_ONLY = ["training", "walkthrough", "routing"];  /* the views an inspector page holds no answers for */
 const VIEWS = {
   tokenizer: tokenizerView, next: nextView, walkthrough: walkthroughView, attention: attentionView, trace: traceView,
-  training: trainingView, routing: routingView
+  training: trainingView, chat: chatView, routing: routingView
 };
+const SERVER_ONLY = ["training", "walkthrough", "chat", "routing"];  /* the views an inspector page disables */
 
 function show(view) {
+  if (view !== state.view && VIEWS[state.view].leave) VIEWS[state.view].leave();  /* a chat reply is stopped */
   state.view = view;
+  document.body.setAttribute("data-view", view);
   document.querySelectorAll("#tabs button").forEach(function (b) {
     var on = b.getAttribute("data-view") === view;
     b.setAttribute("aria-selected", String(on));
