@@ -163,8 +163,10 @@ from numforge.model import GPT
 
 forward, steps = GPT.forward, []
 
-def failing_forward(self, token_ids, targets, *, rng=None, for_backward=True, recompute=False):
-    loss, cache = forward(self, token_ids, targets, rng=rng, for_backward=for_backward, recompute=recompute)
+def failing_forward(self, token_ids, targets, *, rng=None, for_backward=True, recompute=False, segments=None):
+    loss, cache = forward(
+        self, token_ids, targets, rng=rng, for_backward=for_backward, recompute=recompute, segments=segments
+    )
     steps.extend([1] if for_backward else [])
     if len(steps) == 3 and for_backward:
         if sys.argv[1] == "raise":

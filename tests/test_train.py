@@ -182,8 +182,8 @@ def test_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, corp
     forward = run.model.forward
     on_disk = {}
 
-    def nan_at_step_4(x, y, *, rng=None, for_backward=True, recompute=False):
-        loss, cache = forward(x, y, rng=rng, for_backward=for_backward, recompute=recompute)
+    def nan_at_step_4(x, y, *, rng=None, for_backward=True, recompute=False, segments=None):
+        loss, cache = forward(x, y, rng=rng, for_backward=for_backward, recompute=recompute, segments=segments)
         if for_backward and run.step == 3:
             on_disk.update({p.name: p.read_bytes() for p in (tmp_path / "run" / "ckpt-00000002").iterdir()})
             loss = float("nan")
