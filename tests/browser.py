@@ -13,6 +13,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shuti
 DRIVER = shutil.which("chromedriver")
 MISSING = "no headless Chromium and chromedriver here (Debian: apt-get install chromium chromium-driver)"
 WIDE, PHONE = (1280, 900), (390, 844)
+WCAG_AA = {"runOnly": {"type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]}}
 
 
 def start_browser(size=WIDE):
@@ -81,3 +82,12 @@ def chips(browser, container: str) -> list[tuple[str, int]]:
 
 def page_fits(browser) -> bool:
     return browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth + 1")
+
+
+def axe_violations(driver) -> list[str]:
+    """axe-core's WCAG 2.1 A and AA violations on the page as it is: ``rule: element`` for each element at fault.
+    (The tests that call it skip first where axe-core-python is missing.)"""
+    from axe_core_python.selenium import Axe
+
+    found = Axe().run(driver, options=WCAG_AA)["violations"]
+    return [f"{v['id']}: {node['target']}" for v in found for node in v["nodes"]]

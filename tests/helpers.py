@@ -150,3 +150,16 @@ def gated(new_chat, gate: threading.Event):
         return session
 
     return new_gated
+
+
+def chat_reference(loaded, system=None):
+    """The oracle of the studio's chat: a ``ChatSession`` made as the studio makes its own (its seed and reply
+    length), driven directly, and the notices it gave. ``loaded``: ``(model, tokenizer, new_chat)``."""
+    from numforge.study.studio import CHAT_SEED, MAX_CHAT_TOKENS
+
+    model, tokenizer, new_chat = loaded
+    notices = []
+    session = new_chat(
+        model, tokenizer, system=system, seed=CHAT_SEED, max_new_tokens=MAX_CHAT_TOKENS, on_notice=notices.append
+    )
+    return session, notices

@@ -13,9 +13,9 @@ from numforge.study.page import render_page
 from numforge.study.report import inspect_data
 
 pytest.importorskip("selenium", reason='the browser tests need selenium: pip install -e ".[test]"')
-axe_selenium = pytest.importorskip("axe_core_python.selenium", reason='pip install -e ".[test]" (axe-core-python)')
+pytest.importorskip("axe_core_python.selenium", reason='pip install -e ".[test]" (axe-core-python)')
 
-from browser import CHROMIUM, DRIVER, MISSING, PHONE, WIDE, page_fits, ready, start_browser, wait_for  # noqa: E402
+from browser import CHROMIUM, DRIVER, MISSING, PHONE, WIDE, axe_violations, page_fits, ready, start_browser, wait_for  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
@@ -23,7 +23,6 @@ if CHROMIUM is None or DRIVER is None:
     pytest.skip(MISSING, allow_module_level=True)
 
 VIEWS = ["tokenizer", "next", "attention", "trace"]  # the inspector page's views (no walkthrough, no training)
-WCAG_AA = {"runOnly": {"type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]}}
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +53,7 @@ def test_every_view_of_the_inspector_page_has_no_wcag_aa_violation_and_no_sidewa
         found = {}
         for view in VIEWS:
             show(browser, view)
-            found[view] = [
-                f"{v['id']}: {node['target']}"
-                for v in axe_selenium.Axe().run(browser, options=WCAG_AA)["violations"]
-                for node in v["nodes"]
-            ]
+            found[view] = axe_violations(browser)
             assert page_fits(browser), view
         assert found == {view: [] for view in VIEWS}
     finally:

@@ -13,9 +13,21 @@ from numforge.checkpoint import load_model
 from numforge.study.studio import Studio, StudioServer
 
 pytest.importorskip("selenium", reason='the browser tests need selenium: pip install -e ".[test]"')
-axe_selenium = pytest.importorskip("axe_core_python.selenium", reason='pip install -e ".[test]" (axe-core-python)')
+pytest.importorskip("axe_core_python.selenium", reason='pip install -e ".[test]" (axe-core-python)')
 
-from browser import CHROMIUM, DRIVER, MISSING, PHONE, WIDE, open_view, page_fits, ready, start_browser, wait_for  # noqa: E402
+from browser import (  # noqa: E402
+    CHROMIUM,
+    DRIVER,
+    MISSING,
+    PHONE,
+    WIDE,
+    axe_violations,
+    open_view,
+    page_fits,
+    ready,
+    start_browser,
+    wait_for,
+)
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 
@@ -23,7 +35,6 @@ if CHROMIUM is None or DRIVER is None:
     pytest.skip(MISSING, allow_module_level=True)
 
 VIEWS = ["tokenizer", "next", "walkthrough", "attention", "trace", "routing", "training", "chat"]
-WCAG_AA = {"runOnly": {"type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]}}
 
 
 @pytest.fixture(scope="module")
@@ -37,12 +48,6 @@ def server(tmp_path_factory):
     server.server_close()
 
 
-def violations(browser) -> list[str]:
-    """axe's WCAG 2.1 A and AA violations on the page as it is: ``rule: element`` for each element at fault."""
-    found = axe_selenium.Axe().run(browser, options=WCAG_AA)["violations"]
-    return [f"{v['id']}: {node['target']}" for v in found for node in v["nodes"]]
-
-
 @pytest.mark.parametrize("size", [WIDE, PHONE], ids=["1280px", "390px"])
 def test_every_view_has_no_wcag_aa_violation_and_no_sideways_scroll(server, size):
     browser = start_browser(size)
@@ -50,7 +55,7 @@ def test_every_view_has_no_wcag_aa_violation_and_no_sideways_scroll(server, size
         found = {}
         for view in VIEWS:
             open_view(browser, server, view)
-            found[view] = violations(browser)
+            found[view] = axe_violations(browser)
             assert page_fits(browser), view
         assert found == {view: [] for view in VIEWS}
     finally:

@@ -10,17 +10,28 @@ from pathlib import Path
 
 import pytest
 from chat_templates import chat_model_directory
-from helpers import gated
+from helpers import chat_reference, gated
 
 from numforge.checkpoint import load_model
 from numforge.commands.studio import NO_TEMPLATE, chat_of
-from numforge.study.studio import CHAT_SEED, CHAT_STOPS, MAX_CHAT_TOKENS, Studio, StudioServer
+from numforge.study.studio import CHAT_STOPS, MAX_CHAT_TOKENS, Studio, StudioServer
 
 pytest.importorskip("jinja2")
 pytest.importorskip("selenium", reason='the browser tests need selenium: pip install -e ".[test]"')
-axe_selenium = pytest.importorskip("axe_core_python.selenium", reason='pip install -e ".[test]" (axe-core-python)')
+pytest.importorskip("axe_core_python.selenium", reason='pip install -e ".[test]" (axe-core-python)')
 
-from browser import CHROMIUM, DRIVER, MISSING, PHONE, WIDE, console_errors, open_view, page_fits, start_browser  # noqa: E402
+from browser import (  # noqa: E402
+    CHROMIUM,
+    DRIVER,
+    MISSING,
+    PHONE,
+    WIDE,
+    axe_violations,
+    console_errors,
+    open_view,
+    page_fits,
+    start_browser,
+)
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -28,7 +39,6 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 if CHROMIUM is None or DRIVER is None:
     pytest.skip(MISSING, allow_module_level=True)
 
-WCAG_AA = {"runOnly": {"type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]}}
 SHOTS = Path("/work/shots")  # where the screenshots go when that folder exists (a look at the page, not a check)
 GATE = threading.Event()  # open: replies run through; cleared by a test, a reply waits after its third piece
 
@@ -64,16 +74,6 @@ def browser():
     driver = start_browser(WIDE)
     yield driver
     driver.quit()
-
-
-def reference(loaded, system=None):
-    """The oracle: a ``ChatSession`` made as the studio makes its own, driven directly, and what it said."""
-    model, tokenizer, new_chat = loaded
-    notices = []
-    session = new_chat(
-        model, tokenizer, system=system, seed=CHAT_SEED, max_new_tokens=MAX_CHAT_TOKENS, on_notice=notices.append
-    )
-    return session, notices
 
 
 def view(browser, name: str) -> str:
@@ -137,7 +137,7 @@ def test_each_streamed_reply_is_the_chat_sessions_reply_and_the_notices_are_show
     open_view(browser, server, "chat")
     reset(browser, "Be brief.")
     assert shown(browser) == [{"role": "system", "content": "Be brief."}]
-    session, notices = reference(loaded, system="Be brief.")
+    session, notices = chat_reference(loaded, system="Be brief.")
     for text, temperature, max_tokens in TURNS:
         before, said = drawn(browser), len(notices)
         send(browser, text, temperature, max_tokens)
@@ -169,7 +169,7 @@ def test_new_conversation_samples_from_the_seed_again(browser, server, loaded):
         send(browser, "Hi there", 0.8, 12)
         settle(browser, before)
         conversations.append(shown(browser))
-    session, _ = reference(loaded)
+    session, _ = chat_reference(loaded)
     session.temperature, session.max_new_tokens = 0.8, 12
     list(session.send("Hi there"))
     assert conversations == [session.messages, session.messages]
@@ -178,7 +178,7 @@ def test_new_conversation_samples_from_the_seed_again(browser, server, loaded):
 def test_stop_ends_the_reply_mid_way_and_the_conversation_keeps_what_was_sampled(browser, server, loaded):
     open_view(browser, server, "chat")
     reset(browser, "Be brief.")
-    full, _ = reference(loaded, system="Be brief.")
+    full, _ = chat_reference(loaded, system="Be brief.")
     full.temperature = 0
     pieces = list(full.send("Tell me a story"))
     assert len(pieces) > 10  # greedy on a random model: it runs to max tokens
@@ -247,11 +247,6 @@ def test_a_bad_system_message_is_said_by_its_box(browser, server):
     assert browser.find_element(By.ID, "chat-system").get_attribute("aria-invalid") == "true"
 
 
-def violations(browser) -> list[str]:
-    found = axe_selenium.Axe().run(browser, options=WCAG_AA)["violations"]
-    return [f"{v['id']}: {node['target']}" for v in found for node in v["nodes"]]
-
-
 @pytest.mark.parametrize("size", [WIDE, PHONE], ids=["1280px", "390px"])
 def test_the_chat_view_has_no_wcag_aa_violation_and_no_sideways_scroll(server, size):
     browser = start_browser(size)
@@ -267,7 +262,7 @@ def test_the_chat_view_has_no_wcag_aa_violation_and_no_sideways_scroll(server, s
         browser.find_element(By.ID, "chat-send").click()
         error_shown(browser, "chat-temperature-error")
         assert texts(browser, "#chat-notices li")  # every part of the view on screen: notices, an error
-        assert violations(browser) == []
+        assert axe_violations(browser) == []
         assert page_fits(browser)
         shoot(browser, f"{size[0]}px")
     finally:
@@ -284,7 +279,7 @@ def test_a_model_without_a_chat_template_says_so_and_how_to_get_one(browser, loa
         assert "numforge studio --checkpoint DIR" in browser.find_element(By.ID, "chat-none").text
         assert not browser.find_element(By.ID, "chat-on").is_displayed()
         assert not browser.find_element(By.ID, "prompt").is_displayed()  # the prompt box is the other views'
-        assert violations(browser) == []
+        assert axe_violations(browser) == []
         shoot(browser, "none")
     finally:
         server.shutdown()

@@ -12,15 +12,14 @@ from numforge.study.studio import Studio, StudioServer
 from numforge.tokenizer import BPETokenizer
 
 pytest.importorskip("selenium", reason='the browser tests need selenium: pip install -e ".[test]"')
-axe_selenium = pytest.importorskip("axe_core_python.selenium", reason='pip install -e ".[test]" (axe-core-python)')
+pytest.importorskip("axe_core_python.selenium", reason='pip install -e ".[test]" (axe-core-python)')
 
-from browser import CHROMIUM, DRIVER, MISSING, PHONE, WIDE, open_view, page_fits, start_browser  # noqa: E402
+from browser import CHROMIUM, DRIVER, MISSING, PHONE, WIDE, axe_violations, open_view, page_fits, start_browser  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
 if CHROMIUM is None or DRIVER is None:
     pytest.skip(MISSING, allow_module_level=True)
 
-WCAG_AA = {"runOnly": {"type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]}}
 PROMPT = "The cat sat on the mat."  # the page's own default prompt
 
 
@@ -35,18 +34,13 @@ def server(request):
     server.server_close()
 
 
-def violations(browser) -> list[str]:
-    found = axe_selenium.Axe().run(browser, options=WCAG_AA)["violations"]
-    return [f"{v['id']}: {node['target']}" for v in found for node in v["nodes"]]
-
-
 @pytest.mark.parametrize("size", [WIDE, PHONE], ids=["1280px", "390px"])
 def test_the_view_shows_the_servers_routes_and_has_no_violation(server, size):
     _, answer, _ = call(server, "POST", "/api/routing", {"text": PROMPT})
     browser = start_browser(size)
     try:
         open_view(browser, server, "routing")
-        assert violations(browser) == []
+        assert axe_violations(browser) == []
         assert page_fits(browser)
         note = browser.find_element(By.ID, "route-note").text
         details = browser.find_element(By.ID, "route-details")

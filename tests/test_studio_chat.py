@@ -11,7 +11,7 @@ import threading
 
 import pytest
 from chat_templates import chat_model_directory, write_chat_jsonl
-from helpers import gated, make_tiny_run
+from helpers import chat_reference, gated, make_tiny_run
 
 from numforge import cli
 from numforge.checkpoint import latest_checkpoint_dir, load_model
@@ -80,16 +80,6 @@ def chat(server, body):
     return [json.loads(line) for line in payload.decode("utf-8").splitlines()]
 
 
-def reference_session(loaded, system=None):
-    """The oracle: a ``ChatSession`` made as the studio makes its own, driven directly."""
-    model, tokenizer, new_chat = loaded
-    notices = []
-    session = new_chat(
-        model, tokenizer, system=system, seed=CHAT_SEED, max_new_tokens=MAX_CHAT_TOKENS, on_notice=notices.append
-    )
-    return session, notices
-
-
 TURNS = [  # text, temperature, max tokens: sampled, greedy, a long reply; the last ones pass the context of 128
     ("Hi there", 0.8, 12),
     ("What is a list?", 0, 5),
@@ -104,7 +94,7 @@ def test_the_streamed_turns_are_the_chat_sessions_turns_one_after_another(server
     assert status == 200 and history["available"] and history["why"] is None
     assert history["messages"] == [{"role": "system", "content": "Be brief."}] and history["cached"] == 0
     assert history["context"] == 128 and history["max_new_tokens"] == MAX_CHAT_TOKENS
-    session, notices = reference_session(loaded, system="Be brief.")
+    session, notices = chat_reference(loaded, system="Be brief.")
     for text, temperature, max_tokens in TURNS:
         *streamed, done = chat(server, {"text": text, "temperature": temperature, "max_tokens": max_tokens})
         session.temperature, session.max_new_tokens = temperature, max_tokens
@@ -129,7 +119,7 @@ def test_reset_starts_a_new_conversation_with_or_without_a_system_message(server
     first = chat(server, {"text": "Hi there", "temperature": 0.8, "max_tokens": 8})[-1]
     call(server, "POST", "/api/chat/reset", {"system": "You are terse."})
     again = chat(server, {"text": "Hi there", "temperature": 0.8, "max_tokens": 8})[-1]
-    session, _ = reference_session(loaded, system="You are terse.")
+    session, _ = chat_reference(loaded, system="You are terse.")
     session.temperature, session.max_new_tokens = 0.8, 8
     list(session.send("Hi there"))
     assert again["messages"] == session.messages and again["cached"] == len(session.ids)  # sampled from the seed again
@@ -203,7 +193,7 @@ def test_a_model_without_a_chat_template_says_why_and_refuses_to_chat(tmp_path):
 
 def test_a_client_that_hangs_up_mid_stream_stops_the_sampling(loaded):
     model, tokenizer, new_chat = loaded
-    full, _ = reference_session(loaded)
+    full, _ = chat_reference(loaded)
     full.temperature = 0
     reply = full.send("Hi there")
     first = next(reply)
