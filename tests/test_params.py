@@ -1,13 +1,15 @@
 """`numforge params` and model/flops.py: parameters and training FLOPs per component."""
 
 import re
+from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from numforge import checkpoint
 from numforge.cli import main
 from numforge.gradcheck.model import OPTIONS, TINY
-from numforge.model import GPT, GPTConfig
+from numforge.model import GPT, GPTConfig, KVCache
 from numforge.model.flops import flops_per_token, parameter_counts
 
 DEFAULT_RUN = GPTConfig(vocab_size=2048, max_seq_len=64, d_model=96, num_heads=4, num_layers=3)
@@ -98,3 +100,19 @@ def test_params_takes_every_new_model_flag(capsys):
     assert re.search(r"^attention +111,360 .* 3 layers x 37,120 ", out, flags=re.MULTILINE)
     assert "biases only: qkv_bias" in out and "2 key/value heads" in out and "QK-norm after rope" in out
     assert "2 x L x H_kv x D = 384 values per token" in out and "2/4 of full attention's 768 values" in out
+
+
+def test_a_sliding_window_bounds_the_score_flops_and_the_kv_cache(capsys):
+    """Layers 0 and 2 of 4 see 16 keys, the others all 64: the scores count 12 H D per key seen, and the KV
+    cache's windowed layers keep 16 positions (model/kv_cache.py), by hand."""
+    H, D, L, T, W = 4, 24, 4, 64, 16
+    unwindowed = replace(DEFAULT_RUN, num_layers=L)
+    windowed = replace(unwindowed, sliding_window=W, window_layers=(0, 2))
+    assert flops_per_token(unwindowed) - flops_per_token(windowed) == 12 * H * D * 2 * (T - W)
+    assert KVCache(np, 1, windowed, np.float32).keys[0].shape == (1, H, W, D)
+    flags = ["--layers", "4", "--sliding-window", "16", "--window-layers", "0,2"]
+    assert main(["params", *flags]) == 0
+    out = capsys.readouterr().out
+    assert "sliding window 16 on layers 0, 2" in out
+    kept = 4 * 2 * H * D * (W + T + W + T)  # float32 bytes: a key and a value per position kept, per layer
+    assert f"{kept:,} bytes for the whole context of 64 (2 windowed layers keep a ring of 16)" in out

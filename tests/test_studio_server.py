@@ -572,3 +572,18 @@ def test_the_training_view_starts_stops_and_resumes_its_run_and_switches_to_its_
             server.studio.trainer.process.kill()
         server.shutdown()
         server.server_close()
+
+
+def test_the_model_line_names_experts_and_a_sliding_window():
+    from numforge.gradcheck.model import TINY
+    from numforge.model import GPTConfig
+    from numforge.model.config import ARCHS
+    from numforge.study.views import architecture
+
+    config = GPTConfig(**{**TINY, **ARCHS["moe"], "sliding_window": 8, "window_layers": (1,)})
+    line = architecture(config)
+    mlp = f"swiglu MLP ({config.num_experts} experts of width {config.d_ff}, top-{config.experts_top_k}, renormalised"
+    assert mlp + " per token)" in line
+    assert "; sliding window 8 on layers 1; rmsnorm;" in line
+    dense = architecture(GPTConfig(**TINY))
+    assert "experts" not in dense and "window" not in dense

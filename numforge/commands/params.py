@@ -69,17 +69,19 @@ def breakdown(config: GPTConfig) -> str:
         f"{config.activation}{form}, vocabulary {V}, context {T}; {config.norm} norms"
         f"{'' if config.norm_weight else ' without weights'}{qk_norm}, {config.position} positions, "
         f"{'tied' if config.tie_weights else 'untied'} unembedding"
-        f"{', scaled embeddings' if config.scale_embeddings else ''}, {_biases(config)}",
+        f"{', scaled embeddings' if config.scale_embeddings else ''}, {_biases(config)}"
+        f"{', ' + config.about_window() if config.sliding_window else ''}",
         "",
     ]
     params = parameter_counts(config)
     norms = ((4 if config.post_norms else 2) * L + 1) + (2 * L if config.qk_norm else 0)  # post_norms: the sandwich
+    experts = f": {config.about_experts()}" if config.num_experts else ""
     projections = ", ".join(name.removeprefix("mlp.") for name in mlp_layout(config) if not name.endswith("norm"))
     notes = {
         "token table": f"V x C = {V} x {C}" + (", also the unembedding (tied)" if config.tie_weights else ""),
         "position table": POSITIONS[config.position].about,
         "attention": f"{L} layers x {params['attention'] // L:,} (qkv_proj C x (H + 2 H_kv) D, out_proj H D x C)",
-        "mlp": f"{L} layers x {params['mlp'] // L:,} ({projections}{_experts(config)})",
+        "mlp": f"{L} layers x {params['mlp'] // L:,} ({projections}{experts})",
         "norms": f"{norms} {config.norm} norms"
         + (f", {2 * L} of them on q and k" if config.qk_norm else "")
         + (f", {2 * L} after the branches" if config.post_norms else ""),
@@ -89,28 +91,31 @@ def breakdown(config: GPTConfig) -> str:
     flops, E = flop_counts(config), config.num_experts
     notes = {
         "attention projections": "6 x (qkv_proj + out_proj weights)",
-        "attention scores": f"Q K^T and P V: 12 x L x T x H x D, T = {T}",
+        "attention scores": f"Q K^T and P V: 12 x L x T x H x D, T = {T}"
+        if config.sliding_window is None
+        else f"Q K^T and P V: 12 x H x D x the keys each layer sees, min(T, W) windowed, T = {T}",
         "mlp": "6 x the MLP's weights" + (f" (top-{config.experts_top_k} experts per token)" if E else ""),
         "logits": "6 x V x C (h @ unembedding^T)",
     }
     lines += ["", *_table("training FLOPs per token", flops, notes)]
     lines.append("(forward 2 and backward 4 FLOPs per weight and token; the forward alone is a third)")
-    per_token = 2 * L * H_kv * D  # a key and a value of D per key/value head and layer
-    lines += [
-        "",
-        f"KV cache (sampling): 2 x L x H_kv x D = {per_token:,} values per token, {4 * per_token:,} bytes in float32, "
-        f"{4 * per_token * T:,} bytes for the whole context of {T}"
-        + (f"; {H_kv}/{H} of full attention's {2 * L * H * D:,} values" if H_kv != H else ""),
-    ]
+    lines += ["", _kv_cache(config)]
     return "\n".join(lines)
 
 
-def _experts(config: GPTConfig) -> str:
-    """``": 8 experts of width 128, top-2, renormalised"`` with experts, else nothing."""
-    if not config.num_experts:
-        return ""
-    kept = "renormalised" if config.experts_renormalize else "not renormalised"
-    return f": {config.num_experts} experts of width {config.d_ff}, top-{config.experts_top_k}, {kept}"
+def _kv_cache(config: GPTConfig) -> str:
+    """The KV cache's values per token and bytes for the whole context; a windowed layer keeps a ring of
+    ``min(W, T)`` positions (``model/kv_cache.py``), not ``T``."""
+    L, H, H_kv, D, T = config.num_layers, config.num_heads, config.num_kv_heads, config.head_dim, config.max_seq_len
+    per_token = 2 * L * H_kv * D  # a key and a value of D per key/value head and layer
+    held = sum(config.keys_seen(T))  # positions kept, summed over the layers
+    windowed = sum(config.layer_window(layer) is not None for layer in range(L))
+    ring = f" ({windowed} windowed layers keep a ring of {min(config.sliding_window, T)})" if windowed else ""
+    return (
+        f"KV cache (sampling): 2 x L x H_kv x D = {per_token:,} values per token, {4 * per_token:,} bytes in float32, "
+        f"{4 * 2 * H_kv * D * held:,} bytes for the whole context of {T}{ring}"
+        + (f"; {H_kv}/{H} of full attention's {2 * L * H * D:,} values" if H_kv != H else "")
+    )
 
 
 def _biases(config: GPTConfig) -> str:

@@ -317,6 +317,22 @@ class GPTConfig:
             return None
         return self.sliding_window
 
+    def about_experts(self) -> str:
+        """``"8 experts of width 128, top-2, renormalised"`` (a model with experts)."""
+        kept = "renormalised" if self.experts_renormalize else "not renormalised"
+        return f"{self.num_experts} experts of width {self.d_ff}, top-{self.experts_top_k}, {kept}"
+
+    def about_window(self) -> str:
+        """``"sliding window 512 on layers 0, 2"`` or ``"... on every layer"`` (a model with a window)."""
+        layers = "every layer" if self.window_layers is None else "layers " + ", ".join(map(str, self.window_layers))
+        return f"sliding window {self.sliding_window} on {layers}"
+
+    def keys_seen(self, seq_len: int) -> list[int]:
+        """Per layer, the most positions a query attends to, and so the positions its KV cache keeps:
+        ``min(seq_len, W)`` on a layer with a sliding window ``W``, else ``seq_len``."""
+        windows = (self.layer_window(layer) for layer in range(self.num_layers))
+        return [seq_len if window is None else min(seq_len, window) for window in windows]
+
     def has_bias(self, switch: str) -> bool:
         """Whether the layers of ``switch`` (``"qkv_bias"``, ``"out_bias"``, ``"mlp_bias"``, ``"norm_bias"``)
         have biases: the switch, or ``use_bias`` where it is None; never for a norm with no bias option."""

@@ -60,9 +60,12 @@ def parameter_counts(config: GPTConfig) -> dict[str, int]:
 
 def flop_counts(config: GPTConfig, seq_len: int | None = None) -> dict[str, int]:
     """Training FLOPs per token (forward + backward) per part, at sequence length ``seq_len`` (default
-    ``max_seq_len``): ``attention projections``, ``attention scores`` (``Q K^T`` and ``P V``), ``mlp``, ``logits``."""
+    ``max_seq_len``): ``attention projections``, ``attention scores`` (``Q K^T`` and ``P V``), ``mlp``, ``logits``.
+
+    The scores count ``12 H D`` per key a query of layer ``l`` may see, ``T_l = min(T, W_l)`` with a sliding
+    window ``W_l`` (``config.layer_window``), else ``T``: ``12 H D Σ_l T_l``, ``12 L T H D`` without windows."""
     T = config.max_seq_len if seq_len is None else seq_len
-    C, L, V = config.d_model, config.num_layers, config.vocab_size
+    C, V = config.d_model, config.vocab_size
     H, D = config.num_heads, config.head_dim
     matrices = {
         name: shape
@@ -75,7 +78,7 @@ def flop_counts(config: GPTConfig, seq_len: int | None = None) -> dict[str, int]
         weights[component_of(name, config)] += used * rows * cols
     return {
         "attention projections": 6 * weights["attention"],
-        "attention scores": 12 * L * T * H * D,
+        "attention scores": 12 * H * D * sum(config.keys_seen(T)),
         "mlp": 6 * weights["mlp"],
         "logits": 6 * V * C,
     }

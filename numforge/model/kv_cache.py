@@ -25,7 +25,7 @@ class KVCache:
     def __init__(self, xp, batch_size: int, config, dtype, max_len: int | None = None):
         max_len = config.max_seq_len if max_len is None else max_len
         self.windows = [config.layer_window(layer) for layer in range(config.num_layers)]  # W or None per layer
-        held = [max_len if w is None else min(w, max_len) for w in self.windows]  # positions each layer keeps
+        held = config.keys_seen(max_len)  # positions each layer keeps: min(W, max_len) or max_len
         shapes = [(batch_size, config.num_kv_heads, n, config.head_dim) for n in held]
         self.keys = [xp.zeros(shape, dtype=dtype) for shape in shapes]
         self.values = [xp.zeros(shape, dtype=dtype) for shape in shapes]

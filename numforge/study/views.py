@@ -122,7 +122,8 @@ def kv_head_of(config) -> list[int]:
 def architecture(config) -> str:
     """One sentence naming the model's parts: ``"4 query heads of width 8 over 2 key/value heads (query heads
     0-1 share key/value head 0, 2-3 head 1); rmsnorm; rope positions (q and k rotated by their positions, no
-    parameters); swiglu MLP; untied unembedding (lm_head)"``."""
+    parameters); swiglu MLP; untied unembedding (lm_head)"``, naming a sliding window (after the heads) and
+    experts (in the MLP) where the model has them."""
     H, H_kv, owner = config.num_heads, config.num_kv_heads, kv_head_of(config)
     groups = [[h for h in range(H) if owner[h] == g] for g in range(H_kv)]
     shared = "; ".join(f"query heads {g[0]}-{g[-1]} share key/value head {n}" for n, g in enumerate(groups))
@@ -133,7 +134,9 @@ def architecture(config) -> str:
     )
     about = POSITIONS[config.position].about.split(": ", 1)[-1]
     tied = "tied unembedding (the token table)" if config.tie_weights else "untied unembedding (lm_head)"
-    return f"{heads}; {config.norm}; {config.position} positions ({about}); {config.activation} MLP; {tied}"
+    mlp = f"{config.activation} MLP" + (f" ({config.about_experts()} per token)" if config.num_experts else "")
+    window = f"; {config.about_window()}" if config.sliding_window else ""
+    return f"{heads}{window}; {config.norm}; {config.position} positions ({about}); {mlp}; {tied}"
 
 
 def tokenizer_view(tokenizer, text: str) -> dict:
