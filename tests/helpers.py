@@ -46,6 +46,36 @@ def tiny_model(tokenizer, dtype="float32", **overrides):
     return GPT(GPTConfig(**{**settings, **overrides}), seed=0, dtype=dtype)
 
 
+IDS = [3, 17, 5, 5, 28, 11, 2]  # a prompt for the models below
+GPT2_TINY = dict(vocab_size=30, max_seq_len=16, d_model=16, num_heads=2, num_layers=2, attention="plain")  # P kept
+LLAMA_TINY = dict(  # 4 query heads over 2 key/value heads, a window of 3
+    vocab_size=30, max_seq_len=16, d_model=16, num_heads=4, num_kv_heads=2, num_layers=2, norm="rmsnorm",
+    position="rope", activation="swiglu", use_bias=False, tie_weights=False, sliding_window=3,
+)  # fmt: skip
+
+
+class Letters:
+    """A tokenizer of 30 one-letter tokens (the study views only label the prompt's tokens with it)."""
+
+    def has_token(self, i):
+        return True
+
+    def token_bytes(self, i):
+        return bytes([97 + i % 26])
+
+
+def sharp_model(options, seed=0):
+    """A float64 model of ``options`` whose parameters are drawn large enough that its attention is far from
+    uniform (the study tests compare it with ``tests/numpy_forward.py``)."""
+    from numforge.model import GPT, GPTConfig
+
+    model = GPT(GPTConfig(**options), seed=seed, dtype="float64")
+    rng = np.random.default_rng(seed)
+    for name, p in model.params.items():
+        p[...] = 1 + 0.1 * rng.normal(size=p.shape) if "norm" in name else rng.normal(0, 0.6, p.shape)
+    return model
+
+
 def tiny_run(tmp_path, *model_flags: str):
     """Train a 1-layer model for 2 steps with ``numforge train`` into ``tmp_path / "run"``; return that path.
     ``model_flags`` are more flags of its model (``"--arch", "llama"``)."""

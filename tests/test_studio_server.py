@@ -203,6 +203,10 @@ def test_unknown_routes_methods_and_paths(server):
         ("/api/attention", {"text": "the cat", "heads": "all"}, "heads must be a list of 1 to num_heads"),
         ("/api/attention", {"text": "the cat", "heads": [1, 1]}, "each head at most once"),
         ("/api/attention", {"text": "the cat", "heads": [0, 1, 0]}, "a list of 1 to num_heads head numbers"),
+        ("/api/attention/scores", {"text": "the cat", "layer": 2}, "layer must be an integer in [0, 1]"),
+        ("/api/attention/scores", {"text": "the cat", "head": 2}, "head must be an integer in [0, 1]"),
+        ("/api/attention/scores", {"text": "the cat", "head": 0.5}, "head must be an integer"),
+        ("/api/attention/overview", {"text": ""}, "the prompt is empty"),
         ("/api/next", {"text": "the cat", "temperature": 0}, "temperature must be more than 0 and at most 100"),
         ("/api/next", {"text": "the cat", "temperature": "hot"}, "temperature must be more than 0"),
         ("/api/next", {"text": "the cat", "top_k": 0}, "top-k must be a whole number of at least 1"),
@@ -476,6 +480,8 @@ def test_a_llama_style_model_with_grouped_keys_is_served(tokenizer):
                 ("/api/next", {"greedy": False, "seed": 3, "temperature": 0.9}),
                 ("/api/generate", {"count": 4}),
                 ("/api/attention", {"layer": 1}),
+                ("/api/attention/overview", {}),
+                ("/api/attention/scores", {"layer": 1, "head": 1}),
                 ("/api/trace", {"position": 2}),
                 ("/api/lens", {}),
             )
@@ -490,6 +496,8 @@ def test_a_llama_style_model_with_grouped_keys_is_served(tokenizer):
         for head, b64 in enumerate(answers["/api/attention"][1]["weights"]):
             sent = np.frombuffer(base64.b64decode(b64), dtype="<f2").astype(np.float64)
             np.testing.assert_allclose(sent, weights[head][np.tril_indices(T)], rtol=2**-11, atol=6e-8)
+        assert answers["/api/attention/scores"][1]["kv_head"] == 0  # both query heads read the one kv head
+        assert answers["/api/attention/overview"][1]["kv_head_of"] == [0, 0]
         drawn = generate(model, tokenizer, PROMPT, 1, temperature=0.9, seed=3).ids
         assert answers["/api/next"][1]["chosen"]["id"] == drawn[0]
         assert answers["/api/generate"][1]["ids"] == generate(model, tokenizer, PROMPT, 4, temperature=0).ids

@@ -11,37 +11,11 @@ rebuilt from its log-sum-exp).
 
 import numpy as np
 import pytest
+from helpers import GPT2_TINY, IDS, LLAMA_TINY, Letters, sharp_model
 from numpy_forward import reference
 
-from numforge.model import GPT, GPTConfig
 from numforge.study.prompt import run_ids
 from numforge.study.walkthrough import walkthrough_view
-
-IDS = [3, 17, 5, 5, 28, 11, 2]
-GPT2 = dict(vocab_size=30, max_seq_len=16, d_model=16, num_heads=2, num_layers=2, attention="plain")  # P kept
-LLAMA = dict(
-    vocab_size=30, max_seq_len=16, d_model=16, num_heads=4, num_kv_heads=2, num_layers=2, norm="rmsnorm",
-    position="rope", activation="swiglu", use_bias=False, tie_weights=False, sliding_window=3,
-)  # fmt: skip
-
-
-class Letters:
-    """A tokenizer of 30 one-letter tokens (the walkthrough only labels the prompt's tokens with it)."""
-
-    def has_token(self, i):
-        return True
-
-    def token_bytes(self, i):
-        return bytes([97 + i % 26])
-
-
-def tiny_model(options, seed=0):
-    """A float64 model whose parameters are drawn large enough that its attention is far from uniform."""
-    model = GPT(GPTConfig(**options), seed=seed, dtype="float64")
-    rng = np.random.default_rng(seed)
-    for name, p in model.params.items():
-        p[...] = 1 + 0.1 * rng.normal(size=p.shape) if "norm" in name else rng.normal(0, 0.6, p.shape)
-    return model
 
 
 def expected(array, kind, t, head, kv_head):
@@ -53,10 +27,10 @@ def expected(array, kind, t, head, kv_head):
     return array[t]  # (X,)
 
 
-@pytest.mark.parametrize("options", [GPT2, LLAMA], ids=["gpt2", "llama-gqa-window"])
+@pytest.mark.parametrize("options", [GPT2_TINY, LLAMA_TINY], ids=["gpt2", "llama-gqa-window"])
 @pytest.mark.parametrize("position,head", [(6, 0), (4, 3), (5, 1), (0, 2)])
 def test_every_step_equals_an_independent_numpy_forward(options, position, head):
-    model = tiny_model(options)
+    model = sharp_model(options)
     head = head % model.config.num_heads
     view = walkthrough_view(model, Letters(), run_ids(model, Letters(), IDS), position, head)
     ours, c = reference(model, IDS), model.config
@@ -81,7 +55,7 @@ def test_every_step_equals_an_independent_numpy_forward(options, position, head)
 
 
 def test_the_next_residual_is_the_previous_plus_the_attention_output():
-    model = tiny_model(LLAMA, seed=3)
+    model = sharp_model(LLAMA_TINY, seed=3)
     view = walkthrough_view(model, Letters(), run_ids(model, Letters(), IDS), 5, 2)
     ours = reference(model, IDS)
     by = {(s["layer"], s["kind"]): s for s in view["steps"]}
@@ -94,7 +68,7 @@ def test_the_next_residual_is_the_previous_plus_the_attention_output():
 
 
 def test_the_mask_hides_later_keys_and_those_beyond_the_window():
-    model = tiny_model(LLAMA)
+    model = sharp_model(LLAMA_TINY)
     view = walkthrough_view(model, Letters(), run_ids(model, Letters(), IDS), 4, 0)
     mask = next(s for s in view["steps"] if s["kind"] == "mask")
     softmax = next(s for s in view["steps"] if s["kind"] == "softmax")
@@ -106,7 +80,7 @@ def test_the_mask_hides_later_keys_and_those_beyond_the_window():
 
 
 def test_a_position_or_head_out_of_range_is_refused():
-    model = tiny_model(GPT2)
+    model = sharp_model(GPT2_TINY)
     prompt = run_ids(model, Letters(), IDS)
     with pytest.raises(ValueError, match="position"):
         walkthrough_view(model, Letters(), prompt, 7)
@@ -126,7 +100,7 @@ def test_a_position_or_head_out_of_range_is_refused():
 def test_the_masked_scores_softmax_to_the_kernels_own_weights(extra):
     """The mask step's S' (the scores with the layer's soft cap, window and ALiBi terms) gives, by a softmax
     written here, the weights the kernel's cache holds: no term is missing or added twice."""
-    model = tiny_model(dict(GPT2, attention="tiled") | extra)
+    model = sharp_model(dict(GPT2_TINY, attention="tiled") | extra)
     view = walkthrough_view(model, Letters(), run_ids(model, Letters(), IDS), 5, 1)
     masks = [s for s in view["steps"] if s["kind"] == "mask"]
     weights = [s for s in view["steps"] if s["kind"] == "softmax"]

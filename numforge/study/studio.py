@@ -59,6 +59,8 @@ from .prompt import check_ids, run_ids
 from .routing import routing_view
 from .trainer import Trainer
 from .views import (
+    attention_overview_view,
+    attention_scores_view,
     attention_view,
     generate_view,
     lens_view,
@@ -178,6 +180,15 @@ class Studio:
         if len(set(map(repr, heads))) != len(heads):
             raise FieldError("heads", "heads must name each head at most once")
         return attention_view(self.model, self.tokenizer, prompt, optional_int(body, "layer", 0), heads)
+
+    def attention_overview(self, body: dict) -> dict:
+        prompt, _ = self.prompt(body)
+        return attention_overview_view(self.model, prompt)
+
+    def attention_scores(self, body: dict) -> dict:
+        prompt, _ = self.prompt(body)
+        layer, head = optional_int(body, "layer", 0), optional_int(body, "head", 0)
+        return attention_scores_view(self.model, prompt, layer, head)
 
     def next_token(self, body: dict) -> dict:
         prompt, _ = self.prompt(body)
@@ -416,6 +427,8 @@ ROUTES = {  # path -> (method, Studio method name); "page" is the HTML page
     "/api/lens": ("POST", "lens"),
     "/api/walkthrough": ("POST", "walkthrough"),
     "/api/attention": ("POST", "attention"),
+    "/api/attention/overview": ("POST", "attention_overview"),
+    "/api/attention/scores": ("POST", "attention_scores"),
     "/api/routing": ("POST", "routing"),
     "/api/next": ("POST", "next_token"),
     "/api/generate": ("POST", "generate"),

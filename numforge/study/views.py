@@ -11,7 +11,10 @@ Attention weights are sent as float16 (about 3 significant digits; weights
 below 6e-8 become 0), without the masked upper triangle: row ``i`` holds keys
 ``0..i``, rows one after the other, little-endian, base64 (``tril``). At
 GPT-2's context (1024) one head is 1.0 MB before base64 instead of the 8 MB
-of a full float64 matrix.
+of a full float64 matrix. The overview's thumbnails are float16 too, whole ``(n,n)`` matrices
+(``float16_base64``): ``L H n^2`` numbers whatever the prompt's length. The scores mode's matrices and q, k
+vectors, one head's, are float32, whole, row-major (``float32_base64``: the scores hold every key, and a masked
+entry's ``-inf`` is a float32 like any other).
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ import math
 
 import numpy as np
 
+from ..backend import to_numpy
 from ..checks import check_index
 from ..generate import decodable_ids, generate_ids
 from ..model.positions import POSITIONS
 from ..tokenizer.explain import explain
 from ..training.logs import LOSS_CSV, read_loss_csv
-from .attention import attention_weights
-from .equations import stage_equation
+from .attention import attention_weights, head_scores, kv_head, overview
+from .equations import modifiers_text, scale_text, stage_equation
 from .next_token import next_token
 from .predictions import logit_lens, position_predictions
 from .prompt import describe_model, shown_text, shown_token, token_label
@@ -47,6 +51,16 @@ def tril_float16(matrix: np.ndarray) -> str:
     """The lower triangle of a ``(T,T)`` matrix (row ``i``: columns ``0..i``) as little-endian float16, base64."""
     rows, cols = np.tril_indices(matrix.shape[0])
     return base64.b64encode(matrix[rows, cols].astype("<f2").tobytes()).decode("ascii")
+
+
+def float16_base64(array: np.ndarray) -> str:
+    """Every entry of ``array``, row-major, as little-endian float16, base64."""
+    return base64.b64encode(np.ascontiguousarray(array, dtype="<f2").tobytes()).decode("ascii")
+
+
+def float32_base64(array: np.ndarray) -> str:
+    """Every entry of ``array``, row-major, as little-endian float32, base64."""
+    return base64.b64encode(np.ascontiguousarray(array, dtype="<f4").tobytes()).decode("ascii")
 
 
 class Labels:
@@ -102,8 +116,7 @@ def model_view(model, source: str, has_run: bool) -> dict:
 
 def kv_head_of(config) -> list[int]:
     """The key/value head each query head attends with: ``h // G``, ``G = H / H_kv`` (``ops/attention.py``)."""
-    group = config.num_heads // config.num_kv_heads
-    return [h // group for h in range(config.num_heads)]
+    return [kv_head(config, h) for h in range(config.num_heads)]
 
 
 def architecture(config) -> str:
@@ -251,6 +264,59 @@ def attention_view(model, tokenizer, prompt, layer: int, heads: list[int], k: in
         "weights": [tril_float16(weights[0, h]) for h in heads],
         "predictions": predictions_json(prompt, label, k),
         "labels": label.json(),
+    }
+
+
+def attention_overview_view(model, prompt) -> dict:
+    """Every layer's and head's weights pooled to at most ``OVERVIEW_CELLS`` squared cells (``thumbs[layer][head]``,
+    ``float16_base64`` of ``(n,n)``; cell ``(a,b)`` the mean of the queries in bin ``a`` and the keys in bin
+    ``b``, the bins' ``edges``), and per head its mean entropy, distance, weight on the first and on the previous
+    token (``head_summaries``; ``summaries[layer][head]``)."""
+    config, found = model.config, overview(prompt.cache)
+    return {
+        "T": len(prompt.ids),
+        "layers": config.num_layers,
+        "heads": config.num_heads,
+        "kv_head_of": kv_head_of(config),
+        "path": config.attention,
+        "cells": len(found.edges) - 1,
+        "edges": [int(e) for e in found.edges],
+        "encoding": "float16 base64, (n,n) row-major",
+        "thumbs": [[float16_base64(head) for head in layer] for layer in found.thumbs],
+        "summaries": [[summary(layer, h) for h in range(config.num_heads)] for layer in found.summaries],
+    }
+
+
+def summary(layer: dict[str, np.ndarray], head: int) -> dict[str, float | None]:
+    """Head ``head``'s numbers of ``head_summaries``, 6 significant digits (NaN: None)."""
+    return {name: None if math.isnan(v[head]) else rounded(float(v[head])) for name, v in layer.items()}
+
+
+def attention_scores_view(model, prompt, layer: int, head: int) -> dict:
+    """Query head ``head`` of ``layer``, every query against every key (``head_scores``): ``S = s q k^T``
+    (``scores``), ``f(S)`` (``capped``: S itself without a soft cap), the modifiers' ``terms`` and ``S' = f(S) +
+    terms`` (``modified``), each ``(T,T)``; the cached ``q`` of the head and ``k`` of the key/value head it reads,
+    ``(T,D)`` each; all ``float32_base64``."""
+    config = model.config
+    check_index(layer, config.num_layers, "layer")
+    check_index(head, config.num_heads, "head")
+    kernel, T = prompt.cache.blocks[layer].attention.attention, len(prompt.ids)
+    found, kv = head_scores(config, kernel, layer, head, range(T)), kv_head(config, head)
+    q, k = kernel.q[0, head], kernel.k[0, kv]  # (T,D) each: query head h, and the kv head it reads
+    return {
+        "layer": layer,
+        "head": head,
+        "kv_head": kv,
+        "T": T,
+        "D": config.head_dim,
+        "scale": float(kernel.scale),
+        "scale_text": scale_text(config),
+        "modifiers": modifiers_text(config, layer),
+        "softcap": config.attn_softcap,
+        "encoding": "float32 base64, row-major",
+        **{name: float32_base64(getattr(found, name)) for name in ("raw", "capped", "terms", "modified")},
+        "q": float32_base64(to_numpy(q)),
+        "k": float32_base64(to_numpy(k)),
     }
 
 

@@ -11,7 +11,7 @@ temperature, top-k/top-p and the choice are the Next token view's answer, ``view
                                                               k, v of h's key/value head g at t     (D,)
                                                               and at every key j <= t               (t+1, D)
       scores S = s q k_j^T                                    the kernel's cached q, k and scale    (T,)
-      mask: S' = f(S) + the layer's score terms               ops.scores.ScoreSeam on row t of S    (T,)
+      mask: S' = f(S) + the layer's score terms               attention.head_scores (ScoreSeam), t  (T,)
       softmax P = softmax(S')                                 attention.attention_weights, row t    (T,)
       weighted sum o = sum_j P_j v_j                          out_proj.x at t, head h's D values    (D,)
       heads merged, output projection, residual, the MLP's    forward_stages, at t
@@ -28,11 +28,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..backend import get_xp, to_numpy
+from ..backend import to_numpy
 from ..checks import check_index
-from ..ops._kv_groups import repeat_kv
-from ..ops.scores import ScoreSeam, score_modifiers
-from .attention import attention_weights
+from .attention import attention_weights, head_scores, kv_head
 from .components import stage_name
 from .equations import modifiers_text, scale_text, stage_equation
 from .trace import at_position, forward_stages
@@ -83,17 +81,17 @@ def walkthrough_view(model, tokenizer, prompt, position: int, head: int = 0) -> 
     config, T = model.config, len(prompt.ids)
     check_index(position, T, "position")
     check_index(head, config.num_heads, "head")
-    kv_head = head // (config.num_heads // config.num_kv_heads)
+    kv = kv_head(config, head)
     steps = []
     for stage in forward_stages(model, prompt):
         if stage.kind == ATTENTION_AFTER:
             steps += attention_steps(model, prompt.cache.blocks[stage.layer].attention, stage.layer, position, head)
-        steps.append(stage_step(stage, config, position, T, head, kv_head))
+        steps.append(stage_step(stage, config, position, T, head, kv))
     return {
         "tokens": token_rows(tokenizer, prompt.ids),
         "position": position,
         "head": head,
-        "kv_head": kv_head,
+        "kv_head": kv,
         "heads": config.num_heads,
         "kv_heads": config.num_kv_heads,
         "steps": steps,
@@ -120,43 +118,29 @@ def step(kind: str, config, layer, shape, values, **more) -> dict:
     }
 
 
-def stage_step(stage, config, position: int, T: int, head: int, kv_head: int) -> dict:
-    """A stage of the trace at ``position``: a vector ``(X,)``; of q (k, v) head ``head``'s (``kv_head``'s)
+def stage_step(stage, config, position: int, T: int, head: int, kv: int) -> dict:
+    """A stage of the trace at ``position``: a vector ``(X,)``; of q (k, v) head ``head``'s (``kv``'s)
     ``(D,)`` with, for k and v, every key up to the position ``(t+1, D)`` as ``[norm, first values]`` rows."""
     part = at_position(stage.array, position, T)  # (X,) or (H,D)
     if len(stage.shape) != 4:
         return step(stage.kind, config, stage.layer, part.shape, part)
     if stage.kind.startswith("q"):
         return step(stage.kind, config, stage.layer, part.shape, part[head], head=head)
-    keys = to_numpy(stage.array[0, kv_head, : position + 1]).astype(np.float64)  # (t+1,D), from NumPy or CuPy
+    keys = to_numpy(stage.array[0, kv, : position + 1]).astype(np.float64)  # (t+1,D), from NumPy or CuPy
     rows = [[rounded(float(np.linalg.norm(k)))] + [rounded(float(v)) for v in k[:KEY_VALUES]] for k in keys]
-    return step(stage.kind, config, stage.layer, part.shape, part[kv_head], kv_head=kv_head, keys=rows)
-
-
-def score_row(config, kernel, layer: int, position: int):
-    """``(S, S')`` of query ``position`` against every key, ``(H,T)`` each, float64: ``S = s q k^T`` from the
-    kernel's cached ``q, k`` and scale, ``S'`` with layer ``layer``'s score terms added as the tiled kernel adds
-    them to a tile (``ScoreSeam``: the transform, then the masks and biases at the query's position)."""
-    q, k = kernel.q[:, :, position : position + 1], kernel.k  # (1,H,1,D), (1,H_kv,T,D)
-    k = repeat_kv(k, q.shape[1] // k.shape[1])  # (1,H,T,D): query head h reads kv head h // (H / H_kv)
-    scores = get_xp(q).matmul(q, k.swapaxes(-1, -2)) * q.dtype.type(kernel.scale)  # (1,H,1,D) @ (1,H,D,T)
-    T = scores.shape[-1]
-    seam = ScoreSeam.whole(score_modifiers(False, None, config.score_modifiers(layer), scores.shape), q.shape[1])
-    masked = scores.copy()
-    seam.transform(masked, with_slope=False)  # f(S), a soft cap
-    seam.add(masked, range(position, position + 1), range(T), 0, masked=True)  # S' = f(S) + terms, -inf hidden
-    return to_numpy(scores)[0, :, 0].astype(np.float64), to_numpy(masked)[0, :, 0].astype(np.float64)
+    return step(stage.kind, config, stage.layer, part.shape, part[kv], kv_head=kv, keys=rows)
 
 
 def attention_steps(model, branch, layer: int, position: int, head: int) -> list[dict]:
     """The attention of ``layer`` at ``position``, head ``head``: the scores against every key, the mask, the
     softmax (each ``(T,)``, a key the mask hides ``None``), the weighted sum ``(D,)``."""
     config, kernel = model.config, branch.attention
-    scores, masked = score_row(config, kernel, layer, position)  # (H,T) each
+    found = head_scores(config, kernel, layer, head, range(position, position + 1))  # (1,T) each
+    scores, masked = found.raw[0], found.modified[0]  # (T,) S and S'
     T, D = scores.shape[-1], config.head_dim
     weights = attention_weights(kernel)[0, head, position]  # (T,) the kernel's own P
     merged = at_position(branch.out_proj.x, position, T)  # (H D,) the heads side by side
-    hidden = np.isneginf(masked[head])  # (T,)
+    hidden = np.isneginf(masked)  # (T,)
     equations = {
         "scores": f"S_j = s q . k_j,  s = {scale_text(config)}",
         "mask": f"S'_j = S_j with {modifiers_text(config, layer)}  (-inf: hidden)",
@@ -164,8 +148,8 @@ def attention_steps(model, branch, layer: int, position: int, head: int) -> list
         "weighted sum": "o = sum_j P_j v_j",
     }
     each = {
-        "scores": scores[head],
-        "mask": np.where(hidden, 0.0, masked[head]),
+        "scores": scores,
+        "mask": np.where(hidden, 0.0, masked),
         "softmax": weights,
         "weighted sum": merged.reshape(config.num_heads, D)[head],  # (H D,) -> (H,D) -> (D,)
     }
