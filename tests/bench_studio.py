@@ -11,7 +11,8 @@ for the final text is drawn (the page's ``data-ready``, read by a MutationObserv
 passes the server ran meanwhile (``model.forward`` counted), and how soon after each keystroke a busy state showed
 (the status line's ``busy`` class, or the view greyed or ``aria-busy``). ``axe`` counts axe-core's WCAG 2.1 AA
 violations (rules and elements) and the page's ``scrollWidth`` on every tab the page enables, and on the page
-``numforge inspect`` writes. The server runs in this process, so ``PYTHONPATH`` may name an older checkout: the
+``numforge inspect`` writes (a ``--model`` path with a long unbroken name, as the cache's, tests that the model line
+wraps at 390 px). The server runs in this process, so ``PYTHONPATH`` may name an older checkout: the
 page and server measured are that checkout's, the views are those its page has; this script and
 ``tests/browser.py`` are this one's.
 
