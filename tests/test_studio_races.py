@@ -40,7 +40,9 @@ if CHROMIUM is None or DRIVER is None:
     pytest.skip(MISSING, allow_module_level=True)
 
 PROMPT = "the cat sat on"
-LONG_SOURCE = "checkpoint: /home/learner/" + "a-very-long-directory-name-without-spaces" * 3 + "/run/checkpoint-000100"
+LONG_SOURCE = (  # a cache folder's name: 64 hexadecimal digits, no place a line may break
+    "checkpoint: /home/learner/.cache/numforge/models/" + "d6b93210ee330228" * 4 + "/run/checkpoint-000100"
+)
 
 
 class Gate:
@@ -284,6 +286,21 @@ def test_a_stopped_server_is_said_plainly_and_the_page_stops_asking(browser, tok
     WebDriverWait(browser, 30).until(lambda _: attribute(browser, "body", "data-busy") == "0")
     assert "server is not answering" in status.text
     assert browser.execute_script("return performance.getEntriesByType('resource').length") == before  # not asked
+
+
+def test_the_training_view_wraps_a_long_model_path_on_a_phone(browser, tmp_path):
+    run = make_tiny_run(tmp_path)
+    model, tokenizer = load_model(run)
+    watched = serve(Studio(model, tokenizer, LONG_SOURCE, run_dir=run))
+    browser.set_window_size(*PHONE)
+    try:
+        open_view(browser, watched, "training")
+        assert f"The other views show {LONG_SOURCE}" in browser.find_element(By.ID, "train-info").text
+        assert page_fits(browser)
+    finally:
+        browser.set_window_size(*WIDE)
+        watched.shutdown()
+        watched.server_close()
 
 
 def test_the_training_view_starts_stops_and_resumes_a_run_and_every_view_can_show_its_checkpoint(browser, tmp_path):

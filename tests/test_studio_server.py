@@ -225,6 +225,19 @@ def test_a_bad_field_is_a_400_that_names_it(server, route, body, words):
     assert status == 400 and words in answer["error"], answer
 
 
+def test_an_answer_past_the_bound_is_a_413_that_says_what_to_ask_for(server, monkeypatch):
+    status, whole, _ = call(server, "POST", "/api/attention", {"text": "the cat sat"})
+    assert status == 200
+    size = len(json.dumps(whole, ensure_ascii=False, separators=(",", ":")).encode())
+    monkeypatch.setattr(numforge.study.studio, "MAX_ANSWER", size - 1)  # the same answer, one byte too many
+    status, answer, _ = call(server, "POST", "/api/attention", {"text": "the cat sat"})
+    assert status == 413 and answer["error"] == (
+        f"the answer would be {size:,} bytes, more than {size - 1:,}: ask for fewer heads"
+    )
+    status, _, _ = call(server, "POST", "/api/attention", {"text": "the cat sat", "heads": [0]})
+    assert status == 200  # one head's answer fits
+
+
 @pytest.mark.parametrize(
     "body, field",
     [
