@@ -5,8 +5,7 @@ one backward on ``text``, the answers the studio's routes would give
 (``views.py``): the tokenizer's steps, the forward and backward stages with
 their values at the last position and their norms at every position, the predictions, the logit lens, every
 layer's attention weights (float16, without the masked triangle; from layer 0
-up, as many layers as ``attention_mib`` holds, layer 0 always), the overview of every layer's heads (each
-pooled to at most 32 x 32 cells, with its numbers) and the
+up, as many layers as ``attention_mib`` holds, layer 0 always) and the
 next-token pipeline at the last position (temperature 1, greedy).
 At GPT-2 124M's shape and a whole context of 1024 tokens every layer's
 weights would be 151 MB (201 MB as base64), one layer 12.6 MB.
@@ -22,7 +21,6 @@ from .page import render_page
 from .prompt import run_prompt
 from .trace import forward_stages
 from .views import (
-    attention_overview_view,
     attention_view,
     lens_view,
     model_view,
@@ -64,7 +62,6 @@ def inspect_data(model, tokenizer, text: str, k: int = 3, attention_mib: float =
                 {"layer": layer, "weights": attention_view(model, tokenizer, prompt, layer, heads, k)["weights"]}
                 for layer in range(1, attention_layers(model.config, T, attention_mib))
             ],  # the tokens and predictions once, with layer 0
-            "overview": attention_overview_view(model, prompt),
         },
     }
 

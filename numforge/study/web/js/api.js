@@ -49,7 +49,6 @@ function staticAnswer(route, body) {
   if (route === "/api/next") return Promise.resolve(a.next);
   if (route === "/api/lens") return Promise.resolve(a.lens);
   if (route === "/api/attention") return staticAttention(a.attention, body.layer || 0);
-  if (route === "/api/attention/overview") return Promise.resolve(a.overview);
   if (route === "/api/trace") return Promise.resolve(staticTrace(a, body.position));
   return Promise.reject(new Error("this page was written by numforge inspect: run numforge studio for this view"));
 }

@@ -1,14 +1,10 @@
-/* The Attention view: every layer's heads at once (attention-overview.js), a layer's heads as thumbnails, one head
-   as a heatmap (rows queries, columns keys) or as lines; hover a cell for its weight and the model's top
-   predictions after the query. Shown instead: the head's scores before or after the mask, or the mask itself
-   (attention-scores.js), a cell's q and k beside it. */
+/* The Attention view: a layer's heads as thumbnails, one head as a heatmap (rows queries, columns keys) or as
+   lines; hover a cell for its weight and the model's top predictions after the query. */
 
 import { STATIC } from "./api.js";
 import { describe } from "./alt.js";
 import { ask } from "./ask.js";
 import { attentionLines } from "./attention-lines.js";
-import { drawOverview, summaryText } from "./attention-overview.js";
-import { cellDetail, colours, Scores, scoreText, SHOWS } from "./attention-scores.js";
 import { $, clear, el, fmt } from "./dom.js";
 import { drawKey, ramp, redrawOnResize, sharp, VIRIDIS } from "./draw.js";
 import { Grid } from "./grid.js";
@@ -26,27 +22,8 @@ export const attentionView = {
     ask("attention", "/api/attention", promptBody({ layer: state.layer, heads: null }), function (d) {
       attentionView.answer = d;
       attentionView.heads = d.weights.map(function (b64) { return Head(b64, d.T); });
-      attentionView.scores = null;
       attentionView.draw();
     });
-    ask("attention-overview", "/api/attention/overview", promptBody({}), function (d) {
-      if (d !== attentionView.overview) {
-        attentionView.overview = d;
-        $("att-ov-note").textContent = "Rows are layers, columns heads; each thumbnail is coloured from 0 to its own " +
-          "largest cell (white: wholly after its queries, hidden). Click a head, or Tab to it and press Enter, to " +
-          "show it below. " + sharing(state.model, state.head);
-        drawOverview($("att-overview"), d, [state.layer, state.head], choose);
-      }
-      markOverview();
-    }, $("att-ov-box"));
-  },
-  /* the head's scores, asked when shown and not the layer and head on screen */
-  loadScores: function () {
-    var body = promptBody({ layer: state.layer, head: state.head });
-    ask("attention-scores", "/api/attention/scores", body, function (d) {
-      attentionView.scores = Scores(d);
-      attentionView.draw();
-    }, $("att-qk-box"));
   },
   draw: function () {
     var d = this.answer, T = d.T, scale = $("att-scale").value, self = this;
@@ -59,10 +36,6 @@ export const attentionView = {
       onHover: function (i) { if (self.grid) self.grid.setMark(i, i); if (i >= 0) self.focus(i, -1); }
     });
     this.thumbs(scale);
-    markOverview();
-    var show = $("att-show").value;
-    $("att-qk-box").hidden = show === "weights";
-    if (show !== "weights") return this.drawScores(show, labels);
     var headData = this.heads[state.head], value = scaled(headData, scale);
     var key = scaleKey(headData, scale);
     drawKey($("att-key"), VIRIDIS, key[0], key[1]);
@@ -70,7 +43,7 @@ export const attentionView = {
     var fitSize = Math.max(1, Math.min(32, Math.floor((box.parentNode.clientWidth - 100) / T)));
     describe(box, "Layer " + d.layer + ", head " + state.head + ": the attention weights, rows queries, columns keys. " +
       "The arrow keys move between the cells; the table lists each query's three strongest keys.",
-      ["query", "its strongest keys: position token weight"], strongest(headData.w, labels));
+      ["query", "its strongest keys: position token weight"], strongest(headData, labels));
     if ($("att-draw").value === "lines") {
       this.grid = null;
       return attentionLines(box, labels, value, function (i, j) { self.focus(i, j); });
@@ -96,38 +69,6 @@ export const attentionView = {
       }
     });
   },
-  /* the scores mode: show (raw, modified, terms) of the head as a heatmap, a cell's parts in #att-qk */
-  drawScores: function (show, labels) {
-    var sc = this.scores, d = this.answer, T = d.T, self = this;
-    if (!sc || sc.answer.layer !== d.layer || sc.answer.head !== state.head) return this.loadScores();
-    var c = colours(sc, show), box = $("att-main"), size = Number($("att-cell").value);
-    $("att-note").textContent = "Layer " + d.layer + ", head " + state.head + ": " + SHOWS[show] + ". The modifiers " +
-      "here: " + sc.answer.modifiers + "; s = " + sc.answer.scale_text + ". Hover a cell (or move with the arrow keys) " +
-      "for its q, k and score. Sent as float32. " + sharing(state.model, state.head);
-    drawKey($("att-key"), VIRIDIS, c.key[0], c.key[1]);
-    var fit = Math.max(1, Math.min(32, Math.floor((box.parentNode.clientWidth - 100) / T)));
-    describe(box, "Layer " + d.layer + ", head " + state.head + ": " + SHOWS[show] + ", rows queries, columns keys. " +
-      "The arrow keys move between the cells; the table lists each query's three largest.",
-      ["query", "its largest: position token value"], strongest(function (i, j) {
-        var v = sc.at(show, i, j);
-        return isFinite(v) ? v : null;
-      }, labels));
-    var cellSize = size === 0 ? fit : size, margin = cellSize >= 9 ? 90 : 0, headData = this.heads[state.head];
-    this.grid = Grid(box, {
-      rows: T, cols: T, cellW: cellSize, cellH: cellSize, left: margin, top: margin, rgb: c.rgb,
-      rowLabel: function (i) { return labels[i]; },
-      colLabel: function (j) { return labels[j]; },
-      onHover: function (i, j, e) {
-        if (i < 0) { hideTip(); self.grid.setMark(-1, -1); return; }
-        self.grid.setMark(i, j);
-        showTip(["layer " + d.layer + ", head " + state.head, "query " + i + " " + labels[i], "key   " + j + " " + labels[j],
-          "S  " + scoreText(sc.at("raw", i, j)), "S' " + scoreText(sc.at("modified", i, j))], e.clientX, e.clientY);
-        cellDetail($("att-qk"), sc, labels, i, j, headData.w(i, j));
-        self.focus(i, j);
-      }
-    });
-    redrawOnResize("attention", function () { self.draw(); });
-  },
   focus: function (i, j) {
     var d = this.answer, p = d.predictions[i], label = function (id) { return d.labels[String(id)]; };
     var text = "query " + i + " " + d.tokens[i].shown + (j >= 0 ? ", key " + j + " " + d.tokens[j].shown : "") +
@@ -150,40 +91,18 @@ export const attentionView = {
   }
 };
 
-/* each query's three strongest keys, as text: [query, "key token value, ..."]; at(i, j): the value, null where
-   there is none (masked) */
-function strongest(at, labels) {
+/* each query's three strongest keys, as text: [query, "key token weight, ..."] */
+function strongest(headData, labels) {
   var out = [];
   for (var i = 0; i < labels.length; i++) {
     var keys = [];
-    for (var j = 0; j < labels.length; j++) if (at(i, j) !== null) keys.push([j, at(i, j)]);
+    for (var j = 0; j <= i; j++) keys.push([j, headData.w(i, j)]);
     keys.sort(function (a, b) { return b[1] - a[1]; });
     out.push([i + " " + labels[i], keys.slice(0, 3).map(function (k) {
       return k[0] + " " + labels[k[0]] + " " + k[1].toPrecision(3);
     }).join(", ")]);
   }
   return out;
-}
-
-/* the overview's layer and head: shown in the view (a layer of another answer asked for) */
-function choose(layer, head) {
-  state.head = head;
-  $("att-head").value = String(head);
-  if (layer === state.layer) return attentionView.draw();
-  state.layer = layer;
-  $("att-layer").value = String(layer);
-  attentionView.load();
-}
-
-/* the overview's buttons say which layer and head the view shows */
-function markOverview() {
-  document.querySelectorAll("#att-overview button.thumb").forEach(function (b) {
-    var on = Number(b.getAttribute("data-layer")) === state.layer && Number(b.getAttribute("data-head")) === state.head;
-    b.classList.toggle("on", on);
-    b.setAttribute("aria-pressed", String(on));
-  });
-  var d = attentionView.overview;
-  if (d && d.summaries[state.layer]) $("att-ov-focus").textContent = "Shown: " + summaryText(d, state.layer, state.head);
 }
 
 /* node a button by the keyboard too: a tab stop, Enter or Space runs act */
@@ -216,12 +135,7 @@ function fillChoices(m) {
     option.value = String(l);
     option.disabled = l >= held;
   }
-  for (var h = 0; h < m.heads; h++) headBox.appendChild(el("option", null, String(h))).value = String(h);
-  if (STATIC) {  /* the scores are asked for one head at a time: the server's */
-    Array.from($("att-show").options).forEach(function (o) {
-      if (o.value !== "weights") { o.disabled = true; o.textContent += " (numforge studio)"; }
-    });
-  }
+  for (var h = 0; h < m.heads; h++) headBox.appendChild(el("option", null, String(h)));
 }
 
 /* a head's whole T x T heatmap in 96 x 96 pixels */
@@ -243,8 +157,6 @@ function thumbnail(headData, scale, T) {
 
 $("att-layer").addEventListener("change", function () { state.layer = Number(this.value); attentionView.load(); });
 $("att-head").addEventListener("change", function () { state.head = Number(this.value); attentionView.draw(); });
-["att-scale", "att-draw", "att-cell", "att-show"].forEach(function (id) {
-  $(id).addEventListener(id === "att-show" ? "change" : "input", function () {
-    if (attentionView.answer) attentionView.draw();
-  });
+["att-scale", "att-draw", "att-cell"].forEach(function (id) {
+  $(id).addEventListener("input", function () { if (attentionView.answer) attentionView.draw(); });
 });

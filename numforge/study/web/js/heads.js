@@ -3,22 +3,13 @@
 import { fmt } from "./dom.js";
 
 /* little-endian float16s in base64 -> a Float32Array */
-export function decodeHalf(b64) {
+function decodeHalf(b64) {
   var raw = atob(b64), n = raw.length / 2, out = new Float32Array(n);
   for (var k = 0; k < n; k++) {
     var h = raw.charCodeAt(2 * k) | (raw.charCodeAt(2 * k + 1) << 8);
     var e = (h >> 10) & 31, f = h & 1023, s = h & 32768 ? -1 : 1;
     out[k] = e === 0 ? s * f * Math.pow(2, -24) : e === 31 ? (f ? NaN : s * Infinity) : s * (1 + f / 1024) * Math.pow(2, e - 15);
   }
-  return out;
-}
-
-/* little-endian float32s in base64 -> a Float32Array */
-export function decodeFloat(b64) {
-  var raw = atob(b64), bytes = new Uint8Array(raw.length);
-  for (var k = 0; k < raw.length; k++) bytes[k] = raw.charCodeAt(k);
-  var view = new DataView(bytes.buffer), out = new Float32Array(raw.length / 4);
-  for (var n = 0; n < out.length; n++) out[n] = view.getFloat32(4 * n, true);
   return out;
 }
 
